@@ -1,0 +1,91 @@
+"""The operator registry: one `OpSpec` per operator, the contract between ops and the verify/bench harness.
+
+Every operator module under `kernels/ops/` defines its kernel(s), a host launcher, a float64 numpy reference,
+its FLOP/byte model, tolerance and shapes, and registers one or more `OpSpec`s with `register()`. The harness
+(`kernels.verify`, `kernels.bench`) never knows an op by name: it only walks `all_ops()`.
+
+The harness does, for every case:
+  1. `problem = spec.make_problem(case, rng)`: fresh random host inputs and the outputs to allocate.
+  2. copies inputs to the device, allocates every output on the device filled with NaN (poison),
+  3. `spec.launch(dev_args)`: dev_args holds the inputs and the outputs by name; in-place ops modify inputs
+     named in `problem.inplace`,
+  4. copies outputs (and in-place inputs) back, checks every element is finite where the reference is, and
+     compares ||out - ref|| / ||ref|| (float64) with `spec.tolerance[case.dtype]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem instance of an op: a label, shape parameters and the input dtype."""
+
+    label: str
+    params: Mapping[str, int]
+    dtype: str  # "float32" | "float16" | ...
+
+
+@dataclass
+class Problem:
+    """Host inputs of one case, the outputs to allocate, and the float64 reference results."""
+
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, tuple[tuple[int, ...], np.dtype]]  # name -> (shape, dtype), poisoned with NaN
+    reference: dict[str, np.ndarray]  # name (output or in-place input) -> float64 expected value
+    inplace: tuple[str, ...] = ()  # inputs the op modifies; compared with reference after the launch
+    scalars: dict[str, Any] = field(default_factory=dict)  # non-array arguments (eps, max_norm, ...)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    dtypes: tuple[str, ...]
+    make_problem: Callable[[Case, np.random.Generator], Problem]
+    # launch(args) runs the op on device arrays; args = inputs | outputs | scalars, by name. Returns nothing;
+    # results land in the output / in-place arrays.
+    launch: Callable[[dict[str, Any]], None]
+    flops: Callable[[Case], float]  # floating-point operations of one call
+    bytes: Callable[[Case], float]  # fewest bytes one call must move through device memory
+    tolerance: Mapping[str, float]  # dtype -> max relative error ||out-ref||/||ref||
+    sim_cases: tuple[Case, ...]  # tiny, odd shapes for the CUDA simulator
+    verify_cases: tuple[Case, ...]  # odd, non-power-of-two shapes for a real GPU
+    bench_cases: tuple[Case, ...]  # benchmark shapes (memory-bound ops move >= 256 MB)
+    # the same computation through CuPy (cuBLAS / CuPy elementwise) for `bench --compare cupy`; takes the same
+    # args dict with CuPy arrays and returns nothing (writes outputs). None when there is no fair equivalent.
+    cupy: Callable[[dict[str, Any]], None] | None = None
+    bound: str = "memory"  # "memory" | "compute": which peak SOL is scored against
+
+
+_REGISTRY: dict[str, OpSpec] = {}
+
+
+def register(spec: OpSpec) -> OpSpec:
+    if spec.name in _REGISTRY:
+        raise ValueError(f"op {spec.name!r} registered twice")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def all_ops() -> dict[str, OpSpec]:
+    """Every registered op, by name (importing kernels.ops registers them)."""
+    import kernels.ops  # noqa: F401  (registration side effect)
+
+    return dict(_REGISTRY)
+
+
+def select(names: str | None) -> list[OpSpec]:
+    """Parse `--ops a,b`; unknown names raise ValueError naming the allowed ones."""
+    ops = all_ops()
+    if not names:
+        return list(ops.values())
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in ops]
+    if unknown:
+        raise ValueError(f"unknown op(s) {', '.join(unknown)}; allowed: {', '.join(sorted(ops))}")
+    return [ops[n] for n in wanted]
