@@ -60,6 +60,10 @@ class OpSpec:
     # args dict with CuPy arrays and returns nothing (writes outputs). None when there is no fair equivalent.
     cupy: Callable[[dict[str, Any]], None] | None = None
     bound: str = "memory"  # "memory" | "compute": which peak SOL is scored against
+    # kernels to compile offline to PTX for the artifact manifest: (kernel name, @cuda.jit dispatcher or python
+    # function, numba signature string). Kernels that link external CUDA C are listed with their link files by
+    # the op itself (see kernels.ptx).
+    ptx_kernels: tuple[tuple[str, Any, str], ...] = ()
 
 
 _REGISTRY: dict[str, OpSpec] = {}
