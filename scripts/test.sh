@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command: set up, lint, then run every test this machine can run (GPU tests skip without a GPU;
+# SSH end-to-end tests run against sshd nodes on 127.0.0.1). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/bootstrap.sh
+echo "== ruff";          .venv/bin/ruff check kernels fleet tests playbooks benchmarks
+echo "== mypy fleet/";   .venv/bin/mypy
+echo "== ansible-lint";  (cd playbooks && ../.venv/bin/ansible-lint --offline -q .)
+echo "== pytest";        .venv/bin/pytest "$@"
