@@ -1,0 +1,67 @@
+"""The controller's exception tree. Every error a user can cause is a `FleetError` with one-line text and an
+exit code; anything else reaching the CLI is a bug and gets a traceback."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    OPERATION_FAILED = 1  # a host failed a phase; scheduling stopped and the failure policy ran
+    USAGE = 2  # bad spec, bad arguments, missing artifact: nothing was touched
+    UNREACHABLE = 3  # hosts could not be reached (and nothing else failed)
+    RUNNER = 4  # ansible-runner / Ansible itself could not run (missing playbook, timeout, crash)
+    INTERRUPTED = 130  # Ctrl-C; the ledger row is marked `interrupted`
+
+
+class FleetError(Exception):
+    """Base of every error the CLI renders as one line (no traceback)."""
+
+    exit_code: ExitCode = ExitCode.OPERATION_FAILED
+
+
+class UsageError(FleetError):
+    """Bad command-line usage or a missing input file; raised before anything changes."""
+
+    exit_code = ExitCode.USAGE
+
+
+class SpecError(UsageError):
+    """A fleet spec field is wrong. Renders as `<file>: <field path>: <bad value> ...; allowed: ...`."""
+
+    def __init__(self, field: str, value: object, allowed: str, *, source: str = "fleet spec") -> None:
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        self.source = source
+        super().__init__(f"{source}: {field}: {_short(value)} is not allowed; {allowed}")
+
+
+class ArtifactError(UsageError):
+    """The artifact cannot be built or read (bad version, missing file, broken manifest)."""
+
+
+class OperationFailed(FleetError):
+    """A rollout or rollback failed on at least one host; names the host and phase."""
+
+    exit_code = ExitCode.OPERATION_FAILED
+
+
+class HostsUnreachable(FleetError):
+    exit_code = ExitCode.UNREACHABLE
+
+
+class RunnerError(FleetError):
+    """ansible-runner could not run the playbook at all (not a host failure)."""
+
+    exit_code = ExitCode.RUNNER
+
+
+class Interrupted(FleetError):
+    exit_code = ExitCode.INTERRUPTED
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,536 @@
+"""The fleet spec: YAML in, typed frozen dataclasses out, validated once at the edge.
+
+Dataclasses rather than pydantic: the schema is small, we want our own one-line error format with the field
+path, and it keeps the controller's dependency list to what the issue already names.
+
+Path rule (documented in docs/fleet-spec.md): string paths may use `${NAME}` from the environment, plus
+`${SOLFLEET_WORK}`, which is always the controller's work dir (`--work-dir`, else $SOLFLEET_WORK, else
+`<project>/.work`). Node paths (`root`, `python`) must then be absolute; controller paths (`ssh.*`) may be
+relative to the spec file's directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib import metadata
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from fleet import validate as v
+from fleet.errors import SpecError, UsageError
+
+NAME_RE = r"[a-z0-9][a-z0-9_.-]{0,62}"
+LABEL_RE = r"[a-z0-9][a-z0-9_-]{0,62}"
+HOST_RE = r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}"
+USER_RE = r"[a-z_][a-z0-9_-]{0,31}"
+# semver with an optional pre-release; no `+build` and no `/`, so a version is always a safe file name
+VERSION_RE = r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z]+(\.[0-9A-Za-z]+)*)?"
+PIN_RE = r"auto|[0-9][0-9A-Za-z.*+_-]{0,40}"
+CC_RE = r"(5|6|7|8|9|10|11|12)\.[0-9]"
+OP_RE = r"[a-z][a-z0-9_]{0,62}"
+
+NODE_KEYS = [
+    "name",
+    "host",
+    "port",
+    "user",
+    "connection",
+    "root",
+    "simulated",
+    "labels",
+    "gpu",
+    "python",
+    "ssh",
+]
+DEFAULT_KEYS = [k for k in NODE_KEYS if k not in ("name", "host")]
+STACK_KEYS = ["python", "numba", "numba_cuda", "numpy", "driver", "cuda"]
+REQUIRED_PINS = ["python", "numba", "numba_cuda", "numpy"]
+
+
+class Connection(StrEnum):
+    SSH = "ssh"
+    LOCAL = "local"
+
+
+class OnFailure(StrEnum):
+    ROLLBACK_FLEET = "rollback_fleet"
+    ROLLBACK_BATCH = "rollback_batch"
+    HALT = "halt"
+
+
+class UnreachablePolicy(StrEnum):
+    FAIL = "fail"  # an unreachable host counts as a failure of its batch
+    SKIP = "skip"  # recorded and reported, but not counted against max_failures
+
+
+@dataclass(frozen=True)
+class Gpu:
+    count: int
+    model: str
+    cc: str | None
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    private_key_file: str | None
+    known_hosts_file: str | None
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    host: str
+    port: int
+    user: str
+    connection: Connection
+    root: PurePosixPath
+    simulated: bool
+    labels: tuple[str, ...]
+    gpu: Gpu | None
+    python: str
+    ssh: SshOptions
+
+
+@dataclass(frozen=True)
+class Canary:
+    labels: tuple[str, ...] = ()
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class Rollout:
+    canary: Canary | None = None
+    batches: tuple[int | str, ...] = ("100%",)  # int = hosts, "N%" = percent of the targeted nodes
+    max_failures: int | str = 0  # a batch fails when its failures are MORE than this
+    unreachable: UnreachablePolicy = UnreachablePolicy.FAIL
+    on_failure: OnFailure = OnFailure.ROLLBACK_FLEET
+    keep_releases: int = 5
+
+
+@dataclass(frozen=True)
+class Gates:
+    correctness: str = "required"
+    min_sol: Mapping[str, float] = field(default_factory=dict)
+    max_regression_vs_previous: float | None = None
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: int = 10  # SSH connect (ANSIBLE_TIMEOUT)
+    task_s: int = 1800  # any one task (ANSIBLE_TASK_TIMEOUT); verify under the simulator is the slow one
+    verify_s: int = 900  # `python -m kernels verify` on a node (passed to the playbook)
+    run_s: int = 7200  # one ansible-runner run (one batch)
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    name: str
+    source: Path  # the spec file
+    work_dir: Path  # controller work dir: ledger, runs, local node roots
+    nodes: tuple[Node, ...]
+    stack: Mapping[str, str]  # resolved pins (no "auto" left)
+    rollout: Rollout
+    gates: Gates
+    timeouts: Timeouts
+
+    @property
+    def stack_id(self) -> str:
+        """Short hash of the pins: names the runtime on a node and the stack an artifact was built for."""
+        return hashlib.sha256(json.dumps(dict(self.stack), sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
+    def fleet_dir(self) -> Path:
+        return self.work_dir / "fleets" / self.name
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    @property
+    def compute_capabilities(self) -> tuple[str, ...]:
+        return tuple(sorted({n.gpu.cc for n in self.nodes if n.gpu and n.gpu.cc}, key=_cc_key))
+
+
+def _cc_key(cc: str) -> tuple[int, int]:
+    major, minor = cc.split(".")
+    return int(major), int(minor)
+
+
+def project_root() -> Path:
+    """The checkout holding fleet/, playbooks/ and inventory/ (an editable install points here)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def embedded_fleet() -> Path:
+    return project_root() / "inventory" / "fleets" / "local.yml"
+
+
+def resolve_work_dir(cli_value: str | None) -> Path:
+    if cli_value:
+        return Path(cli_value).expanduser().resolve()
+    if os.environ.get("SOLFLEET_WORK"):
+        return Path(os.environ["SOLFLEET_WORK"]).expanduser().resolve()
+    return project_root() / ".work"
+
+
+def check_version(version: str, *, field: str = "--version") -> str:
+    import re
+
+    if not re.fullmatch(VERSION_RE, version):
+        raise SpecError(field, version, "expected a version like 1.4.0 or 1.4.0-rc.1", source="argument")
+    return version
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML silently keeps the last of two equal keys; a spec with `port:` twice is a mistake to report."""
+
+
+def _construct_mapping(
+    loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise SpecError(
+                f"line {key_node.start_mark.line + 1}", key, "each key may appear once in a mapping"
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_spec(path: str | Path, *, work_dir: Path) -> FleetSpec:
+    """Read and validate a fleet spec file. Raises SpecError (exit 2) on the first problem found."""
+    source = Path(path)
+    label = str(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--fleet: cannot read {label}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except SpecError as exc:
+        raise SpecError(exc.field, exc.value, exc.allowed, source=label) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{label}: not valid YAML{where}: {problem}") from None
+    return parse_spec(data, source=source, label=label, work_dir=work_dir)
+
+
+def parse_spec(data: object, *, source: Path, label: str, work_dir: Path) -> FleetSpec:
+    top = v.Fields(data, "", label)
+    variables = {**os.environ, "SOLFLEET_WORK": str(work_dir)}
+    base = str(source.resolve().parent)
+
+    name = v.string(label, "fleet", top.raw("fleet"), pattern=NAME_RE, what="a fleet name like lab-a")
+    defaults = _defaults(top, variables, base)
+    raw_nodes = top.raw("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        v.fail(label, "nodes", raw_nodes, "expected a non-empty list of nodes")
+    nodes: list[Node] = []
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(raw_nodes):
+        node = _node(label, i, raw, defaults, variables, base)
+        if node.name in seen:
+            v.fail(label, f"nodes[{i}].name", node.name, f"duplicate of nodes[{seen[node.name]}].name")
+        seen[node.name] = i
+        nodes.append(node)
+    _check_shared_roots(label, nodes)
+    stack = _stack(top, label)
+    rollout = _rollout(top, label, nodes)
+    gates = _gates(top, label)
+    timeouts = _timeouts(top, label)
+    top.done(["fleet", "defaults", "stack", "nodes", "rollout", "gates", "timeouts"])
+    return FleetSpec(
+        name=name,
+        source=source.resolve(),
+        work_dir=work_dir,
+        nodes=tuple(nodes),
+        stack=stack,
+        rollout=rollout,
+        gates=gates,
+        timeouts=timeouts,
+    )
+
+
+def _defaults(top: v.Fields, variables: Mapping[str, str], base: str) -> dict[str, tuple[str, Any]]:
+    """Raw default values with the field path they came from, so a bad default is reported as `defaults.x`."""
+    raw = top.raw("defaults", {})
+    if raw is None:
+        raw = {}
+    d = v.Fields(raw, "defaults", top.source)
+    out = {key: (d.sub(key), d.raw(key)) for key in DEFAULT_KEYS if d.has(key)}
+    d.done(DEFAULT_KEYS)
+    return out
+
+
+def _pick(n: v.Fields, key: str, defaults: Mapping[str, tuple[str, Any]], fallback: Any) -> tuple[str, Any]:
+    if n.has(key):
+        return n.sub(key), n.raw(key)
+    if key in defaults:
+        return defaults[key]
+    return n.sub(key), fallback
+
+
+def _node(
+    label: str,
+    i: int,
+    raw: object,
+    defaults: Mapping[str, tuple[str, Any]],
+    variables: Mapping[str, str],
+    base: str,
+) -> Node:
+    n = v.Fields(raw, f"nodes[{i}]", label)
+    name = v.string(
+        label,
+        n.sub("name"),
+        n.raw("name"),
+        pattern=NAME_RE,
+        what="a node name: lowercase letters, digits, `_ . -`, at most 63",
+    )
+    f, val = _pick(n, "connection", defaults, "ssh")
+    connection = Connection(v.choice(label, f, val, [c.value for c in Connection]))
+    f, val = _pick(n, "host", defaults, "localhost" if connection is Connection.LOCAL else None)
+    if val is None:
+        v.fail(label, f, val, "required for connection ssh: a host name or IP address")
+    host = v.string(label, f, val, pattern=HOST_RE, what="a host name or IP address")
+    f, val = _pick(n, "port", defaults, 22)
+    port = v.integer(label, f, val, lo=1, hi=65535)
+    f, val = _pick(n, "user", defaults, "root")
+    user = v.string(label, f, val, pattern=USER_RE, what="a POSIX user name")
+    f, val = _pick(n, "root", defaults, "/opt/solfleet")
+    root = v.node_path(label, f, val, variables)
+    f, val = _pick(n, "simulated", defaults, False)
+    simulated = v.boolean(label, f, val)
+    f, val = _pick(n, "labels", defaults, [])
+    labels = v.string_list(label, f, val, pattern=LABEL_RE, what="labels (lowercase letters, digits, _ -)")
+    f, val = _pick(n, "gpu", defaults, None)
+    gpu = None if val is None else _gpu(label, f, val)
+    f, val = _pick(n, "python", defaults, "auto" if connection is Connection.LOCAL else None)
+    if val is None:
+        v.fail(
+            label, f, val, "required for connection ssh: the node's interpreter (absolute path, or `auto`)"
+        )
+    python = _python(label, f, val, variables)
+    f, val = _pick(n, "ssh", defaults, None)
+    ssh = _ssh(label, f, val, variables, base)
+    n.done(NODE_KEYS)
+    return Node(
+        name=name,
+        host=host,
+        port=port,
+        user=user,
+        connection=connection,
+        root=root,
+        simulated=simulated,
+        labels=labels,
+        gpu=gpu,
+        python=python,
+        ssh=ssh,
+    )
+
+
+def _gpu(label: str, path: str, raw: object) -> Gpu:
+    g = v.Fields(raw, path, label)
+    count = v.integer(label, g.sub("count"), g.raw("count", 1), lo=0, hi=64)
+    model = v.string(
+        label,
+        g.sub("model"),
+        g.raw("model", "unknown"),
+        pattern=r"[A-Za-z0-9 ._-]{1,40}",
+        what="a GPU model name",
+    )
+    cc_raw = g.raw("cc")
+    cc = (
+        None
+        if cc_raw is None
+        else v.string(
+            label,
+            g.sub("cc"),
+            cc_raw,
+            pattern=CC_RE,
+            what='a compute capability like "9.0" (5.0-12.9), quoted',
+        )
+    )
+    g.done(["count", "model", "cc"])
+    return Gpu(count=count, model=model, cc=cc)
+
+
+def _python(label: str, path: str, raw: object, variables: Mapping[str, str]) -> str:
+    """`auto` = the interpreter running solfleet: right for local nodes and loopback test nodes, which
+    share the controller's filesystem; a remote node needs an explicit absolute path."""
+    if raw == "auto":
+        return sys.executable
+    return str(v.node_path(label, path, raw, variables))
+
+
+def _ssh(label: str, path: str, raw: object, variables: Mapping[str, str], base: str) -> SshOptions:
+    if raw is None:
+        return SshOptions(private_key_file=None, known_hosts_file=None)
+    s = v.Fields(raw, path, label)
+    key = s.raw("private_key_file")
+    known = s.raw("known_hosts_file")
+    s.done(["private_key_file", "known_hosts_file"])
+    return SshOptions(
+        private_key_file=None
+        if key is None
+        else v.controller_path(label, s.sub("private_key_file"), key, variables, base=base),
+        known_hosts_file=None
+        if known is None
+        else v.controller_path(label, s.sub("known_hosts_file"), known, variables, base=base),
+    )
+
+
+def _check_shared_roots(label: str, nodes: list[Node]) -> None:
+    """Two nodes on one machine with one root would share a lock and a `current`: refuse it."""
+    seen: dict[tuple[str, int, str], int] = {}
+    for i, node in enumerate(nodes):
+        where = "local" if node.connection is Connection.LOCAL else f"{node.host}:{node.port}"
+        key = (where, 0, str(node.root))
+        if key in seen:
+            v.fail(
+                label,
+                f"nodes[{i}].root",
+                str(node.root),
+                f"nodes[{seen[key]}] on the same machine already uses this root; give each node its own",
+            )
+        seen[key] = i
+
+
+def _stack(top: v.Fields, label: str) -> dict[str, str]:
+    raw = top.raw("stack", {})
+    s = v.Fields({} if raw is None else raw, "stack", label)
+    pins: dict[str, str] = {}
+    for key in STACK_KEYS:
+        if s.has(key) or key in REQUIRED_PINS:
+            value = v.string(
+                label,
+                s.sub(key),
+                s.raw(key, "auto"),
+                pattern=PIN_RE,
+                what='a quoted version pin like "0.68.*" or "auto"',
+            )
+            pins[key] = _resolve_pin(key, value)
+    s.done(STACK_KEYS)
+    return pins
+
+
+def _resolve_pin(key: str, value: str) -> str:
+    """`auto` = the version installed on the controller (python, numba, numba_cuda, numpy only)."""
+    if value != "auto":
+        return value
+    if key == "python":
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    dist = {"numba": "numba", "numba_cuda": "numba-cuda", "numpy": "numpy"}.get(key)
+    if dist is None:
+        raise SpecError(f"stack.{key}", value, "`auto` works for python, numba, numba_cuda, numpy only")
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        raise SpecError(f"stack.{key}", value, f"`auto` needs {dist} installed on the controller") from None
+
+
+def _rollout(top: v.Fields, label: str, nodes: list[Node]) -> Rollout:
+    raw = top.raw("rollout", {})
+    r = v.Fields({} if raw is None else raw, "rollout", label)
+    canary = None
+    canary_raw = r.raw("canary")
+    if canary_raw is not None:
+        c = v.Fields(canary_raw, r.sub("canary"), label)
+        if c.has("labels") == c.has("count"):
+            v.fail(
+                label, r.sub("canary"), canary_raw, "expected exactly one of {labels: [...]} or {count: N}"
+            )
+        if c.has("labels"):
+            labels = v.string_list(label, c.sub("labels"), c.raw("labels"), pattern=LABEL_RE, what="labels")
+            in_use = sorted({lab for n in nodes for lab in n.labels})
+            if not labels or not any(set(labels) & set(n.labels) for n in nodes):
+                v.fail(
+                    label,
+                    c.sub("labels"),
+                    list(labels),
+                    f"must match at least one node; labels in use: {', '.join(in_use) or 'none'}",
+                )
+            canary = Canary(labels=labels)
+        else:
+            canary = Canary(count=v.integer(label, c.sub("count"), c.raw("count"), lo=1, hi=len(nodes)))
+        c.done(["labels", "count"])
+    batches_raw = r.raw("batches", ["100%"])
+    if not isinstance(batches_raw, list) or not batches_raw:
+        v.fail(label, r.sub("batches"), batches_raw, 'expected a non-empty list like [1, "25%", "100%"]')
+    batches = tuple(
+        v.percent_or_int(label, f"{r.sub('batches')}[{i}]", b, lo=1, what="a batch size")
+        for i, b in enumerate(batches_raw)
+    )
+    max_failures = v.percent_or_int(
+        label, r.sub("max_failures"), r.raw("max_failures", 0), lo=0, what="failures tolerated per batch"
+    )
+    unreachable = UnreachablePolicy(
+        v.choice(
+            label, r.sub("unreachable"), r.raw("unreachable", "fail"), [p.value for p in UnreachablePolicy]
+        )
+    )
+    on_failure = OnFailure(
+        v.choice(
+            label, r.sub("on_failure"), r.raw("on_failure", "rollback_fleet"), [p.value for p in OnFailure]
+        )
+    )
+    keep = v.integer(label, r.sub("keep_releases"), r.raw("keep_releases", 5), lo=2, hi=100)
+    r.done(["canary", "batches", "max_failures", "unreachable", "on_failure", "keep_releases"])
+    return Rollout(
+        canary=canary,
+        batches=batches,
+        max_failures=max_failures,
+        unreachable=unreachable,
+        on_failure=on_failure,
+        keep_releases=keep,
+    )
+
+
+def _gates(top: v.Fields, label: str) -> Gates:
+    raw = top.raw("gates", {})
+    g = v.Fields({} if raw is None else raw, "gates", label)
+    correctness = v.choice(label, g.sub("correctness"), g.raw("correctness", "required"), ["required"])
+    sol_raw = g.raw("min_sol", {})
+    s = v.Fields({} if sol_raw is None else sol_raw, g.sub("min_sol"), label)
+    min_sol: dict[str, float] = {}
+    for op in list(s.data):
+        v.string(label, s.sub(str(op)), op, pattern=OP_RE, what="an op name")
+        min_sol[op] = v.number(label, s.sub(op), s.raw(op), lo=0.0, hi=1.0)
+    reg_raw = g.raw("max_regression_vs_previous")
+    regression = (
+        None
+        if reg_raw is None
+        else v.number(label, g.sub("max_regression_vs_previous"), reg_raw, lo=0.0, hi=1.0)
+    )
+    g.done(["correctness", "min_sol", "max_regression_vs_previous"])
+    return Gates(correctness=correctness, min_sol=min_sol, max_regression_vs_previous=regression)
+
+
+def _timeouts(top: v.Fields, label: str) -> Timeouts:
+    raw = top.raw("timeouts", {})
+    t = v.Fields({} if raw is None else raw, "timeouts", label)
+    d = Timeouts()
+    out = Timeouts(
+        connect_s=v.integer(label, t.sub("connect_s"), t.raw("connect_s", d.connect_s), lo=1, hi=600),
+        task_s=v.integer(label, t.sub("task_s"), t.raw("task_s", d.task_s), lo=1, hi=86400),
+        verify_s=v.integer(label, t.sub("verify_s"), t.raw("verify_s", d.verify_s), lo=1, hi=86400),
+        run_s=v.integer(label, t.sub("run_s"), t.raw("run_s", d.run_s), lo=1, hi=86400),
+    )
+    t.done(["connect_s", "task_s", "verify_s", "run_s"])
+    return out
