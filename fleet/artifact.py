@@ -1,0 +1,209 @@
+"""`solfleet build`: the versioned, reproducible operator artifact.
+
+dist/solfleet-ops-<V>.tar.gz holds MANIFEST.json, the kernels package and offline-compiled PTX per target
+compute capability. Same tree + same version -> the same bytes: sorted entries, mtime = the commit time,
+uid/gid 0, fixed modes, gzip mtime 0 and no file name in the gzip header. Layout: docs/node-contract.md."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleet.errors import ArtifactError
+from fleet.spec import FleetSpec, check_version, project_root
+
+ARTIFACT_NAME = "solfleet-ops"
+MANIFEST = "MANIFEST.json"
+MANIFEST_FORMAT = 1
+_SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+_SKIP_SUFFIXES = (".pyc", ".pyo", ".swp", "~")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    commit: str | None
+    dirty: bool
+    epoch: int  # build time: the commit time (or SOURCE_DATE_EPOCH), never the clock
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    path: Path
+    sha256: str
+    size: int
+    manifest: Mapping[str, Any]
+
+
+def artifact_path(out_dir: Path, version: str) -> Path:
+    return out_dir / f"{ARTIFACT_NAME}-{version}.tar.gz"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def provenance(root: Path) -> Provenance:
+    """Git commit, whether kernels/ differs from it, and the commit time. SOURCE_DATE_EPOCH (the
+    reproducible-builds convention) overrides the time, e.g. when building outside a git checkout."""
+    commit: str | None = None
+    dirty = False
+    epoch: int | None = None
+    try:
+        commit = _git(root, "rev-parse", "HEAD")
+        epoch = int(_git(root, "log", "-1", "--format=%ct", "HEAD"))
+        dirty = bool(_git(root, "status", "--porcelain", "--", "kernels"))
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        commit = None
+    if os.environ.get("SOURCE_DATE_EPOCH"):
+        try:
+            epoch = int(os.environ["SOURCE_DATE_EPOCH"])
+        except ValueError:
+            raise ArtifactError(
+                f"SOURCE_DATE_EPOCH: {os.environ['SOURCE_DATE_EPOCH']!r} is not allowed; expected seconds "
+                "since 1970 as an integer"
+            ) from None
+    if epoch is None:
+        raise ArtifactError(
+            f"{root}: not a git checkout with a commit, and SOURCE_DATE_EPOCH is unset; the build time must "
+            "come from one of them (never the clock)"
+        )
+    return Provenance(commit=commit, dirty=dirty, epoch=epoch)
+
+
+def _git(root: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def package_files(root: Path) -> dict[str, bytes]:
+    """Every file of the kernels package by posix relative path; caches and bytecode excluded."""
+    pkg = root / "kernels"
+    if not (pkg / "__init__.py").is_file():
+        raise ArtifactError(f"{pkg}: no kernels package to build (kernels/__init__.py missing)")
+    files: dict[str, bytes] = {}
+    for dirpath, dirnames, filenames in os.walk(pkg):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith(_SKIP_SUFFIXES) or name.startswith("."):
+                continue
+            path = Path(dirpath) / name
+            if path.is_symlink() or not path.is_file():
+                raise ArtifactError(f"{path}: links and special files cannot go into an artifact")
+            files[path.relative_to(root).as_posix()] = path.read_bytes()
+    return files
+
+
+def compile_targets(ccs: tuple[str, ...]) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    """PTX of every kernel for each target, compiled offline in a child process (kernels.ptx, via
+    fleet.ptx_export) so a simulator setting or CUDA state of this process cannot leak in."""
+    targets: list[dict[str, Any]] = []
+    files: dict[str, bytes] = {}
+    env = {k: val for k, val in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    for cc in ccs:
+        proc = subprocess.run(
+            [sys.executable, "-m", "fleet.ptx_export", cc],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=str(project_root()),
+            check=False,
+        )
+        if proc.returncode == 3:  # kernels.ptx does not exist (yet): build without PTX, and say so
+            targets.append({"cc": cc, "ptx_status": f"unavailable: {proc.stdout.strip()}", "kernels": []})
+            continue
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ArtifactError(f"PTX for cc {cc} failed to compile: {tail}")
+        kernels = []
+        sm = "sm_" + cc.replace(".", "")
+        for k in json.loads(proc.stdout):
+            rel = f"ptx/{sm}/{k['op']}.{k['kernel']}.ptx"
+            files[rel] = k["ptx"].encode()
+            kernels.append({"op": k["op"], "kernel": k["kernel"], "ptx": rel, "registers": k["registers"]})
+        targets.append({"cc": cc, "ptx_status": "ok", "kernels": sorted(kernels, key=lambda k: k["ptx"])})
+    return targets, files
+
+
+def build(*, spec: FleetSpec, version: str, out_dir: Path, root: Path | None = None) -> BuildResult:
+    check_version(version)
+    root = root or project_root()
+    prov = provenance(root)
+    files = package_files(root)
+    targets, ptx_files = compile_targets(spec.compute_capabilities)
+    files.update(ptx_files)
+    manifest: dict[str, Any] = {
+        "format": MANIFEST_FORMAT,
+        "name": ARTIFACT_NAME,
+        "version": version,
+        "git": {"commit": prov.commit, "dirty": prov.dirty},
+        "build_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(prov.epoch)),
+        "stack": dict(spec.stack),
+        "stack_id": spec.stack_id,
+        "targets": targets,
+        "files": {rel: hashlib.sha256(data).hexdigest() for rel, data in sorted(files.items())},
+    }
+    files[MANIFEST] = (json.dumps(manifest, sort_keys=True, indent=1) + "\n").encode()
+    blob = tar_gz(files, mtime=prov.epoch)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = artifact_path(out_dir, version)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(blob)
+    os.replace(tmp, target)
+    digest = hashlib.sha256(blob).hexdigest()
+    target.with_name(target.name + ".sha256").write_text(f"{digest}  {target.name}\n")
+    return BuildResult(path=target, sha256=digest, size=len(blob), manifest=manifest)
+
+
+def tar_gz(files: Mapping[str, bytes], *, mtime: int) -> bytes:
+    """Deterministic tar.gz of `files` (posix path -> bytes) with the parent directories as entries."""
+    dirs = {str(Path(rel).parents[i].as_posix()) for rel in files for i in range(len(Path(rel).parents) - 1)}
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(dirs | set(files)):
+            info = tarfile.TarInfo(name)
+            info.mtime = mtime
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if name in files:
+                info.mode = 0o644
+                info.size = len(files[name])
+                tar.addfile(info, io.BytesIO(files[name]))
+            else:
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                tar.addfile(info)
+    out = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as gz:
+        gz.write(raw.getvalue())
+    return out.getvalue()
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """MANIFEST.json of an artifact, for `deploy` to check the version before touching anyone."""
+    try:
+        with tarfile.open(path, mode="r:gz") as tar:
+            member = tar.extractfile(MANIFEST)
+            if member is None:
+                raise KeyError(MANIFEST)
+            data: dict[str, Any] = json.loads(member.read())
+            return data
+    except FileNotFoundError:
+        raise ArtifactError(f"--artifact: {path} does not exist; build it with `solfleet build`") from None
+    except (OSError, tarfile.TarError, KeyError, ValueError) as exc:
+        raise ArtifactError(f"--artifact: {path} is not a solfleet artifact ({exc})") from None
