@@ -1,0 +1,116 @@
+"""cast: out = fp16(x) for fp32 x (round to nearest even), any shape (C-contiguous).
+
+Floors per element: 1 conversion (counted as 1 FLOP); bytes = 4 + 2 (one fp32 read, one fp16 write).
+Kernel: flat grid-stride loop, four independent loads in flight per thread, like residual_add.
+
+bf16 is not offered: numba-cuda 0.30.4 has a `numba.cuda.bf16` device type, but numpy has no bfloat16 dtype
+(host arrays and the float64 reference would need ml_dtypes), device arrays cannot be typed bfloat16 through
+`cuda.device_array`, and the CUDA simulator does not implement it (FACTS.md), so it cannot be verified end to
+end on every node. See benchmarks/notes-memory.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import cuda
+from numba.core.types import float16
+
+from kernels import arrays
+from kernels.arrays import HostSync
+from kernels.launch import kernel, sm_count
+from kernels.reduce import BLOCK
+from kernels.registry import Case, OpSpec, Problem, register
+
+THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.reduce)
+UNROLL = 4
+BLOCKS_PER_SM = 8
+F32 = np.dtype(np.float32)
+F16 = np.dtype(np.float16)
+
+
+@cuda.jit
+def _cast_kernel(x, out):  # type: ignore[no-untyped-def]
+    n = x.shape[0]
+    stride = cuda.gridsize(1)
+    i = cuda.grid(1)
+    while i + 3 * stride < n:
+        a0 = x[i]
+        a1 = x[i + stride]
+        a2 = x[i + 2 * stride]
+        a3 = x[i + 3 * stride]
+        out[i] = float16(a0)
+        out[i + stride] = float16(a1)
+        out[i + 2 * stride] = float16(a2)
+        out[i + 3 * stride] = float16(a3)
+        i += 4 * stride
+    while i < n:
+        out[i] = float16(x[i])
+        i += stride
+
+
+_SIG = "void(float32[::1], float16[::1])"
+_KERNEL = kernel(_cast_kernel, _SIG)
+
+
+def cast(x: Any, out: Any = None, *, stream: int = 0) -> Any:
+    """fp32 -> fp16, elementwise. Returns `out` (a new array when None)."""
+    sync = HostSync()
+    xo = arrays.operand("x", x, sync)
+    arrays.check_dtype(xo, (F32,))
+    arrays.check_contiguous(xo)
+    arrays.check_nonempty(xo)
+    oo = arrays.output("out", out, sync, xo.shape, F16)
+    n = xo.size
+    grid = max(1, min(sm_count() * BLOCKS_PER_SM, (n + THREADS * UNROLL - 1) // (THREADS * UNROLL)))
+    _KERNEL.launch(grid, THREADS, (xo.reshaped((n,)), oo.reshaped((n,))), stream=stream)
+    return arrays.finish(sync, oo, out, xo)
+
+
+def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
+    shape = (case.params["rows"], case.params["cols"])
+    # a spread of magnitudes (1e-3 .. 1e3) so rounding at every exponent is exercised
+    x = (rng.standard_normal(shape) * np.exp(rng.uniform(-7, 7, shape))).astype(np.float32)
+    return Problem(
+        inputs={"x": x},
+        outputs={"out": (shape, F16)},
+        reference={"out": x.astype(np.float16).astype(np.float64)},
+    )
+
+
+def _spec_launch(a: dict[str, Any]) -> None:
+    cast(a["x"], a["out"])
+
+
+def _cupy(a: dict[str, Any]) -> None:
+    a["out"][...] = a["x"].astype("float16")
+
+
+def _elems(c: Case) -> int:
+    return c.params["rows"] * c.params["cols"]
+
+
+def _case(label: str, m: int, n: int) -> Case:
+    return Case(label, {"rows": m, "cols": n}, "float32")
+
+
+SPEC = register(
+    OpSpec(
+        name="cast",
+        dtypes=("float32",),
+        make_problem=_make_problem,
+        launch=_spec_launch,
+        flops=lambda c: float(_elems(c)),
+        bytes=lambda c: float(6 * _elems(c)),
+        # the reference is numpy's own fp32 -> fp16 rounding: the kernel must match it exactly
+        tolerance={"float32": 0.0},
+        sim_cases=(_case("tiny-odd", 3, 37),),
+        verify_cases=(_case("odd", 37, 1001), _case("tall", 4099, 257)),
+        # 32768 x 8192: reads 1.07 GB, writes 0.54 GB
+        bench_cases=(_case("32768x8192", 32768, 8192),),
+        cupy=_cupy,
+        bound="memory",
+        ptx_kernels=(("cast_float32_float16", _cast_kernel, _SIG),),
+    )
+)

@@ -1,0 +1,137 @@
+"""Block-wide reductions shared by the row operators (rmsnorm, layernorm, softmax) and clip_grad_norm.
+
+Every helper reduces one value per thread of a block of `BLOCK` threads and returns the result to EVERY
+thread. On a GPU: warp shuffles (5 steps, no shared memory) then one shared-memory slot per warp, read back
+and reduced again by each warp. The CUDA simulator has no warp shuffles (FACTS.md), so under it the same
+names are bound to a shared-memory tree reduction: the kernels calling them are identical.
+
+Helpers are `inline="always"` so kernels compile offline with `cuda.compile_ptx` (non-inlined device calls
+fail there, FACTS.md). `smem` is a float32 shared array of `BLOCK` slots owned by the caller; each helper
+ends with a barrier so the caller may reuse `smem` straight away.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32
+
+from kernels.arrays import SIMULATED
+
+# threads per block of the row kernels: 8 warps on a GPU; one warp under the simulator, which runs every
+# thread as a Python thread (the kernel bodies are written for any power-of-two BLOCK)
+BLOCK = 32 if SIMULATED else 256
+WARPS = BLOCK // 32
+FULL = 0xFFFFFFFF
+NEG_INF = float32(-math.inf)
+
+
+@cuda.jit(device=True, inline="always")
+def _warp_sum(v):  # type: ignore[no-untyped-def]
+    v += cuda.shfl_down_sync(FULL, v, 16)
+    v += cuda.shfl_down_sync(FULL, v, 8)
+    v += cuda.shfl_down_sync(FULL, v, 4)
+    v += cuda.shfl_down_sync(FULL, v, 2)
+    v += cuda.shfl_down_sync(FULL, v, 1)
+    return cuda.shfl_sync(FULL, v, 0)
+
+
+@cuda.jit(device=True, inline="always")
+def _block_sum_shfl(v, smem):  # type: ignore[no-untyped-def]
+    tid = cuda.threadIdx.x
+    v = _warp_sum(v)
+    if tid % 32 == 0:
+        smem[tid // 32] = v
+    cuda.syncthreads()
+    lane = tid % 32
+    w = smem[lane] if lane < WARPS else float32(0.0)
+    w = _warp_sum(w)
+    cuda.syncthreads()
+    return w
+
+
+@cuda.jit(device=True, inline="always")
+def _block_sum_tree(v, smem):  # type: ignore[no-untyped-def]
+    tid = cuda.threadIdx.x
+    smem[tid] = v
+    cuda.syncthreads()
+    step = BLOCK // 2
+    while step > 0:
+        if tid < step:
+            smem[tid] += smem[tid + step]
+        cuda.syncthreads()
+        step //= 2
+    out = smem[0]
+    cuda.syncthreads()
+    return out
+
+
+@cuda.jit(device=True, inline="always")
+def _merge_max_sum(m1, s1, m2, s2):  # type: ignore[no-untyped-def]
+    """Merge two online-softmax partials (max, sum of exp(v - max)); -inf max means 'empty'."""
+    if m2 == NEG_INF:
+        return m1, s1
+    if m1 == NEG_INF:
+        return m2, s2
+    if m1 >= m2:
+        return m1, s1 + s2 * math.exp(m2 - m1)
+    return m2, s2 + s1 * math.exp(m1 - m2)
+
+
+@cuda.jit(device=True, inline="always")
+def _warp_max_sum(m, s):  # type: ignore[no-untyped-def]
+    for off in (16, 8, 4, 2, 1):
+        m2 = cuda.shfl_down_sync(FULL, m, off)
+        s2 = cuda.shfl_down_sync(FULL, s, off)
+        m, s = _merge_max_sum(m, s, m2, s2)
+    return cuda.shfl_sync(FULL, m, 0), cuda.shfl_sync(FULL, s, 0)
+
+
+@cuda.jit(device=True, inline="always")
+def _block_max_sum_shfl(m, s, smem, smem2):  # type: ignore[no-untyped-def]
+    tid = cuda.threadIdx.x
+    m, s = _warp_max_sum(m, s)
+    if tid % 32 == 0:
+        smem[tid // 32] = m
+        smem2[tid // 32] = s
+    cuda.syncthreads()
+    lane = tid % 32
+    if lane < WARPS:
+        m = smem[lane]
+        s = smem2[lane]
+    else:
+        m = NEG_INF
+        s = float32(0.0)
+    m, s = _warp_max_sum(m, s)
+    cuda.syncthreads()
+    return m, s
+
+
+@cuda.jit(device=True, inline="always")
+def _block_max_sum_tree(m, s, smem, smem2):  # type: ignore[no-untyped-def]
+    tid = cuda.threadIdx.x
+    smem[tid] = m
+    smem2[tid] = s
+    cuda.syncthreads()
+    step = BLOCK // 2
+    while step > 0:
+        if tid < step:
+            mm, ss = _merge_max_sum(smem[tid], smem2[tid], smem[tid + step], smem2[tid + step])
+            smem[tid] = mm
+            smem2[tid] = ss
+        cuda.syncthreads()
+        step //= 2
+    m = smem[0]
+    s = smem2[0]
+    cuda.syncthreads()
+    return m, s
+
+
+if SIMULATED:
+    block_sum = _block_sum_tree
+    block_max_sum = _block_max_sum_tree
+else:
+    block_sum = _block_sum_shfl
+    block_max_sum = _block_max_sum_shfl
+
+merge_max_sum = _merge_max_sum

@@ -1,0 +1,22 @@
+"""Shapes shared by the row operators (rmsnorm, layernorm, softmax): one table, so they stay comparable."""
+
+from __future__ import annotations
+
+from kernels.registry import Case
+
+_DTYPES = ("float32", "float16")
+
+
+def _cases(shapes: list[tuple[str, int, int]]) -> tuple[Case, ...]:
+    return tuple(Case(label, {"rows": m, "cols": n}, dt) for label, m, n in shapes for dt in _DTYPES)
+
+
+def row_cases() -> dict[str, tuple[Case, ...]]:
+    """sim: 3 rows of 133, past 4 x the simulator's 32-thread block, so the unrolled loop and its tail run;
+    verify: odd widths below, at and above one block's 4-wide unrolled stride (1024);
+    bench: 32768 x 4096, 1.07 GB (fp32) / 0.54 GB (fp16) moved."""
+    return {
+        "sim_cases": _cases([("tiny-odd", 3, 133)]),
+        "verify_cases": _cases([("odd", 37, 1001), ("wide-odd", 129, 5003), ("narrow", 1031, 64)]),
+        "bench_cases": _cases([("32768x4096", 32768, 4096)]),
+    }
