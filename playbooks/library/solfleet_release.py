@@ -1,0 +1,435 @@
+#!/usr/bin/python
+"""solfleet_release: deploy or roll back a solfleet release on one node, in one process, under its flock.
+
+One fat module instead of dozens of small tasks: controller-side Ansible costs ~150 ms per task per host
+(../shared/FACTS.md), so unpack, check, verify, activate, health, journal and prune all happen here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.solfleet_artifact import (
+    check_cc,
+    check_files,
+    check_stack,
+    read_manifest,
+    safe_unpack,
+    sha256_file,
+)
+from ansible.module_utils.solfleet_kernels import run_kernels, verify_summary
+from ansible.module_utils.solfleet_layout import (
+    PARTIAL_SUFFIX,
+    VERIFY_DIR,
+    NodeError,
+    NodeLayout,
+    NodeLock,
+    check_version,
+    seal_tree,
+)
+
+DOCUMENTATION = r"""
+module: solfleet_release
+short_description: Deploy (push already done) or roll back a solfleet operator-library release on a node
+description:
+  - I(mode=deploy) unpacks the pushed artifact into C(releases/V.partial), refusing members that escape it,
+    checks every file against C(MANIFEST.json), the node's stack pins and compute capability, renames it to
+    C(releases/V), runs C(python -m kernels verify --json) inside it, switches C(current) atomically, sets
+    C(previous), runs C(python -m kernels health --json), journals every step and prunes old releases.
+  - I(mode=rollback) switches C(current) to I(rollback_to) or the node's C(previous).
+  - Everything runs under an flock on C(<root>/.lock). The result key C(solfleet) follows
+    docs/node-contract.md on success and on failure.
+options:
+  mode: {description: deploy or rollback, type: str, choices: [deploy, rollback], default: deploy}
+  root: {description: absolute node root, type: path, required: true}
+  node: {description: node name for messages and the journal, type: str, required: true}
+  python: {description: interpreter that runs python -m kernels, type: str, required: true}
+  simulated: {description: run verify and health under the CUDA simulator, type: bool, default: false}
+  gpu_cc: {description: the node's compute capability such as 9.0 (empty: simulated), type: str, default: ""}
+  version: {description: version to deploy (mode=deploy), type: str, default: ""}
+  artifact: {description: path of the pushed artifact on the node, type: path}
+  artifact_sha256: {description: expected sha256 of the artifact, type: str, default: ""}
+  rollout_id: {description: rollout id for the journal, type: str, default: ""}
+  keep_releases: {description: verified releases to keep besides current and previous, type: int, default: 5}
+  activate: {description: switch current after verify (false = stage only), type: bool, default: true}
+  verify_ops: {description: comma-separated ops for verify (empty = all), type: str, default: ""}
+  verify_timeout_s: {description: timeout of verify, type: int, default: 600}
+  health_timeout_s: {description: timeout of health, type: int, default: 120}
+  lock_timeout_s: {description: how long to wait for the node lock, type: int, default: 60}
+  rollback_to: {description: rollback target version (empty = previous), type: str, default: ""}
+"""
+
+ARTIFACT_RECORD = "artifact.json"  # in releases/V/verify/: which artifact sha256 this release came from
+
+
+class Deployment:
+    """One run of the module on one node: the inputs, the layout, and the contract result being built."""
+
+    def __init__(self, params: dict) -> None:
+        self.p = params
+        self.layout = NodeLayout(params["root"], params["node"], params["simulated"])
+        self.phases: dict[str, float] = {}
+        self.changed = False
+        self.result: dict = {
+            "node": params["node"],
+            "version": params["version"] or params["rollback_to"] or None,
+            "outcome": None,
+            "failed_phase": None,
+            "message": "",
+            "simulated": params["simulated"],
+            "phases": self.phases,
+            "verify": None,
+        }
+
+    # -- helpers -------------------------------------------------------------------------------------------
+    def timed(self, phase: str, start: float) -> None:
+        self.phases[phase] = round(self.phases.get(phase, 0.0) + time.monotonic() - start, 3)
+
+    def journal(self, event: str, version: str, detail: str) -> None:
+        self.layout.journal(event, version, self.p["rollout_id"], detail)
+
+    def kernels(self, command: str, release: str, args: list[str], timeout_s: int, phase: str):
+        return run_kernels(
+            python=self.p["python"],
+            release=release,
+            command=command,
+            args=args,
+            cache_dir=self.layout.cache,
+            simulated=self.p["simulated"],
+            timeout_s=timeout_s,
+            phase=phase,
+        )
+
+    def finish_state(self) -> dict:
+        state = self.layout.state()
+        self.result.update(current=state["current"], previous=state["previous"], releases=state["releases"])
+        return self.result
+
+    # -- deploy --------------------------------------------------------------------------------------------
+    def deploy(self) -> None:
+        version = check_version(self.p["version"], "solfleet_version")
+        if not self.p["artifact"]:
+            raise NodeError("input", "refused", "artifact (the pushed tarball's path on the node) is empty")
+        self.layout.ensure_dirs()
+        with NodeLock(self.layout, self.p["lock_timeout_s"]) as lock:
+            self.phases["lock_wait"] = round(lock.waited_s, 3)
+            self._remove_stale_partials()
+            prior_current = self.layout.link_version("current")
+            prior_previous = self.layout.link_version("previous")
+            release = self.layout.release_dir(version)
+            if os.path.isdir(release) and not self.layout.is_verified(version):
+                # A crash between rename and verify leaves an unverified release: never trust it, redo it.
+                self.layout.remove_release_tree(release)
+            if self.layout.is_verified(version):
+                manifest = self._recheck_existing(version, release, prior_current)
+                if prior_current == version:
+                    self.result.update(outcome="already_current", message=f"{version} is already current")
+                    return
+                if not self.p["activate"]:
+                    self.result.update(outcome="staged", message=f"{version} was already staged and verified")
+                    return
+            else:
+                manifest = self._stage(version, release)
+                self._verify(version, release)
+                if not self.p["activate"]:
+                    self.result.update(outcome="staged", message=f"{version} staged and verified")
+                    self._prune(version)
+                    return
+            try:
+                self._activate(version, prior_current, manifest)
+                self._health(version, release, prior_current, prior_previous)
+            except NodeError:
+                raise  # the phase already restored what it had to
+            except Exception as exc:
+                # An unexpected error between the switch and a healthy end: put the prior release back.
+                self.layout.set_link("current", prior_current)
+                self.layout.set_link("previous", prior_previous)
+                self.journal("failed", version, f"activation error: {exc}")
+                raise NodeError(
+                    "activate", "refused", f"{exc}; restored current -> {prior_current or 'none'}"
+                ) from exc
+            self.result.update(outcome="activated", message=f"{version} activated")
+            self._prune(version)
+
+    def _remove_stale_partials(self) -> None:
+        # Under the lock any .partial is left over from a run that died: no live run can own it.
+        for name in os.listdir(self.layout.releases):
+            if name.endswith(PARTIAL_SUFFIX):
+                self.layout.remove_release_tree(os.path.join(self.layout.releases, name))
+
+    def _artifact_record(self, release: str) -> str | None:
+        try:
+            with open(os.path.join(release, VERIFY_DIR, ARTIFACT_RECORD), encoding="utf-8") as fh:
+                return json.load(fh).get("sha256")
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    def _recheck_existing(self, version: str, release: str, prior_current: str | None) -> dict:
+        """An already verified release: same artifact, every file still matches; else refuse activation."""
+        start = time.monotonic()
+        recorded = self._artifact_record(release)
+        expected = self.p["artifact_sha256"]
+        if expected and recorded and recorded != expected:
+            raise NodeError(
+                "unpack_check",
+                "refused",
+                f"releases/{version} on this node came from artifact {recorded[:12]}..., "
+                f"not {expected[:12]}...;"
+                " a version is immutable, build a new version",
+            )
+        try:
+            manifest = read_manifest(release)
+            check_files(release, manifest)
+        except NodeError as exc:
+            if prior_current != version:
+                # Never activated from this state: remove it so the next deploy unpacks a clean copy.
+                self.layout.remove_release_tree(release)
+                self.journal("failed", version, f"re-check refused: {exc.message}")
+                raise NodeError(
+                    exc.phase,
+                    exc.outcome,
+                    f"releases/{version} failed its re-check: {exc.message};"
+                    " removed, node stays on its prior release",
+                ) from None
+            raise NodeError(
+                exc.phase, exc.outcome, f"current release {version} failed its re-check: {exc.message}"
+            ) from None
+        self.timed("unpack_check", start)
+        return manifest
+
+    def _stage(self, version: str, release: str) -> dict:
+        start = time.monotonic()
+        artifact = self.p["artifact"]
+        if not os.path.isfile(artifact):
+            raise NodeError("unpack_check", "refused", f"artifact {artifact} is not on the node")
+        if self.p["artifact_sha256"]:
+            actual = sha256_file(artifact)
+            if actual != self.p["artifact_sha256"]:
+                raise NodeError(
+                    "unpack_check",
+                    "refused",
+                    f"artifact sha256 {actual[:12]}... differs from the"
+                    f" controller's {self.p['artifact_sha256'][:12]}...",
+                )
+        partial = self.layout.partial_dir(version)
+        try:
+            safe_unpack(artifact, partial)
+            manifest = read_manifest(partial)
+            if manifest.get("version") != version:
+                raise NodeError(
+                    "unpack_check",
+                    "refused",
+                    f"MANIFEST.json version {manifest.get('version')!r} is not {version!r}",
+                )
+            check_files(partial, manifest)
+            check_stack(manifest, self.p["python"])
+            check_cc(manifest, self.p["gpu_cc"], self.p["simulated"])
+            os.makedirs(os.path.join(partial, VERIFY_DIR))
+            with open(os.path.join(partial, VERIFY_DIR, ARTIFACT_RECORD), "w", encoding="utf-8") as fh:
+                json.dump({"sha256": self.p["artifact_sha256"] or sha256_file(artifact)}, fh)
+            os.rename(partial, release)
+        except BaseException:
+            self.layout.remove_release_tree(partial)
+            raise
+        self.changed = True
+        self.journal("staged", version, f"unpacked and checked {len(manifest['files'])} files")
+        self.timed("unpack_check", start)
+        return manifest
+
+    def _verify(self, version: str, release: str) -> None:
+        start = time.monotonic()
+        args = ["--ops", self.p["verify_ops"]] if self.p["verify_ops"] else []
+        try:
+            run = self.kernels("verify", release, args, self.p["verify_timeout_s"], "verify")
+        except NodeError as exc:
+            self.layout.remove_release_tree(release)
+            self.journal("failed", version, exc.message)
+            raise
+        self.result["verify"] = verify_summary(run, self.p["simulated"])
+        if not run.ok:
+            self.layout.remove_release_tree(release)
+            failed = self.result["verify"]["failed"]
+            detail = run.message + (f"; failed: {', '.join(failed[:5])}" if failed else "")
+            self.journal("failed", version, detail)
+            raise NodeError("verify", "verify_failed", detail + "; release removed")
+        with open(os.path.join(release, VERIFY_DIR, "verify.json"), "w", encoding="utf-8") as fh:
+            json.dump(run.data, fh, indent=1, sort_keys=True)
+        seal_tree(release)
+        summary = self.result["verify"]
+        self.journal(
+            "verified", version, f"{summary['ops']} ops ok" + (" (simulated)" if summary["simulated"] else "")
+        )
+        self.timed("verify", start)
+
+    def _activate(self, version: str, prior_current: str | None, manifest: dict) -> None:
+        start = time.monotonic()
+        # The stack may have changed since the release was staged: check it again right before the switch.
+        check_stack(manifest, self.p["python"])
+        check_cc(manifest, self.p["gpu_cc"], self.p["simulated"])
+        self.layout.set_link("current", version)
+        if prior_current and prior_current != version:
+            self.layout.set_link("previous", prior_current)
+        self.changed = True
+        self.journal("activated", version, f"current -> releases/{version} (was {prior_current or 'none'})")
+        self.timed("activate", start)
+
+    def _health(
+        self, version: str, release: str, prior_current: str | None, prior_previous: str | None
+    ) -> None:
+        start = time.monotonic()
+        try:
+            run = self.kernels(
+                "health", self.layout.link_path("current"), [], self.p["health_timeout_s"], "health"
+            )
+            message = run.message
+            healthy = run.ok
+        except NodeError as exc:
+            message, healthy = exc.message, False
+        self.timed("health", start)
+        if healthy:
+            return
+        # After activation: restore the prior release exactly (current and previous as they were), keep the
+        # failed release for inspection, and say so in the journal.
+        self.layout.set_link("current", prior_current)
+        self.layout.set_link("previous", prior_previous)
+        self.journal("failed", version, f"health after activation: {message}")
+        if prior_current:
+            self.journal("rolled_back", prior_current, f"restored after {version} failed health")
+        raise NodeError(
+            "health",
+            "health_failed",
+            f"{message}; restored current -> {prior_current or 'none'}, {version} kept for inspection",
+        )
+
+    def _prune(self, keep_version: str) -> None:
+        start = time.monotonic()
+        protected = {keep_version, self.layout.link_version("current"), self.layout.link_version("previous")}
+        verified = self.layout.verified_releases()
+        candidates = [v for v in verified if v not in protected]
+        budget = max(self.p["keep_releases"] - (len(verified) - len(candidates)), 0)
+        doomed = candidates[: max(len(candidates) - budget, 0)]
+        for version in doomed:
+            self.layout.remove_release_tree(self.layout.release_dir(version))
+        kept = set(self.layout.release_names())
+        this_artifact = os.path.basename(self.p["artifact"] or "")
+        for name in os.listdir(self.layout.artifacts):
+            stem = name[len("solfleet-ops-") : -len(".tar.gz")] if name.startswith("solfleet-ops-") else None
+            if name != this_artifact and stem not in kept:
+                os.unlink(os.path.join(self.layout.artifacts, name))
+        if doomed:
+            self.result["pruned"] = doomed
+        self.timed("prune", start)
+
+    # -- rollback ------------------------------------------------------------------------------------------
+    def rollback(self) -> None:
+        wanted = self.p["rollback_to"]
+        if wanted:
+            check_version(wanted, "solfleet_rollback_to")
+        if not os.path.isdir(self.layout.releases):
+            raise NodeError("rollback", "refused", f"no releases under {self.layout.root}")
+        with NodeLock(self.layout, self.p["lock_timeout_s"]) as lock:
+            self.phases["lock_wait"] = round(lock.waited_s, 3)
+            start = time.monotonic()
+            current = self.layout.link_version("current")
+            last_move = self.layout.last_moving_event()
+            if (
+                not wanted
+                and current
+                and last_move
+                and last_move.get("event") == "rolled_back"
+                and last_move.get("version") == current
+            ):
+                # Re-running a plain rollback must not flip forward to what the last rollback left.
+                self.result.update(
+                    version=current, outcome="unchanged", message=f"already rolled back to {current}"
+                )
+                return
+            target = wanted or self.layout.link_version("previous")
+            if not target:
+                raise NodeError("rollback", "refused", "no previous release to roll back to (use --to)")
+            self.result["version"] = target
+            if target == current:
+                self.result.update(outcome="unchanged", message=f"{target} is already current")
+                return
+            release = self.layout.release_dir(target)
+            if not self.layout.is_verified(target):
+                raise NodeError(
+                    "rollback",
+                    "refused",
+                    f"{target} is not a verified release on this node"
+                    f" (verified: {', '.join(self.layout.verified_releases()) or 'none'})",
+                )
+            try:
+                check_files(release, read_manifest(release))
+            except NodeError as exc:
+                raise NodeError(
+                    "rollback", "refused", f"rollback target {target} failed its re-check: {exc.message}"
+                ) from None
+            self.layout.set_link("current", target)
+            if current:
+                self.layout.set_link("previous", current)
+            self.changed = True
+            self.journal("rolled_back", target, f"current -> releases/{target} (was {current or 'none'})")
+            self.result.update(outcome="rolled_back", message=f"rolled back {current or 'none'} -> {target}")
+            self.timed("activate", start)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "mode": {"type": "str", "choices": ["deploy", "rollback"], "default": "deploy"},
+            "root": {"type": "path", "required": True},
+            "node": {"type": "str", "required": True},
+            "python": {"type": "str", "required": True},
+            "simulated": {"type": "bool", "default": False},
+            "gpu_cc": {"type": "str", "default": ""},
+            "version": {"type": "str", "default": ""},
+            "artifact": {"type": "path"},
+            "artifact_sha256": {"type": "str", "default": ""},
+            "rollout_id": {"type": "str", "default": ""},
+            "keep_releases": {"type": "int", "default": 5},
+            "activate": {"type": "bool", "default": True},
+            "verify_ops": {"type": "str", "default": ""},
+            "verify_timeout_s": {"type": "int", "default": 600},
+            "health_timeout_s": {"type": "int", "default": 120},
+            "lock_timeout_s": {"type": "int", "default": 60},
+            "rollback_to": {"type": "str", "default": ""},
+        },
+        supports_check_mode=False,
+    )
+    params = module.params
+    if params["keep_releases"] < 1:
+        module.fail_json(
+            msg=f"solfleet: {params['node']}: input: keep_releases={params['keep_releases']} must be >= 1"
+        )
+    deployment: Deployment | None = None
+    try:
+        deployment = Deployment(params)
+        if params["mode"] == "rollback":
+            deployment.rollback()
+        else:
+            deployment.deploy()
+    except Exception as exc:  # noqa: BLE001  every failure must come back as the contract's result
+        error = (
+            exc
+            if isinstance(exc, NodeError)
+            else NodeError("internal", "refused", f"{type(exc).__name__}: {exc}")
+        )
+        result = deployment.finish_state() if deployment else {"node": params["node"], "phases": {}}
+        result.update(outcome=error.outcome, failed_phase=error.phase, message=error.message)
+        module.fail_json(
+            msg=f"solfleet: {params['node']}: {error.phase}: {error.message}",
+            changed=bool(deployment and deployment.changed),
+            solfleet=result,
+        )
+    result = deployment.finish_state()
+    module.exit_json(
+        changed=deployment.changed, msg=f"solfleet: {params['node']}: {result['message']}", solfleet=result
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""The node root of a solfleet node: paths, the flock, `current`/`previous` links, the journal, node state.
+
+Shared by the node-side modules (playbooks/library/solfleet_release.py, solfleet_state.py). Stdlib only: this
+runs under the node's Python through Ansible's module packaging. Layout (docs/node-contract.md):
+
+    <root>/releases/<V>/  <root>/releases/<V>.partial/  <root>/artifacts/  <root>/cache/
+    <root>/current -> releases/<V>   <root>/previous -> releases/<U>   <root>/journal.jsonl   <root>/.lock
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import stat
+import time
+
+VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
+PARTIAL_SUFFIX = ".partial"
+VERIFY_DIR = "verify"  # written by the node inside a release after the manifest check; not in MANIFEST files
+
+# Journal events that move `current`; the rollback no-op rule reads the last one of these.
+MOVING_EVENTS = ("activated", "rolled_back")
+
+
+class NodeError(Exception):
+    """A refusal or failure on the node: which phase failed, the contract outcome, one line of why."""
+
+    def __init__(self, phase: str, outcome: str, message: str) -> None:
+        super().__init__(message)
+        self.phase = phase
+        self.outcome = outcome
+        self.message = message
+
+
+def check_version(value: str, field: str) -> str:
+    """A version becomes a directory name: refuse anything that could escape `releases/`."""
+    if not isinstance(value, str) or not VERSION_RE.match(value) or value.endswith(PARTIAL_SUFFIX):
+        raise NodeError(
+            "input",
+            "refused",
+            f"{field}={value!r} is not a valid version (allowed: 1-64 chars of [0-9A-Za-z._+-], starting"
+            f" with a letter or digit, not ending in {PARTIAL_SUFFIX})",
+        )
+    return value
+
+
+def utc_now() -> str:
+    # timezone.utc, not datetime.UTC: the node's interpreter may predate Python 3.11.
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: UP017
+
+
+class NodeLayout:
+    """Paths under one node root and the operations that read or move its links."""
+
+    def __init__(self, root: str, node: str, simulated: bool) -> None:
+        if not os.path.isabs(root) or ".." in root.split("/"):
+            raise NodeError(
+                "input", "refused", f"solfleet_root={root!r} must be an absolute path without '..'"
+            )
+        self.root = os.path.normpath(root)
+        self.node = node
+        self.simulated = simulated
+        self.releases = os.path.join(self.root, "releases")
+        self.artifacts = os.path.join(self.root, "artifacts")
+        self.cache = os.path.join(self.root, "cache")
+        self.journal_path = os.path.join(self.root, "journal.jsonl")
+        self.lock_path = os.path.join(self.root, ".lock")
+
+    # -- paths ---------------------------------------------------------------------------------------------
+    def release_dir(self, version: str) -> str:
+        return os.path.join(self.releases, version)
+
+    def partial_dir(self, version: str) -> str:
+        return os.path.join(self.releases, version + PARTIAL_SUFFIX)
+
+    def link_path(self, name: str) -> str:
+        return os.path.join(self.root, name)
+
+    def ensure_dirs(self) -> None:
+        for path in (self.root, self.releases, self.artifacts, self.cache):
+            os.makedirs(path, mode=0o755, exist_ok=True)
+
+    # -- links ---------------------------------------------------------------------------------------------
+    def link_version(self, name: str) -> str | None:
+        """The version `current`/`previous` points at, or None when the link is absent or dangling."""
+        path = self.link_path(name)
+        if not os.path.islink(path):
+            return None
+        target = os.readlink(path)
+        parts = target.rstrip("/").split("/")
+        if len(parts) != 2 or parts[0] != "releases" or not os.path.isdir(os.path.join(self.root, target)):
+            return None
+        return parts[1]
+
+    def set_link(self, name: str, version: str | None) -> None:
+        """Point `name` at releases/<version> atomically (temp link + rename), or remove it for None."""
+        path = self.link_path(name)
+        if version is None:
+            if os.path.lexists(path):
+                os.unlink(path)
+            return
+        tmp = os.path.join(self.root, f".{name}.tmp.{os.getpid()}")
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        # Relative target: the root can be moved or bind-mounted without breaking the link.
+        os.symlink(os.path.join("releases", version), tmp)
+        os.replace(tmp, path)
+        fsync_dir(self.root)
+
+    # -- releases ------------------------------------------------------------------------------------------
+    def verify_record(self, version: str) -> dict | None:
+        """The saved verify JSON of a release, or None when the release was never verified."""
+        path = os.path.join(self.release_dir(version), VERIFY_DIR, "verify.json")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def is_verified(self, version: str) -> bool:
+        record = self.verify_record(version)
+        return bool(record and record.get("ok") is True)
+
+    def release_names(self) -> list[str]:
+        """Every complete (non-partial) release directory name, unsorted."""
+        try:
+            names = os.listdir(self.releases)
+        except FileNotFoundError:
+            return []
+        return [
+            n
+            for n in names
+            if not n.endswith(PARTIAL_SUFFIX)
+            and VERSION_RE.match(n)
+            and os.path.isdir(os.path.join(self.releases, n))
+            and not os.path.islink(os.path.join(self.releases, n))
+        ]
+
+    def verified_releases(self) -> list[str]:
+        """Verified releases, oldest first: by the order of their last `verified` journal event."""
+        verified = [n for n in self.release_names() if self.is_verified(n)]
+        order: dict[str, int] = {}
+        for index, line in enumerate(self.read_journal()):
+            if line.get("event") == "verified" and isinstance(line.get("version"), str):
+                order[line["version"]] = index
+        # Releases with no journal line (journal lost) sort first, by name, so they are pruned first.
+        return sorted(verified, key=lambda n: (order.get(n, -1), n))
+
+    def remove_release_tree(self, path: str) -> None:
+        """Remove a release (verified ones are read-only: give write back to the owner first)."""
+        if not os.path.lexists(path):
+            return
+        for dirpath, dirnames, _ in os.walk(path):
+            for d in dirnames:
+                full = os.path.join(dirpath, d)
+                if not os.path.islink(full):
+                    os.chmod(full, 0o755)
+        os.chmod(path, 0o755)
+        shutil.rmtree(path)
+
+    # -- journal -------------------------------------------------------------------------------------------
+    def journal(self, event: str, version: str, rollout_id: str, detail: str) -> dict:
+        line = {
+            "time": utc_now(),
+            "event": event,
+            "version": version,
+            "rollout_id": rollout_id,
+            "node": self.node,
+            "simulated": self.simulated,
+            "detail": detail,
+        }
+        # O_APPEND: one write per line, so concurrent readers never see half a record.
+        fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return line
+
+    def read_journal(self) -> list[dict]:
+        try:
+            with open(self.journal_path, encoding="utf-8") as fh:
+                raw = fh.readlines()
+        except FileNotFoundError:
+            return []
+        lines = []
+        for text in raw:
+            try:
+                item = json.loads(text)
+            except ValueError:
+                continue  # a torn last line after a crash must not hide every other record
+            if isinstance(item, dict):
+                lines.append(item)
+        return lines
+
+    def last_moving_event(self) -> dict | None:
+        for line in reversed(self.read_journal()):
+            if line.get("event") in MOVING_EVENTS:
+                return line
+        return None
+
+    # -- state ---------------------------------------------------------------------------------------------
+    def state(self) -> dict:
+        journal = self.read_journal()
+        return {
+            "node": self.node,
+            "root": self.root,
+            "current": self.link_version("current"),
+            "previous": self.link_version("previous"),
+            "releases": self.verified_releases(),
+            "last_event": journal[-1] if journal else None,
+            "simulated": self.simulated,
+        }
+
+
+class NodeLock:
+    """The flock on <root>/.lock, held for a whole deploy or rollback step on this node."""
+
+    def __init__(self, layout: NodeLayout, timeout_s: float) -> None:
+        self.layout = layout
+        self.timeout_s = timeout_s
+        self.fd: int | None = None
+        self.waited_s = 0.0
+
+    def __enter__(self) -> NodeLock:
+        fd = os.open(self.layout.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        start = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+                if time.monotonic() - start >= self.timeout_s:
+                    os.close(fd)
+                    raise NodeError(
+                        "lock",
+                        "refused",
+                        f"another deploy or rollback holds {self.layout.lock_path}"
+                        f" (waited {self.timeout_s:g} s)",
+                    ) from None
+                time.sleep(0.2)
+        self.waited_s = time.monotonic() - start
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename/symlink in `path` durable (a power cut must not bring back the old `current`)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def seal_tree(path: str) -> None:
+    """Make a verified release read-only: files 0444 (0555 if executable), directories 0555."""
+    for dirpath, dirnames, filenames in os.walk(path):
+        for f in filenames:
+            full = os.path.join(dirpath, f)
+            mode = os.lstat(full).st_mode
+            if stat.S_ISREG(mode):
+                os.chmod(full, 0o555 if mode & 0o111 else 0o444)
+        for d in dirnames:
+            os.chmod(os.path.join(dirpath, d), 0o555)
+    os.chmod(path, 0o555)
