@@ -64,6 +64,9 @@ class OpSpec:
     # function, numba signature string). Kernels that link external CUDA C are listed with their link files by
     # the op itself (see kernels.ptx).
     ptx_kernels: tuple[tuple[str, Any, str], ...] = ()
+    # which implementation the launcher takes for a case on this machine (e.g. "portable" under the simulator,
+    # "mma" on tensor cores), for ops with several; verify/bench put it in each result as "path". None: one path.
+    path: Callable[[Case], str] | None = None
 
 
 _REGISTRY: dict[str, OpSpec] = {}
