@@ -1,0 +1,225 @@
+"""`solfleet`: parse, call the library, print. No behaviour lives here (see fleet/rollout.py and friends).
+
+Exit codes (docs/cli.md): 0 ok, 1 operation failed on a host, 2 usage/spec error (nothing touched),
+3 hosts unreachable, 4 ansible-runner could not run, 130 interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from fleet import artifact, report
+from fleet.errors import ExitCode, FleetError, UsageError
+from fleet.inventory import write_private_data_dir
+from fleet.ledger import Ledger
+from fleet.plan import plan_rollback, plan_rollout, select_nodes
+from fleet.rollout import deploy, rollback
+from fleet.spec import FleetSpec, check_version, embedded_fleet, load_spec, resolve_work_dir
+from fleet.status import fleet_status
+from fleet.workdir import ledger_path
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # one line, exit 2, like every other usage error
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--fleet",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="fleet spec YAML (default: the embedded local fleet inventory/fleets/local.yml)",
+    )
+    common.add_argument(
+        "--work-dir",
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="controller work dir: ledger, runs, local node roots "
+        "(default: $SOLFLEET_WORK, else <repo>/.work)",
+    )
+    p = _Parser(
+        prog="solfleet",
+        parents=[common],
+        description="Build, deploy, verify and roll back the solfleet operator library on a fleet.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    b = sub.add_parser("build", parents=[common], help="build dist/solfleet-ops-V.tar.gz")
+    b.add_argument("--version", required=True)
+    b.add_argument("--out", default="dist", metavar="DIR")
+
+    r = sub.add_parser("render", parents=[common], help="write the ansible-runner private_data_dir")
+    r.add_argument("--out", metavar="DIR", help="default: <work>/fleets/<fleet>/rendered")
+
+    d = sub.add_parser("deploy", parents=[common], help="push, check, verify and activate a version")
+    d.add_argument("--version", required=True)
+    d.add_argument("--artifact", metavar="PATH", help="default: dist/solfleet-ops-V.tar.gz")
+    d.add_argument("--limit", metavar="HOSTS", help="node names, globs or label:NAME, comma-separated")
+    d.add_argument("--dry-run", action="store_true", help="print the plan and exit; touches nothing")
+    d.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    d.add_argument("--stage", action="store_true", help="push, unpack, check and verify; do not activate")
+    d.add_argument(
+        "--verify-ops", default="", metavar="OPS", help="verify only these ops (a,b); default every op"
+    )
+
+    rb = sub.add_parser("rollback", parents=[common], help="switch nodes back to a verified release")
+    rb.add_argument("--to", metavar="VERSION", help="default: each node's previous release")
+    rb.add_argument("--limit", metavar="HOSTS")
+    rb.add_argument("--dry-run", action="store_true")
+    rb.add_argument("--yes", action="store_true")
+
+    s = sub.add_parser("status", parents=[common], help="what every node runs, and drift from the ledger")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--limit", metavar="HOSTS")
+
+    h = sub.add_parser("history", parents=[common], help="recorded deploys and rollbacks")
+    h.add_argument("--json", action="store_true")
+    h.add_argument("-n", type=int, default=20, metavar="N", help="most recent N operations (default 20)")
+    return p
+
+
+def _spec(args: argparse.Namespace) -> FleetSpec:
+    fleet = getattr(args, "fleet", None) or str(embedded_fleet())
+    return load_spec(fleet, work_dir=resolve_work_dir(getattr(args, "work_dir", None)))
+
+
+def _confirm(args: argparse.Namespace, what: str) -> None:
+    if args.yes:
+        return
+    if not sys.stdin.isatty():
+        raise UsageError(f"refusing to {what} without --yes: stdin is not a terminal to ask on")
+    answer = input(f"{what}? [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise UsageError(f"{what}: not confirmed; nothing was changed")
+
+
+def _build(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    result = artifact.build(spec=spec, version=check_version(args.version), out_dir=Path(args.out))
+    out = report.console()
+    out.print(f"built {result.path} ({result.size} bytes) sha256 {result.sha256}")
+    m = result.manifest
+    out.print(
+        f"  commit {m['git']['commit']}{' (kernels/ dirty)' if m['git']['dirty'] else ''}; "
+        f"build_time {m['build_time']}; stack {m['stack_id']} {m['stack']}"
+    )
+    for t in m["targets"]:
+        out.print(f"  cc {t['cc']}: {len(t['kernels'])} kernel(s) PTX, {t['ptx_status']}")
+    out.print(f"  {len(m['files'])} files checked by sha256 on every node")
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    out_dir = Path(args.out) if args.out else spec.fleet_dir / "rendered"
+    rendered = write_private_data_dir(spec, out_dir)
+    for rel in rendered.files:
+        print(rendered.path / rel)
+    print(rendered.path / "project", "->", (rendered.path / "project").resolve())
+    return 0
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    version = check_version(args.version)
+    path = Path(args.artifact) if args.artifact else artifact.artifact_path(Path("dist"), version)
+    manifest = artifact.read_manifest(path)
+    if manifest.get("version") != version:
+        raise UsageError(f"--artifact: {path} holds version {manifest.get('version')!r}, not {version!r}")
+    sha = artifact.sha256_file(path)
+    nodes = select_nodes(spec.nodes, args.limit)
+    kind = "stage" if args.stage else "deploy"
+    plan = plan_rollout(nodes, spec.rollout, version=version, kind=kind)
+    notes = []
+    if manifest.get("stack_id") != spec.stack_id:
+        notes.append(
+            f"artifact stack {manifest.get('stack')} differs from the spec's {dict(spec.stack)}; "
+            "nodes check their own versions against the artifact's pins"
+        )
+    out = report.console()
+    report.print_plan(
+        out, plan, fleet=spec.name, notes=notes, header=f"{kind} {version} from {path} (sha256 {sha[:16]}..)"
+    )
+    if args.dry_run:
+        out.print("dry run: nothing was changed")
+        return 0
+    _confirm(args, f"{kind} {version} to {len(plan.hosts)} node(s)")
+    result = deploy(
+        spec,
+        plan,
+        artifact=path,
+        artifact_sha256=sha,
+        verify_ops=args.verify_ops,
+        progress=report.live_factory(sys.stderr.isatty()),
+    )
+    report.print_operation(out, result)
+    return int(result.exit_code)
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    to = check_version(args.to, field="--to") if args.to else None
+    plan = plan_rollback(select_nodes(spec.nodes, args.limit), spec.rollout, to=to)
+    out = report.console()
+    report.print_plan(out, plan, fleet=spec.name, header=f"rollback to {to or 'each node`s previous'}")
+    if args.dry_run:
+        out.print("dry run: nothing was changed")
+        return 0
+    _confirm(args, f"roll back {len(plan.hosts)} node(s)")
+    result = rollback(spec, plan, progress=report.live_factory(sys.stderr.isatty()))
+    report.print_operation(out, result)
+    return int(result.exit_code)
+
+
+def _status(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    selected = select_nodes(spec.nodes, args.limit)
+    live = report.live_factory(sys.stderr.isatty() and not args.json)
+    nodes = fleet_status(spec, selected, progress=live("status", [n.name for n in selected]))
+    if args.json:
+        print(report.status_json(nodes))
+    else:
+        report.print_status(report.console(), nodes)
+    return int(ExitCode.UNREACHABLE) if any(not n.reachable for n in nodes) else 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    with Ledger(ledger_path(spec)) as ledger:
+        ops = [(op, ledger.host_outcomes(op.id)) for op in ledger.operations(limit=args.n)]
+    if args.json:
+        print(report.history_json(ops))
+    else:
+        report.print_history(report.console(), ops)
+    return 0
+
+
+COMMANDS = {
+    "build": _build,
+    "render": _render,
+    "deploy": _deploy,
+    "rollback": _rollback,
+    "status": _status,
+    "history": _history,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except FleetError as exc:
+        print(f"solfleet: error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("solfleet: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

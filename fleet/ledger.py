@@ -1,0 +1,241 @@
+"""The controller's deployment ledger: one SQLite file per fleet (<work>/fleets/<fleet>/ledger.sqlite).
+
+Every deploy and rollback is a row in `operations`, written (status `running`) BEFORE any host is touched,
+and every host outcome is committed as soon as its batch ends, so an interrupted run leaves a row that says
+so: Ctrl-C marks it `interrupted`; a killed process leaves `running`, which the next open turns into
+`interrupted` once the recorded pid is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS operations (
+    id          TEXT PRIMARY KEY,          -- the rollout id, also passed to nodes and written to journals
+    kind        TEXT NOT NULL,             -- deploy | stage | rollback
+    version     TEXT,                      -- deploy: the version; rollback: --to, or NULL = each previous
+    fleet       TEXT NOT NULL,
+    started     TEXT NOT NULL,             -- UTC, ISO 8601; for records only
+    finished    TEXT,
+    status      TEXT NOT NULL,             -- running | succeeded | failed | rolled_back | interrupted
+    message     TEXT NOT NULL DEFAULT '',
+    plan        TEXT NOT NULL,             -- the printed plan, as JSON
+    controller  TEXT NOT NULL,             -- hostname:pid, to tell a dead run from a live one
+    pid         INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS host_outcomes (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    operation_id    TEXT NOT NULL REFERENCES operations(id),
+    step            TEXT NOT NULL,         -- "canary", "batch 2", "rollback", "undo"
+    host            TEXT NOT NULL,
+    outcome         TEXT NOT NULL,         -- the node module's outcome, or unreachable / failed / not_run
+    changed         INTEGER NOT NULL,
+    version_before  TEXT,
+    version_after   TEXT,
+    failed_phase    TEXT,
+    message         TEXT NOT NULL DEFAULT '',
+    phases          TEXT NOT NULL DEFAULT '{}',   -- seconds per phase, JSON
+    recorded        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS host_outcomes_host ON host_outcomes(host, id);
+"""
+
+
+class OpStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ROLLED_BACK = "rolled_back"  # failed, and the failure policy put the hosts back
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    step: str
+    host: str
+    outcome: str
+    changed: bool
+    version_before: str | None
+    version_after: str | None
+    failed_phase: str | None
+    message: str
+    phases: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Operation:
+    id: str
+    kind: str
+    version: str | None
+    fleet: str
+    started: str
+    finished: str | None
+    status: str
+    message: str
+    plan: dict[str, Any]
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def new_operation_id() -> str:
+    """`r-20261129T230501Z-3fa2c1`: sortable for humans, unique by the random tail (never a version)."""
+    return f"r-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Ledger:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(SCHEMA)  # idempotent (IF NOT EXISTS); executescript commits itself
+        self._mark_dead_runs()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _mark_dead_runs(self) -> None:
+        me = socket.gethostname()
+        rows = self._db.execute("SELECT id, controller, pid FROM operations WHERE status = ?", ("running",))
+        for row in rows.fetchall():
+            host = str(row["controller"]).rsplit(":", 1)[0]
+            if host == me and not _pid_alive(int(row["pid"])):
+                self.finish(row["id"], OpStatus.INTERRUPTED, "controller process ended without finishing")
+
+    def begin(
+        self, *, op_id: str, kind: str, version: str | None, fleet: str, plan: Mapping[str, Any]
+    ) -> str:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO operations (id, kind, version, fleet, started, status, plan, controller, pid)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    op_id,
+                    kind,
+                    version,
+                    fleet,
+                    utc_now(),
+                    OpStatus.RUNNING.value,
+                    json.dumps(plan, sort_keys=True),
+                    f"{socket.gethostname()}:{os.getpid()}",
+                    os.getpid(),
+                ),
+            )
+        return op_id
+
+    def record_hosts(self, op_id: str, records: list[HostRecord]) -> None:
+        now = utc_now()
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO host_outcomes (operation_id, step, host, outcome, changed, version_before,"
+                " version_after, failed_phase, message, phases, recorded) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        op_id,
+                        r.step,
+                        r.host,
+                        r.outcome,
+                        int(r.changed),
+                        r.version_before,
+                        r.version_after,
+                        r.failed_phase,
+                        r.message,
+                        json.dumps(dict(r.phases), sort_keys=True),
+                        now,
+                    )
+                    for r in records
+                ],
+            )
+
+    def finish(self, op_id: str, status: OpStatus, message: str = "") -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE operations SET status = ?, message = ?, finished = ? WHERE id = ?",
+                (status.value, message, utc_now(), op_id),
+            )
+
+    def operations(self, *, limit: int = 50) -> list[Operation]:
+        rows = self._db.execute(
+            "SELECT * FROM operations ORDER BY started DESC, rowid DESC LIMIT ?", (limit,)
+        )
+        return [
+            Operation(
+                id=r["id"],
+                kind=r["kind"],
+                version=r["version"],
+                fleet=r["fleet"],
+                started=r["started"],
+                finished=r["finished"],
+                status=r["status"],
+                message=r["message"],
+                plan=json.loads(r["plan"]),
+            )
+            for r in rows.fetchall()
+        ]
+
+    def host_outcomes(self, op_id: str) -> list[HostRecord]:
+        rows = self._db.execute("SELECT * FROM host_outcomes WHERE operation_id = ? ORDER BY id", (op_id,))
+        return [
+            HostRecord(
+                step=r["step"],
+                host=r["host"],
+                outcome=r["outcome"],
+                changed=bool(r["changed"]),
+                version_before=r["version_before"],
+                version_after=r["version_after"],
+                failed_phase=r["failed_phase"],
+                message=r["message"],
+                phases=json.loads(r["phases"]),
+            )
+            for r in rows.fetchall()
+        ]
+
+    def desired_versions(self) -> dict[str, str]:
+        """Per host, the version the ledger says it should be on: the `version_after` of its latest recorded
+        outcome (deploy, rollback or undo) that left a known version. Staged-only outcomes do not move it."""
+        rows = self._db.execute(
+            "SELECT h.host, h.version_after FROM host_outcomes h JOIN operations o ON o.id = h.operation_id"
+            " WHERE h.version_after IS NOT NULL AND o.kind != 'stage' ORDER BY h.id"
+        )
+        return {r["host"]: r["version_after"] for r in rows.fetchall()}

@@ -1,0 +1,247 @@
+"""The only module that imports ansible_runner. One `run_playbook` call = one ansible-runner run (one batch):
+explicit timeouts, a non-blocking event handler (it only queues events), per-host progress folded from those
+events on the calling thread, and per-host outcomes from events + `playbook_on_stats`.
+
+Run artifacts stay under <private_data_dir>/artifacts/<ident>/ (stdout, job_events/, status, rc)."""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+import ansible_runner
+
+from fleet.errors import Interrupted, RunnerError
+
+PUSH_TASK_SUFFIX = "push artifact"  # contract: task `solfleet | Push artifact`; its duration = push time
+
+
+class HostStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    OK = "ok"
+    CHANGED = "changed"
+    FAILED = "failed"
+    UNREACHABLE = "unreachable"
+    NOT_RUN = "not_run"  # in the limit but no task ran (e.g. the play failed to start)
+
+
+@dataclass
+class HostProgress:
+    """What the live table shows for one host; also the raw material of its outcome."""
+
+    host: str
+    status: HostStatus = HostStatus.PENDING
+    task: str = ""
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    message: str = ""
+    failed_task: str | None = None
+    push_s: float | None = None
+    solfleet: dict[str, Any] = field(default_factory=dict)  # merged `solfleet` results of node modules
+
+
+@dataclass(frozen=True)
+class RunResult:
+    ident: str
+    playbook: str
+    status: str  # ansible-runner's: successful | failed | timeout | canceled | error
+    rc: int | None
+    hosts: Mapping[str, HostProgress]
+    artifacts: Path
+    seconds: float
+
+
+class ProgressSink(Protocol):
+    def update(self, hosts: Mapping[str, HostProgress]) -> None: ...
+
+
+def _task_name(data: Mapping[str, Any]) -> str:
+    return str(data.get("task") or data.get("name") or "")
+
+
+def fold_event(hosts: dict[str, HostProgress], event: Mapping[str, Any]) -> None:
+    """Apply one ansible-runner event to the per-host progress. Pure state update (unit-tested with a
+    recorded event stream)."""
+    kind = event.get("event", "")
+    data: Mapping[str, Any] = event.get("event_data") or {}
+    host = data.get("host")
+    if kind == "playbook_on_stats":
+        _fold_stats(hosts, data)
+        return
+    if not host or host not in hosts:
+        return
+    hp = hosts[host]
+    task = _task_name(data)
+    res: Mapping[str, Any] = data.get("res") or {}
+    if isinstance(res.get("solfleet"), Mapping):
+        merged = dict(hp.solfleet)
+        phases = {**merged.get("phases", {}), **(res["solfleet"].get("phases") or {})}
+        merged.update(res["solfleet"])
+        merged["phases"] = phases
+        hp.solfleet = merged
+    if kind == "runner_on_start":
+        hp.task = task
+        if hp.status is HostStatus.PENDING:
+            hp.status = HostStatus.RUNNING
+    elif kind == "runner_on_ok":
+        hp.ok += 1
+        if res.get("changed"):
+            hp.changed += 1
+        if task.lower().endswith(PUSH_TASK_SUFFIX) and data.get("duration") is not None:
+            hp.push_s = float(data["duration"])
+    elif kind == "runner_on_skipped":
+        if task.lower().endswith(PUSH_TASK_SUFFIX):
+            hp.push_s = 0.0
+    elif kind == "runner_on_failed":
+        if data.get("ignore_errors"):
+            return
+        hp.failed += 1
+        hp.failed_task = task
+        hp.message = _one_line(res.get("msg") or res.get("stderr") or res.get("reason") or "task failed")
+        hp.status = HostStatus.FAILED
+    elif kind == "runner_on_unreachable":
+        hp.unreachable += 1
+        hp.failed_task = task
+        hp.message = _one_line(res.get("msg") or "unreachable")
+        hp.status = HostStatus.UNREACHABLE
+
+
+def _fold_stats(hosts: dict[str, HostProgress], stats: Mapping[str, Any]) -> None:
+    """`playbook_on_stats` is the final word per host; events above only fill in the detail. A failure
+    that a `rescue` handled and re-raised shows in `failures`; one it swallowed does not (the outcome in
+    the node module's result still says so, and rollout.py reads it)."""
+
+    def count(key: str, host: str) -> int:
+        table = stats.get(key) or {}
+        return int(table.get(host, 0))
+
+    for host, hp in hosts.items():
+        if count("dark", host):
+            hp.status = HostStatus.UNREACHABLE
+            hp.unreachable = max(hp.unreachable, count("dark", host))
+        elif count("failures", host):
+            hp.status = HostStatus.FAILED
+            hp.failed = max(hp.failed, count("failures", host))
+        elif count("changed", host):
+            hp.status = HostStatus.CHANGED
+        elif count("ok", host) or count("skipped", host) or count("rescued", host):
+            hp.status = HostStatus.OK
+        else:
+            hp.status = HostStatus.NOT_RUN
+        hp.ok = max(hp.ok, count("ok", host))
+        hp.changed = max(hp.changed, count("changed", host))
+        hp.task = ""
+
+
+def _one_line(text: object) -> str:
+    """First non-empty line of a module `msg` (the node side makes it one line already)."""
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _binary() -> str:
+    """ansible-playbook next to this interpreter (the venv), so `.venv/bin/solfleet` works unactivated."""
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("ansible-playbook")
+    if not found:
+        raise RunnerError(
+            "ansible-playbook not found next to the interpreter or on PATH; install ansible-core"
+        )
+    return found
+
+
+def run_playbook(
+    *,
+    private_data_dir: Path,
+    playbook: str,
+    hosts: list[str],
+    extravars: Mapping[str, Any],
+    ident: str,
+    timeout_s: int,
+    progress: ProgressSink | None = None,
+    refresh_s: float = 0.2,
+) -> RunResult:
+    project = private_data_dir / "project"
+    if not (project / playbook).is_file():
+        raise RunnerError(f"playbook {project / playbook} does not exist (playbooks/ is the node side's)")
+    state = {h: HostProgress(host=h) for h in hosts}
+    events: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+    cancel = threading.Event()
+
+    def on_event(event: dict[str, Any]) -> bool:
+        events.put(event)  # never blocks: SimpleQueue is unbounded
+        return True  # keep writing job_events/ (the run's artifacts)
+
+    started = time.monotonic()
+    thread, runner = ansible_runner.run_async(
+        private_data_dir=str(private_data_dir),
+        project_dir=str(project),
+        playbook=playbook,
+        limit=",".join(hosts),
+        extravars=dict(extravars),
+        ident=ident,
+        binary=_binary(),
+        event_handler=on_event,
+        cancel_callback=cancel.is_set,
+        quiet=True,
+        timeout=timeout_s,
+    )
+    try:
+        _pump(thread, events, state, progress, refresh_s)
+    except KeyboardInterrupt:
+        cancel.set()
+        thread.join(timeout=30)
+        raise Interrupted(
+            f"interrupted during {playbook}; hosts may be mid-step (see the node journals)"
+        ) from None
+    status = str(runner.status)
+    if status in ("timeout", "error"):
+        raise RunnerError(
+            f"ansible-runner {status} running {playbook} on {', '.join(hosts)} "
+            f"(limit {timeout_s}s); artifacts: {private_data_dir / 'artifacts' / ident}"
+        )
+    return RunResult(
+        ident=ident,
+        playbook=playbook,
+        status=status,
+        rc=runner.rc,
+        hosts=state,
+        artifacts=private_data_dir / "artifacts" / ident,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _pump(
+    thread: threading.Thread,
+    events: queue.SimpleQueue[dict[str, Any]],
+    state: dict[str, HostProgress],
+    progress: ProgressSink | None,
+    refresh_s: float,
+) -> None:
+    def drain() -> None:
+        while True:
+            try:
+                fold_event(state, events.get_nowait())
+            except queue.Empty:
+                return
+
+    update: Callable[[Mapping[str, HostProgress]], None] = progress.update if progress else lambda _s: None
+    while thread.is_alive():
+        thread.join(timeout=refresh_s)
+        drain()
+        update(state)
+    drain()
+    update(state)

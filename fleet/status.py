@@ -1,0 +1,83 @@
+"""`solfleet status`: read every node's state back (status.yml) and compare it with what the ledger says
+each node should run. Read-only on the nodes; no ledger row is written."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fleet import runner
+from fleet.inventory import write_private_data_dir
+from fleet.ledger import Ledger, new_operation_id
+from fleet.runner import HostStatus, ProgressSink
+from fleet.spec import FleetSpec, Node
+from fleet.workdir import ledger_path, run_dir
+
+STATUS_PLAYBOOK = "status.yml"
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    reachable: bool
+    current: str | None
+    previous: str | None
+    releases: list[str]
+    last_event: Mapping[str, Any] | None
+    simulated: bool
+    desired: str | None  # from the ledger: where the last deploy/rollback left (or should have left) it
+    drift: str  # in_sync | drift | no_record (ledger knows nothing) | unknown (node unreachable)
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def drift_of(current: str | None, desired: str | None, *, reachable: bool) -> str:
+    if not reachable:
+        return "unknown"
+    if desired is None:
+        return "no_record"
+    return "in_sync" if current == desired else "drift"
+
+
+def fleet_status(
+    spec: FleetSpec, nodes: list[Node], *, progress: ProgressSink | None = None
+) -> list[NodeStatus]:
+    run_id = "s-" + new_operation_id()[2:]
+    pdd = run_dir(spec, run_id)
+    write_private_data_dir(spec, pdd)
+    result = runner.run_playbook(
+        private_data_dir=pdd,
+        playbook=STATUS_PLAYBOOK,
+        hosts=[n.name for n in nodes],
+        extravars={},
+        ident="00-status",
+        timeout_s=spec.timeouts.run_s,
+        progress=progress,
+    )
+    with Ledger(ledger_path(spec)) as ledger:
+        desired = ledger.desired_versions()
+    out = []
+    for node in nodes:
+        hp = result.hosts[node.name]
+        sf = hp.solfleet
+        reachable = hp.status is not HostStatus.UNREACHABLE
+        ok = reachable and bool(sf)
+        current = sf.get("current") if ok else None
+        out.append(
+            NodeStatus(
+                name=node.name,
+                reachable=reachable,
+                current=current,
+                previous=sf.get("previous") if ok else None,
+                releases=list(sf.get("releases") or []) if ok else [],
+                last_event=sf.get("last_event") if ok else None,
+                simulated=bool(sf.get("simulated", node.simulated)),
+                desired=desired.get(node.name),
+                drift=drift_of(current, desired.get(node.name), reachable=ok),
+                error="" if ok else (hp.message or f"no state returned ({hp.status.value})"),
+            )
+        )
+    return out
