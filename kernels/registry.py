@@ -60,12 +60,13 @@ class OpSpec:
     # args dict with CuPy arrays and returns nothing (writes outputs). None when there is no fair equivalent.
     cupy: Callable[[dict[str, Any]], None] | None = None
     bound: str = "memory"  # "memory" | "compute": which peak SOL is scored against
-    # kernels to compile offline to PTX for the artifact manifest: (kernel name, @cuda.jit dispatcher or python
-    # function, numba signature string). Kernels that link external CUDA C are listed with their link files by
-    # the op itself (see kernels.ptx).
+    # kernels to compile offline to PTX for the artifact manifest: (kernel name, @cuda.jit dispatcher or
+    # python function, numba signature string). Kernels that link external CUDA C add a 4th item, their link
+    # files (see kernels.ptx).
     ptx_kernels: tuple[tuple[str, Any, str], ...] = ()
-    # which implementation the launcher takes for a case on this machine (e.g. "portable" under the simulator,
-    # "mma" on tensor cores), for ops with several; verify/bench put it in each result as "path". None: one path.
+    # which implementation the launcher takes for a case on this machine (e.g. "portable" under the
+    # simulator, "mma" on tensor cores), for ops with several; verify/bench put it in each result as "path".
+    # None: one path.
     path: Callable[[Case], str] | None = None
 
 
