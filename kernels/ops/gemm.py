@@ -1,0 +1,358 @@
+"""gemm: C = A @ B with fp32 accumulation; A [M, K], B [K, N] fp32 or fp16 (row-major), C [M, N] fp32.
+
+This module owns the matmul kernels; `o_proj` reuses them with its fused epilogue (bias, residual).
+
+Floors (H200): FLOPs 2*M*N*K; bytes (M*K + K*N) * itemsize + 4*M*N. 4096^3: 137 GFLOP over 0.27 GB fp32 ->
+2.05 ms at the 66.9 TFLOP/s fp32 FMA peak vs 0.07 ms at 4.1 TB/s: compute-bound by ~30x. fp16 inputs on
+tensor cores: ~0.2 ms at cuBLAS's ~700 TFLOP/s, still compute-bound.
+
+Three paths, one contract (`PATHS`):
+  - "portable": 16x16 shared-memory tiles, one output per thread. Pure numba, runs under the CUDA simulator
+    and on any GPU; correctness first.
+  - "simt": register-blocked CUDA-core kernel. A block of 256 threads owns a 128 x 128 tile of C; each thread
+    owns 8 x 8 outputs (rows ty*4+{0..3} and 64+ty*4+{0..3}, same for columns: the two 4-wide halves make
+    every shared-memory read a conflict-free 16-byte vector). K is walked in slices of 8 staged through two
+    shared buffers (double buffering: slice t+1 is fetched into registers while slice t is multiplied).
+    Per k step a thread issues 4 ld.shared.v4 and 64 FFMA. numba has no vector loads, so `_lds4` is a
+    small intrinsic that emits one 16-byte shared load.
+  - "mma": fp16 inputs on tensor cores (mma.sync m16n8k16, fp32 accumulate) through linked CUDA C
+    (kernels/ops/cuda/). Not available under the simulator, which cannot link CUDA C.
+"auto" picks portable under the simulator, mma for fp16 where tensor cores exist, simt otherwise.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+from numba import cuda, float32
+
+from kernels import arrays
+from kernels.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
+from kernels.launch import kernel
+from kernels.ops.cuda import mma
+from kernels.registry import Case, OpSpec, Problem, register
+
+PATHS = ("auto", "portable", "simt", "mma")
+F32 = np.dtype(np.float32)
+F16 = np.dtype(np.float16)
+
+# --- portable path: shared-memory tiles ------------------------------------------------------------------
+
+PT = 16  # tile edge; block = PT x PT threads
+
+
+@cache
+def _portable(has_bias: bool, has_res: bool) -> Any:
+    """C tile of PT x PT per block, one element per thread; A and B tiles staged through shared memory.
+    Edges: out-of-range loads read 0 (they add nothing to the dot product); out-of-range stores are skipped.
+    """
+
+    @cuda.jit
+    def portable(a, b, bias, res, out, m, n, k):  # type: ignore[no-untyped-def]
+        sa = cuda.shared.array((PT, PT), float32)
+        sb = cuda.shared.array((PT, PT + 1), float32)  # +1: column reads sb[i, tx] spread over banks
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        row = cuda.blockIdx.y * PT + ty
+        col = cuda.blockIdx.x * PT + tx
+        acc = float32(0.0)
+        for k0 in range(0, k, PT):
+            ka = k0 + tx
+            sa[ty, tx] = float32(a[row, ka]) if (row < m and ka < k) else float32(0.0)
+            kb = k0 + ty
+            sb[ty, tx] = float32(b[kb, col]) if (kb < k and col < n) else float32(0.0)
+            cuda.syncthreads()
+            for i in range(PT):
+                acc += sa[ty, i] * sb[i, tx]
+            cuda.syncthreads()
+        if row < m and col < n:
+            if has_bias:
+                acc += float32(bias[col])
+            if has_res:
+                acc += float32(res[row, col])
+            out[row, col] = acc
+
+    return portable
+
+
+# --- simt path: register-blocked CUDA-core kernel --------------------------------------------------------
+
+BM = 128
+BN = 128
+BK = 8
+SIMT_THREADS = 256
+_SMEM = 2 * BK * BM  # floats per operand: two K-slices (double buffer)
+
+
+@cache
+def _lds4() -> Any:
+    """Intrinsic: four consecutive float32 of a 1-D shared array from element `i` (i % 4 == 0, array 16-byte
+    aligned) as one ld.shared.v4.f32. NVVM does not vectorise these loads itself (checked in the PTX)."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def lds4(typingctx, arr, idx):  # type: ignore[no-untyped-def]
+        sig = types.UniTuple(types.float32, 4)(arr, idx)
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            p = builder.gep(ary.data, [args[1]])
+            vec = ir.VectorType(ir.FloatType(), 4)
+            sp = builder.addrspacecast(p, ir.PointerType(ir.FloatType(), 3))  # 3 = shared
+            v = builder.load(builder.bitcast(sp, ir.PointerType(vec, 3)), align=16)
+            vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), i)) for i in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    return lds4
+
+
+@cache
+def _simt(has_bias: bool, has_res: bool) -> Any:
+    lds4 = _lds4()
+
+    @cuda.jit
+    def simt(a, b, bias, res, out, m, n, k):  # type: ignore[no-untyped-def]
+        sa = cuda.shared.array(_SMEM, float32, alignment=16)  # [2][BK][BM]: A slice stored k-major
+        sb = cuda.shared.array(_SMEM, float32, alignment=16)  # [2][BK][BN]
+        tid = cuda.threadIdx.x
+        tx = tid % 16
+        ty = tid // 16
+        m0 = cuda.blockIdx.y * BM
+        n0 = cuda.blockIdx.x * BN
+        acc = cuda.local.array((8, 8), float32)  # constant indices only (unrolled): stays in registers
+        for i in range(8):
+            for j in range(8):
+                acc[i, j] = float32(0.0)
+        fa = cuda.local.array(8, float32)
+        fb = cuda.local.array(8, float32)
+        ra = cuda.local.array(4, float32)
+        rb = cuda.local.array(4, float32)
+        # global -> shared: A slice 128 x 8: thread loads row tid/2, k (tid%2)*4 + 0..3 (transposed into sa);
+        # B slice 8 x 128: thread loads k row tid/32, columns (tid%32)*4 + 0..3
+        a_row = m0 + tid // 2
+        a_k = (tid % 2) * 4
+        b_k = tid // 32
+        b_c = (tid % 32) * 4
+        for q in range(4):
+            kk = a_k + q
+            ra[q] = float32(a[a_row, kk]) if (a_row < m and kk < k) else float32(0.0)
+            cc = n0 + b_c + q
+            rb[q] = float32(b[b_k, cc]) if (b_k < k and cc < n) else float32(0.0)
+        for q in range(4):
+            sa[(a_k + q) * BM + tid // 2] = ra[q]
+            sb[b_k * BN + b_c + q] = rb[q]
+        cuda.syncthreads()
+        ntiles = (k + BK - 1) // BK
+        for t in range(ntiles):
+            cur = (t % 2) * (BK * BM)
+            if t + 1 < ntiles:  # prefetch slice t+1 into registers; its latency hides behind the FFMAs
+                k1 = (t + 1) * BK
+                for q in range(4):
+                    kk = k1 + a_k + q
+                    ra[q] = float32(a[a_row, kk]) if (a_row < m and kk < k) else float32(0.0)
+                    kb = k1 + b_k
+                    cc = n0 + b_c + q
+                    rb[q] = float32(b[kb, cc]) if (kb < k and cc < n) else float32(0.0)
+            for kk in range(BK):
+                fa[0], fa[1], fa[2], fa[3] = lds4(sa, cur + kk * BM + ty * 4)
+                fa[4], fa[5], fa[6], fa[7] = lds4(sa, cur + kk * BM + 64 + ty * 4)
+                fb[0], fb[1], fb[2], fb[3] = lds4(sb, cur + kk * BN + tx * 4)
+                fb[4], fb[5], fb[6], fb[7] = lds4(sb, cur + kk * BN + 64 + tx * 4)
+                for i in range(8):
+                    for j in range(8):
+                        acc[i, j] += fa[i] * fb[j]
+            if t + 1 < ntiles:
+                nxt = (1 - t % 2) * (BK * BM)
+                for q in range(4):
+                    sa[nxt + (a_k + q) * BM + tid // 2] = ra[q]
+                    sb[nxt + b_k * BN + b_c + q] = rb[q]
+            cuda.syncthreads()
+        for i in range(8):
+            r = m0 + ty * 4 + (i % 4) + (i // 4) * 64
+            for j in range(8):
+                c = n0 + tx * 4 + (j % 4) + (j // 4) * 64
+                if r < m and c < n:
+                    v = acc[i, j]
+                    if has_bias:
+                        v += float32(bias[c])
+                    if has_res:
+                        v += float32(res[r, c])
+                    out[r, c] = v
+
+    return simt
+
+
+# --- launch ------------------------------------------------------------------------------------------------
+
+_NB = {F32: "float32", F16: "float16"}
+
+
+def _sig(in_dt: np.dtype, out_dt: np.dtype) -> str:
+    i, o = _NB[in_dt], _NB[out_dt]
+    return f"void({i}[:, ::1], {i}[:, ::1], {o}[::1], {o}[:, ::1], {o}[:, ::1], int64, int64, int64)"
+
+
+@cache
+def _fast(path: str, has_bias: bool, has_res: bool, in_dt: np.dtype, out_dt: np.dtype) -> Any:
+    make = _portable if path == "portable" else _simt
+    return kernel(make(has_bias, has_res), _sig(in_dt, out_dt))
+
+
+def resolve_path(path: str, in_dtype: np.dtype) -> str:
+    """The path `path` means here: "auto" -> portable under the simulator, mma for fp16 on tensor cores,
+    simt otherwise. An explicit path that cannot run here raises ValueError."""
+    if path not in PATHS:
+        raise ValueError(f"path: {path!r} is not a matmul path; allowed: {', '.join(PATHS)}")
+    if path == "auto":
+        if SIMULATED:
+            return "portable"
+        return "mma" if in_dtype == F16 and mma.available() else "simt"
+    if SIMULATED and path != "portable":
+        raise ValueError(f"path: {path!r} needs a real GPU; under the simulator only 'portable' runs")
+    if path == "mma" and (in_dtype != F16 or not mma.available()):
+        raise ValueError(
+            f"path: 'mma' needs float16 inputs and tensor cores (cc >= 8.0); got {in_dtype} inputs"
+            + ("" if mma.available() else " on a device without them")
+        )
+    return path
+
+
+def run_matmul(
+    a: Operand,
+    b: Operand,
+    bias: Operand | None,
+    res: Operand | None,
+    out: Operand,
+    path: str,
+    stream: int = 0,
+) -> None:
+    """out = a @ b (+ bias) (+ res) on validated 2-D operands; `path` already resolved."""
+    m, k = a.shape
+    n = b.shape[1]
+    if path == "mma":
+        mma.launch(
+            a=a.ptr, b=b.ptr, bias=bias.ptr if bias else 0, res=res.ptr if res else 0, out=out.ptr,
+            m=m, n=n, k=k, out_half=out.dtype == F16, stream=stream,
+        )  # fmt: skip
+        return
+    # absent epilogue operands: the kernel is compiled without the read, any array of the right type will do
+    bias_op = bias if bias is not None else out.reshaped((m * n,))
+    res_op = res if res is not None else out
+    kern = _fast(path, bias is not None, res is not None, a.dtype, out.dtype)
+    if path == "portable":
+        grid: tuple[int, ...] = ((n + PT - 1) // PT, (m + PT - 1) // PT)
+        block: tuple[int, ...] = (PT, PT)
+    else:
+        grid, block = ((n + BN - 1) // BN, (m + BM - 1) // BM), (SIMT_THREADS,)
+    kern.launch(grid, block, (a, b, bias_op, res_op, out, m, n, k), stream=stream)
+
+
+def check_matmul_operands(a: Operand, b: Operand, a_name: str = "a", b_name: str = "b") -> None:
+    """dtype, contiguity and inner-dimension checks shared by gemm and o_proj (a may be N-d: rows x K)."""
+    arrays.check_dtype(a, FLOAT_IO)
+    arrays.check_same_dtype(b, a)
+    arrays.check_ndim(b, (2,))
+    arrays.check_contiguous(a)
+    arrays.check_contiguous(b)
+    arrays.check_nonempty(a)
+    arrays.check_nonempty(b)
+    if a.shape[-1] != b.shape[0]:
+        raise ValueError(
+            f"{b_name}: inner dimensions do not match: {a_name} has K = {a.shape[-1]} (shape {a.shape}), "
+            f"{b_name} has {b.shape[0]} rows (shape {b.shape}); expected {b_name}.shape[0] == {a.shape[-1]}"
+        )
+
+
+def gemm(a: Any, b: Any, out: Any = None, *, path: str = "auto", stream: int = 0) -> Any:
+    """C = a @ b, fp32 output. a [M, K], b [K, N], both float32 or both float16, C-contiguous.
+    Returns `out` (a new device array when None; numpy when the inputs are numpy)."""
+    sync = HostSync()
+    ao = arrays.operand("a", a, sync)
+    bo = arrays.operand("b", b, sync)
+    arrays.check_ndim(ao, (2,))
+    check_matmul_operands(ao, bo)
+    resolved = resolve_path(path, ao.dtype)
+    oo = arrays.output("out", out, sync, (ao.shape[0], bo.shape[1]), F32)
+    run_matmul(ao, bo, None, None, oo, resolved, stream)
+    return arrays.finish(sync, oo, out, ao)
+
+
+# --- registry ----------------------------------------------------------------------------------------------
+
+
+def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
+    m, n, k = case.params["M"], case.params["N"], case.params["K"]
+    dt = np.dtype(case.dtype)
+    a = rng.standard_normal((m, k)).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    ref = a.astype(np.float64) @ b.astype(np.float64)  # on the rounded inputs: only the kernel's error counts
+    return Problem(inputs={"a": a, "b": b}, outputs={"c": ((m, n), F32)}, reference={"c": ref})
+
+
+def _spec_launch(args: dict[str, Any]) -> None:
+    gemm(args["a"], args["b"], args["c"])
+
+
+def _cupy(args: dict[str, Any]) -> None:
+    import cupy as cp
+
+    # cuBLAS SGEMM / HGEMM (fp16 in, fp16 out, as cupy computes it), then nothing else: the compare baseline
+    if args["a"].dtype == cp.float32:
+        cp.matmul(args["a"], args["b"], out=args["c"])
+    else:
+        cp.matmul(args["a"], args["b"])
+
+
+def _cases(shapes: list[tuple[str, int, int, int]]) -> tuple[Case, ...]:
+    dts = ("float32", "float16")
+    return tuple(Case(label, {"M": m, "N": n, "K": k}, dt) for label, m, n, k in shapes for dt in dts)
+
+
+def path_for(case: Case) -> str:
+    """The path "auto" takes for `case` on this machine (reported by verify/bench)."""
+    return resolve_path("auto", np.dtype(case.dtype))
+
+
+def _flops(c: Case) -> float:
+    return 2.0 * c.params["M"] * c.params["N"] * c.params["K"]
+
+
+def _bytes(c: Case) -> float:
+    m, n, k = c.params["M"], c.params["N"], c.params["K"]
+    return float((m * k + k * n) * np.dtype(c.dtype).itemsize + 4 * m * n)
+
+
+def _ptx_kernels() -> tuple[tuple[str, Any, str], ...]:
+    out = []
+    for dt in (F32, F16):
+        out.append((f"gemm_portable_{dt.name}", _portable(False, False), _sig(dt, F32)))
+        out.append((f"gemm_simt_{dt.name}", _simt(False, False), _sig(dt, F32)))
+    return tuple(out)
+
+
+SPEC = register(
+    OpSpec(
+        name="gemm",
+        dtypes=("float32", "float16"),
+        make_problem=_make_problem,
+        launch=_spec_launch,
+        flops=_flops,
+        bytes=_bytes,
+        # fp32 accumulation over K <= 4096 lands near 1e-6; TF32 (3e-4) or a wrong tile fails
+        tolerance={"float32": 2e-5, "float16": 1e-4},
+        sim_cases=_cases([("tiny-odd", 19, 23, 17)]),
+        # odd (unaligned: scalar-load path of mma) and multiple-of-8 but not of the tile (cp.async zero-fill)
+        verify_cases=_cases([("odd", 257, 129, 67), ("edge8", 520, 392, 264)]),
+        bench_cases=_cases([("4096^3", 4096, 4096, 4096), ("8192x2560x2560", 8192, 2560, 2560)]),
+        cupy=_cupy,
+        bound="compute",
+        path=path_for,
+        ptx_kernels=() if SIMULATED else _ptx_kernels(),
+    )
+)

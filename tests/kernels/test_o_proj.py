@@ -1,0 +1,97 @@
+"""o_proj (fused attn @ W + bias + residual): every path against the float64 reference, and the launcher's
+validation errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from kernels.arrays import SIMULATED
+from kernels.ops import gemm as g
+from kernels.ops import o_proj as op
+from kernels.registry import Case
+
+ON_GPU = not SIMULATED and cuda.is_available()
+needs_device = pytest.mark.skipif(
+    not (SIMULATED or ON_GPU), reason="no GPU and not under the simulator (set NUMBA_ENABLE_CUDASIM=1)"
+)
+needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a real CUDA GPU")
+
+
+def run_case(case: Case, path: str, seed: int) -> float:
+    prob = op.SPEC.make_problem(case, np.random.default_rng(seed))
+    dev = {k: cuda.to_device(v) for k, v in prob.inputs.items()}
+    shape, dt = prob.outputs["out"]
+    out = cuda.to_device(np.full(shape, np.nan, dtype=dt))
+    op.o_proj(dev["attn"], dev["w"], dev["residual"], dev.get("bias"), out, path=path)
+    got = out.copy_to_host().astype(np.float64)
+    assert np.isfinite(got).all(), f"{case.label} {case.dtype} {path}: output not fully written"
+    ref = prob.reference["out"]
+    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+
+
+def _seed() -> int:
+    return int(np.random.SeedSequence().entropy % 2**32)
+
+
+@needs_device
+@pytest.mark.parametrize("case", op.SPEC.sim_cases, ids=lambda c: f"{c.label}-{c.dtype}")
+def test_sim_cases_auto_path(case: Case) -> None:
+    assert run_case(case, "auto", _seed()) <= op.SPEC.tolerance[case.dtype]
+
+
+@needs_device
+def test_2d_attn_numpy_without_bias() -> None:
+    rng = np.random.default_rng()
+    attn = rng.standard_normal((6, 5)).astype(np.float32)
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    res = rng.standard_normal((6, 3)).astype(np.float32)
+    out = op.o_proj(attn, w, res)
+    assert isinstance(out, np.ndarray) and out.shape == (6, 3) and out.dtype == np.float32
+    np.testing.assert_allclose(out, attn.astype(np.float64) @ w + res, rtol=1e-5, atol=1e-5)
+
+
+def _t(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
+    return np.ones(shape, dtype=dtype)
+
+
+@needs_device
+@pytest.mark.parametrize(
+    ("kw", "exc", "match"),
+    [
+        ({"w": _t((6, 3))}, ValueError, r"w: inner dimensions do not match: attn has K = 5"),
+        ({"attn": _t((5,))}, ValueError, r"attn: expected 2 or 3 dimensions, got shape \(5,\)"),
+        ({"residual": _t((2, 4, 4))}, ValueError, r"residual: expected shape \(2, 4, 3\)"),
+        ({"bias": _t((4,))}, ValueError, r"bias: expected shape \(3,\)"),
+        ({"w": _t((5, 3), np.float16)}, TypeError, r"w: dtype float16 must match attn's dtype float32"),
+        ({"residual": _t((2, 4, 3), np.float16)}, TypeError, r"residual: dtype float16 must match"),
+        ({"bias": _t((3,), np.float64)}, TypeError, r"bias: dtype float64 must match"),
+        (
+            {"attn": _t((2, 4, 5), np.float64), "w": _t((5, 3), np.float64)},
+            TypeError,
+            r"attn: dtype float64 is not supported",
+        ),
+        ({"residual": _t((2, 4, 6))[:, :, ::2]}, ValueError, r"residual: expected a C-contiguous array"),
+        ({"out": _t((2, 4, 3), np.float16)}, TypeError, r"out: dtype float16 is not allowed"),
+    ],
+)
+def test_validation_errors(kw: dict[str, Any], exc: type[Exception], match: str) -> None:
+    args: dict[str, Any] = {"attn": _t((2, 4, 5)), "w": _t((5, 3)), "residual": _t((2, 4, 3)), "bias": None}
+    args.update(kw)
+    with pytest.raises(exc, match=match):
+        op.o_proj(args["attn"], args["w"], args["residual"], args["bias"], args.get("out"))
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize(
+    "case", op.SPEC.verify_cases + op.SPEC.bench_cases, ids=lambda c: f"{c.label}-{c.dtype}"
+)
+def test_gpu_every_path(case: Case) -> None:
+    paths = ["portable", "simt"] + (["mma"] if case.dtype == "float16" and g.mma.available() else [])
+    for path in paths:
+        err = run_case(case, path, _seed())
+        assert err <= op.SPEC.tolerance[case.dtype], f"{path}: rel err {err:.3g}"
