@@ -57,7 +57,20 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def provenance(root: Path) -> Provenance:
+def _dirty(root: Path, packaged: set[str]) -> bool:
+    """True when a packaged file is modified or untracked, or a tracked kernels/ file is deleted: then the
+    commit alone does not describe the artifact. Ignored caches (__pycache__) are not packaged, so they
+    do not count."""
+    out = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "-z", "--untracked-files=all", "--", "kernels"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout  # not stripped: the first entry's status column may be a space
+    return any(len(e) > 3 and ("D" in e[:2] or e[3:] in packaged) for e in out.split("\0"))
+
+
+def provenance(root: Path, packaged: set[str]) -> Provenance:
     """Git commit, whether kernels/ differs from it, and the commit time. SOURCE_DATE_EPOCH (the
     reproducible-builds convention) overrides the time, e.g. when building outside a git checkout."""
     commit: str | None = None
@@ -66,7 +79,7 @@ def provenance(root: Path) -> Provenance:
     try:
         commit = _git(root, "rev-parse", "HEAD")
         epoch = int(_git(root, "log", "-1", "--format=%ct", "HEAD"))
-        dirty = bool(_git(root, "status", "--porcelain", "--", "kernels"))
+        dirty = _dirty(root, packaged)
     except (OSError, subprocess.CalledProcessError, ValueError):
         commit = None
     if os.environ.get("SOURCE_DATE_EPOCH"):
@@ -108,20 +121,21 @@ def package_files(root: Path) -> dict[str, bytes]:
     return files
 
 
-def compile_targets(ccs: tuple[str, ...]) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+def compile_targets(ccs: tuple[str, ...], *, root: Path) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
     """PTX of every kernel for each target, compiled offline in a child process (kernels.ptx, via
     fleet.ptx_export) so a simulator setting or CUDA state of this process cannot leak in."""
     targets: list[dict[str, Any]] = []
     files: dict[str, bytes] = {}
     env = {k: val for k, val in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # `python -m` puts cwd (= root) first on sys.path: the child compiles the kernels being packaged
     for cc in ccs:
         proc = subprocess.run(
             [sys.executable, "-m", "fleet.ptx_export", cc],
             capture_output=True,
             text=True,
             env=env,
-            cwd=str(project_root()),
+            cwd=str(root),
             check=False,
         )
         if proc.returncode == 3:  # kernels.ptx does not exist (yet): build without PTX, and say so
@@ -135,7 +149,7 @@ def compile_targets(ccs: tuple[str, ...]) -> tuple[list[dict[str, Any]], dict[st
         for k in json.loads(proc.stdout):
             rel = f"ptx/{sm}/{k['op']}.{k['kernel']}.ptx"
             files[rel] = k["ptx"].encode()
-            kernels.append({"op": k["op"], "kernel": k["kernel"], "ptx": rel, "registers": k["registers"]})
+            kernels.append({key: val for key, val in k.items() if key != "ptx"} | {"ptx": rel})
         targets.append({"cc": cc, "ptx_status": "ok", "kernels": sorted(kernels, key=lambda k: k["ptx"])})
     return targets, files
 
@@ -143,9 +157,9 @@ def compile_targets(ccs: tuple[str, ...]) -> tuple[list[dict[str, Any]], dict[st
 def build(*, spec: FleetSpec, version: str, out_dir: Path, root: Path | None = None) -> BuildResult:
     check_version(version)
     root = root or project_root()
-    prov = provenance(root)
     files = package_files(root)
-    targets, ptx_files = compile_targets(spec.compute_capabilities)
+    prov = provenance(root, set(files))
+    targets, ptx_files = compile_targets(spec.compute_capabilities, root=root)
     files.update(ptx_files)
     manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT,

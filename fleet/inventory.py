@@ -6,6 +6,7 @@ StrictUndefined so a variable the template needs and the context lacks is an err
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -35,8 +36,16 @@ class RenderedDir:
     control_path_dir: Path
 
 
+def _tojson(value: Any) -> str:
+    """JSON is valid YAML, so every scalar is quoted safely. Jinja2's own `tojson` hands an Undefined to
+    json.dumps (a TypeError that names nothing); fail the StrictUndefined way instead, naming the variable."""
+    if isinstance(value, jinja2.Undefined):
+        value._fail_with_undefined_error()
+    return json.dumps(value)
+
+
 def template_env() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(project_root() / "inventory" / "templates")),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -44,6 +53,8 @@ def template_env() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,  # YAML, not HTML; values go through `tojson`
     )
+    env.filters["tojson"] = _tojson
+    return env
 
 
 def control_path_dir(run_dir: Path) -> Path:

@@ -1,48 +1,57 @@
 """Child process of `solfleet build`: `python -m fleet.ptx_export 9.0` prints a JSON list of
-{op, kernel, ptx, registers} for every kernel compiled offline by kernels.ptx for that compute capability.
+{op, kernel, signature, ptx, registers, shared_bytes, spill_bytes, ptxas, link} for every kernel that
+kernels.ptx.compile_all compiles offline for that compute capability.
 
-Exit 3 (with the reason on stdout) when kernels.ptx does not exist, so a build can still package the
-kernels and record that PTX was unavailable; any other failure is a real build error."""
+Run with cwd = the tree being packaged. Exit 3 (reason on stdout) when that tree has no kernels/ptx.py, so a
+build can still package the kernels and record that PTX was unavailable; any other failure (a kernel that
+does not compile) is a build error."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
-def _records(result: Any) -> list[dict[str, Any]]:
-    """Accept what kernels.ptx.compile_all returns: a list of records (dicts or objects) with op, kernel,
-    ptx and registers."""
-    items = result.values() if isinstance(result, dict) else result
+def _records(result: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    for item in items:
-        get = item.get if isinstance(item, dict) else lambda k, item=item: getattr(item, k)
-        regs: Any = get("registers")
+    for name, info in sorted(result.items()):
+        regs = info.get("registers")
         out.append(
             {
-                "op": str(get("op")),
-                "kernel": str(get("kernel")),
-                "ptx": str(get("ptx")),
+                "op": str(info["op"]),
+                "kernel": str(name),
+                "signature": str(info.get("signature", "")),
+                "ptx": str(info["ptx"]),
                 "registers": None if regs is None else int(regs),
+                "shared_bytes": info.get("shared_bytes"),
+                "spill_bytes": info.get("spill_bytes"),
+                "ptxas": info.get("ptxas"),
+                "link": [Path(p).name for p in info.get("link") or []],
             }
         )
     return out
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m fleet.ptx_export CC", file=sys.stderr)
+    if len(argv) != 1 or len(argv[0].split(".")) != 2:
+        print("usage: python -m fleet.ptx_export MAJOR.MINOR", file=sys.stderr)
         return 2
+    cc = tuple(int(x) for x in argv[0].split("."))
     try:
         ptx = importlib.import_module("kernels.ptx")
     except ModuleNotFoundError as exc:
         if exc.name == "kernels.ptx":
-            print("kernels.ptx not present in this tree")
+            print("kernels/ptx.py not present in this tree")
             return 3
         raise
-    print(json.dumps(_records(ptx.compile_all(argv[0]))))
+    # an editable install can resolve kernels.ptx from another checkout: PTX must match the packaged tree
+    if not Path(ptx.__file__ or "").resolve().is_relative_to(Path.cwd().resolve()):
+        print(f"kernels/ptx.py not present in this tree (found only {ptx.__file__})")
+        return 3
+    print(json.dumps(_records(ptx.compile_all(cc))))
     return 0
 
 

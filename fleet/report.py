@@ -29,7 +29,10 @@ _STYLE = {
 
 
 def console(stream: TextIO | None = None) -> Console:
-    return Console(file=stream or sys.stdout, highlight=False, soft_wrap=True)
+    stream = stream or sys.stdout
+    # piped output (CI logs, tests) gets a wide fixed width instead of rich's 80-column fallback
+    width = None if stream.isatty() else 200
+    return Console(file=stream, highlight=False, width=width)
 
 
 class LiveTable:

@@ -6,6 +6,7 @@ Run artifacts stay under <private_data_dir>/artifacts/<ident>/ (stdout, job_even
 
 from __future__ import annotations
 
+import os
 import queue
 import shutil
 import sys
@@ -150,17 +151,15 @@ def _one_line(text: object) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
-def _binary() -> str:
-    """ansible-playbook next to this interpreter (the venv), so `.venv/bin/solfleet` works unactivated."""
-    beside = Path(sys.executable).parent / "ansible-playbook"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("ansible-playbook")
-    if not found:
+def _path_env() -> dict[str, str]:
+    """Put this interpreter's bin dir (the venv) first on PATH, so `.venv/bin/solfleet` finds the matching
+    ansible-playbook without an activated venv. (ansible-runner's `binary=` would switch it to raw mode.)"""
+    bin_dir = str(Path(sys.executable).parent)
+    if not (Path(bin_dir) / "ansible-playbook").exists() and not shutil.which("ansible-playbook"):
         raise RunnerError(
             "ansible-playbook not found next to the interpreter or on PATH; install ansible-core"
         )
-    return found
+    return {"PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
 
 
 def run_playbook(
@@ -193,7 +192,7 @@ def run_playbook(
         limit=",".join(hosts),
         extravars=dict(extravars),
         ident=ident,
-        binary=_binary(),
+        envvars=_path_env(),
         event_handler=on_event,
         cancel_callback=cancel.is_set,
         quiet=True,
@@ -208,6 +207,15 @@ def run_playbook(
             f"interrupted during {playbook}; hosts may be mid-step (see the node journals)"
         ) from None
     status = str(runner.status)
+    if all(h.status in (HostStatus.PENDING, HostStatus.RUNNING) for h in state.values()):
+        # no playbook_on_stats and no host event: ansible-playbook itself failed (bad syntax, bad args)
+        raise RunnerError(
+            f"{playbook} did not run (ansible-runner {status}, rc {runner.rc}); "
+            f"see {private_data_dir / 'artifacts' / ident / 'stdout'}"
+        )
+    for h in state.values():
+        if h.status in (HostStatus.PENDING, HostStatus.RUNNING):
+            h.status = HostStatus.NOT_RUN  # the run ended without a final word on this host
     if status in ("timeout", "error"):
         raise RunnerError(
             f"ansible-runner {status} running {playbook} on {', '.join(hosts)} "

@@ -1,0 +1,130 @@
+"""The artifact: a real tarball, built twice byte-identical, every file's sha256 in the manifest."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from fleet.artifact import build, read_manifest
+from fleet.errors import ArtifactError, SpecError
+from fleet.spec import embedded_fleet, load_spec
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "GIT_AUTHOR_DATE": "2026-01-02T03:04:05Z",
+                        "GIT_COMMITTER_DATE": "2026-01-02T03:04:05Z", "PATH": "/usr/bin:/bin"})
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A small committed project with a kernels package, bytecode caches and an op subpackage."""
+    root = tmp_path / "src"
+    (root / "kernels" / "ops" / "__pycache__").mkdir(parents=True)
+    (root / "kernels" / "__init__.py").write_text('"""k"""\n')
+    (root / "kernels" / "ops" / "__init__.py").write_text("")
+    (root / "kernels" / "ops" / "add.py").write_text("def add(a, b):\n    return a + b\n")
+    (root / "kernels" / "ops" / "add.cu").write_text("// device code\n")
+    (root / "kernels" / "ops" / "__pycache__" / "add.cpython-311.pyc").write_bytes(b"\0junk")
+    (root / "kernels" / "stale.pyc").write_bytes(b"\0junk")
+    _git(root, "init", "-q")
+    _git(root, "add", "kernels/__init__.py", "kernels/ops/__init__.py", "kernels/ops/add.py", "kernels/ops/add.cu")
+    _git(root, "commit", "-q", "-m", "k")
+    return root
+
+
+@pytest.fixture
+def spec(tmp_path: Path):
+    return load_spec(embedded_fleet(), work_dir=tmp_path / "work")
+
+
+def test_same_tree_and_version_give_identical_bytes(tree: Path, spec, tmp_path: Path) -> None:
+    a = build(spec=spec, version="1.2.0", out_dir=tmp_path / "a", root=tree)
+    (tree / "kernels" / "ops" / "add.py").touch()  # a new mtime must not matter
+    b = build(spec=spec, version="1.2.0", out_dir=tmp_path / "b", root=tree)
+    assert a.path.name == "solfleet-ops-1.2.0.tar.gz"
+    assert a.path.read_bytes() == b.path.read_bytes()
+    assert a.sha256 == hashlib.sha256(a.path.read_bytes()).hexdigest()
+    c = build(spec=spec, version="1.2.1", out_dir=tmp_path / "c", root=tree)
+    assert c.path.read_bytes() != a.path.read_bytes()
+
+
+def test_manifest_lists_every_file_with_its_sha256(tree: Path, spec, tmp_path: Path) -> None:
+    result = build(spec=spec, version="1.2.0", out_dir=tmp_path / "out", root=tree)
+    with tarfile.open(result.path) as tar:
+        members = tar.getmembers()
+        names = [m.name for m in members]
+        contents = {m.name: tar.extractfile(m).read() for m in members if m.isfile()}
+    assert names == sorted(names)
+    manifest = json.loads(contents.pop("MANIFEST.json"))
+    assert manifest == read_manifest(result.path)
+    assert set(manifest["files"]) == set(contents)
+    assert set(contents) == {"kernels/__init__.py", "kernels/ops/__init__.py", "kernels/ops/add.py",
+                             "kernels/ops/add.cu"}  # no __pycache__, no .pyc
+    for name, data in contents.items():
+        assert manifest["files"][name] == hashlib.sha256(data).hexdigest()
+    assert manifest["version"] == "1.2.0" and manifest["name"] == "solfleet-ops"
+    assert len(manifest["git"]["commit"]) == 40 and manifest["git"]["dirty"] is False
+    assert manifest["build_time"] == "2026-01-02T03:04:05Z"  # the commit time, not the clock
+    assert set(manifest["stack"]) >= {"python", "numba", "numba_cuda", "numpy"}
+    assert manifest["stack_id"] == spec.stack_id
+    assert [t["cc"] for t in manifest["targets"]] == ["9.0"]
+    for m in members:
+        assert m.uid == 0 and m.gid == 0 and m.uname == "" and m.mtime == 1767323045
+        assert m.mode == (0o755 if m.isdir() else 0o644)
+        assert not m.issym() and not m.name.startswith("/") and ".." not in m.name.split("/")
+
+
+def test_gzip_header_has_no_mtime_or_name(tree: Path, spec, tmp_path: Path) -> None:
+    blob = build(spec=spec, version="1.2.0", out_dir=tmp_path / "out", root=tree).path.read_bytes()
+    assert blob[:2] == b"\x1f\x8b"
+    assert blob[4:8] == b"\0\0\0\0"  # MTIME
+    assert not blob[3] & 0x08  # FLG.FNAME unset
+    gzip.decompress(blob)
+
+
+def test_dirty_tree_is_recorded(tree: Path, spec, tmp_path: Path) -> None:
+    (tree / "kernels" / "ops" / "add.py").write_text("def add(a, b):\n    return b + a\n")
+    manifest = build(spec=spec, version="1.2.0", out_dir=tmp_path / "out", root=tree).manifest
+    assert manifest["git"]["dirty"] is True
+
+
+def test_ptx_targets_follow_the_spec(tree: Path, spec, tmp_path: Path) -> None:
+    """Without kernels/ptx.py in the tree the build still packages the kernels and says PTX is missing."""
+    manifest = build(spec=spec, version="1.2.0", out_dir=tmp_path / "out", root=tree).manifest
+    (target,) = manifest["targets"]
+    assert target["ptx_status"].startswith("unavailable") and target["kernels"] == []
+
+
+def test_no_git_and_no_source_date_epoch_is_an_error(tmp_path: Path, spec, monkeypatch) -> None:
+    root = tmp_path / "plain"
+    (root / "kernels").mkdir(parents=True)
+    (root / "kernels" / "__init__.py").write_text("")
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    with pytest.raises(ArtifactError, match="SOURCE_DATE_EPOCH"):
+        build(spec=spec, version="1.0.0", out_dir=tmp_path / "out", root=root)
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    m = build(spec=spec, version="1.0.0", out_dir=tmp_path / "out", root=root).manifest
+    assert m["build_time"] == "2023-11-14T22:13:20Z" and m["git"]["commit"] is None
+
+
+def test_bad_version_is_rejected(tree: Path, spec, tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="--version: '1.0' is not allowed"):
+        build(spec=spec, version="1.0", out_dir=tmp_path / "out", root=tree)
+    assert not (tmp_path / "out").exists()
+
+
+def test_read_manifest_rejects_a_non_artifact(tmp_path: Path) -> None:
+    bogus = tmp_path / "x.tar.gz"
+    bogus.write_bytes(b"not a tarball")
+    with pytest.raises(ArtifactError, match="not a solfleet artifact"):
+        read_manifest(bogus)
+    with pytest.raises(ArtifactError, match="does not exist"):
+        read_manifest(tmp_path / "missing.tar.gz")
