@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet.errors import ArtifactError
+from fleet.errors import ArtifactError, BuildFailed
 from fleet.spec import FleetSpec, check_version, project_root
 
 ARTIFACT_NAME = "solfleet-ops"
@@ -142,8 +142,8 @@ def compile_targets(ccs: tuple[str, ...], *, root: Path) -> tuple[list[dict[str,
             targets.append({"cc": cc, "ptx_status": f"unavailable: {proc.stdout.strip()}", "kernels": []})
             continue
         if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ArtifactError(f"PTX for cc {cc} failed to compile: {tail}")
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1].strip()
+            raise BuildFailed(f"PTX for cc {cc} failed to compile: {tail}")
         kernels = []
         sm = "sm_" + cc.replace(".", "")
         for k in json.loads(proc.stdout):

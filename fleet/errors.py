@@ -42,6 +42,12 @@ class ArtifactError(UsageError):
     """The artifact cannot be built or read (bad version, missing file, broken manifest)."""
 
 
+class BuildFailed(FleetError):
+    """The artifact could not be built from this tree (a kernel that does not compile to PTX)."""
+
+    exit_code = ExitCode.OPERATION_FAILED
+
+
 class OperationFailed(FleetError):
     """A rollout or rollback failed on at least one host; names the host and phase."""
 

@@ -4,6 +4,7 @@ so the plan printed before a deploy is exactly what runs, and `--dry-run` can st
 from __future__ import annotations
 
 import fnmatch
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -34,7 +35,9 @@ class Plan:
         return tuple(h for b in self.batches for h in b.hosts)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain JSON types (lists, not tuples): what the ledger stores and `history --json` prints."""
+        data: dict[str, Any] = json.loads(json.dumps(asdict(self)))
+        return data
 
 
 def select_nodes(nodes: Sequence[Node], limit: str | None) -> list[Node]:

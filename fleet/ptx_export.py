@@ -51,7 +51,18 @@ def main(argv: list[str]) -> int:
     if not Path(ptx.__file__ or "").resolve().is_relative_to(Path.cwd().resolve()):
         print(f"kernels/ptx.py not present in this tree (found only {ptx.__file__})")
         return 3
-    print(json.dumps(_records(ptx.compile_all(cc))))
+    try:
+        records = _records(ptx.compile_all(cc))
+    except Exception as exc:  # a kernel that does not compile: one line for the build error, then the detail
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        print(
+            f"{type(exc).__name__}: {first} (run `python -m fleet.ptx_export {argv[0]}` for the traceback)",
+            file=sys.stderr,
+        )
+        if sys.stderr.isatty():
+            raise
+        return 1
+    print(json.dumps(records))
     return 0
 
 

@@ -108,12 +108,13 @@ def fold_event(hosts: dict[str, HostProgress], event: Mapping[str, Any]) -> None
         if data.get("ignore_errors"):
             return
         hp.failed += 1
-        hp.failed_task = task
+        # the first failed task names the phase; a rescue's re-raise comes later and only summarises it
+        hp.failed_task = hp.failed_task or task
         hp.message = _one_line(res.get("msg") or res.get("stderr") or res.get("reason") or "task failed")
         hp.status = HostStatus.FAILED
     elif kind == "runner_on_unreachable":
         hp.unreachable += 1
-        hp.failed_task = task
+        hp.failed_task = hp.failed_task or task
         hp.message = _one_line(res.get("msg") or "unreachable")
         hp.status = HostStatus.UNREACHABLE
 

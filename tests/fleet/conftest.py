@@ -10,7 +10,6 @@ import yaml
 from fleet.spec import FleetSpec, parse_spec
 
 
-
 @pytest.fixture
 def spec_file(tmp_path: Path):
     """Write a spec (dict or raw text) to a file; returns its path."""

@@ -17,10 +17,20 @@ from fleet.spec import embedded_fleet, load_spec
 
 
 def _git(root: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t", "GIT_AUTHOR_DATE": "2026-01-02T03:04:05Z",
-                        "GIT_COMMITTER_DATE": "2026-01-02T03:04:05Z", "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        ["git", "-C", str(root), *args],
+        check=True,
+        capture_output=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+            "GIT_AUTHOR_DATE": "2026-01-02T03:04:05Z",
+            "GIT_COMMITTER_DATE": "2026-01-02T03:04:05Z",
+            "PATH": "/usr/bin:/bin",
+        },
+    )
 
 
 @pytest.fixture
@@ -35,7 +45,14 @@ def tree(tmp_path: Path) -> Path:
     (root / "kernels" / "ops" / "__pycache__" / "add.cpython-311.pyc").write_bytes(b"\0junk")
     (root / "kernels" / "stale.pyc").write_bytes(b"\0junk")
     _git(root, "init", "-q")
-    _git(root, "add", "kernels/__init__.py", "kernels/ops/__init__.py", "kernels/ops/add.py", "kernels/ops/add.cu")
+    _git(
+        root,
+        "add",
+        "kernels/__init__.py",
+        "kernels/ops/__init__.py",
+        "kernels/ops/add.py",
+        "kernels/ops/add.cu",
+    )
     _git(root, "commit", "-q", "-m", "k")
     return root
 
@@ -66,8 +83,12 @@ def test_manifest_lists_every_file_with_its_sha256(tree: Path, spec, tmp_path: P
     manifest = json.loads(contents.pop("MANIFEST.json"))
     assert manifest == read_manifest(result.path)
     assert set(manifest["files"]) == set(contents)
-    assert set(contents) == {"kernels/__init__.py", "kernels/ops/__init__.py", "kernels/ops/add.py",
-                             "kernels/ops/add.cu"}  # no __pycache__, no .pyc
+    assert set(contents) == {
+        "kernels/__init__.py",
+        "kernels/ops/__init__.py",
+        "kernels/ops/add.py",
+        "kernels/ops/add.cu",
+    }  # no __pycache__, no .pyc
     for name, data in contents.items():
         assert manifest["files"][name] == hashlib.sha256(data).hexdigest()
     assert manifest["version"] == "1.2.0" and manifest["name"] == "solfleet-ops"

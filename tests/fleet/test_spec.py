@@ -13,13 +13,21 @@ import pytest
 from fleet.errors import SpecError, UsageError
 from fleet.spec import Connection, OnFailure, embedded_fleet, load_spec, project_root
 
-
 VALID = {
     "fleet": "t",
-    "defaults": {"connection": "ssh", "user": "ops", "python": "/usr/bin/python3",
-                 "ssh": {"private_key_file": "keys/id", "known_hosts_file": "/etc/kh"}},
+    "defaults": {
+        "connection": "ssh",
+        "user": "ops",
+        "python": "/usr/bin/python3",
+        "ssh": {"private_key_file": "keys/id", "known_hosts_file": "/etc/kh"},
+    },
     "nodes": [
-        {"name": "a1", "host": "10.0.0.1", "labels": ["canary"], "gpu": {"count": 8, "model": "H200", "cc": "9.0"}},
+        {
+            "name": "a1",
+            "host": "10.0.0.1",
+            "labels": ["canary"],
+            "gpu": {"count": 8, "model": "H200", "cc": "9.0"},
+        },
         {"name": "a2", "host": "10.0.0.2", "port": 2222},
         {"name": "a3", "host": "10.0.0.3", "root": "/srv/solfleet"},
     ],
@@ -88,10 +96,22 @@ MISTAKES = [
     ("bad connection", "defaults.connection", "telnet", "defaults.connection", "one of: ssh, local"),
     ("bad cc", "nodes[0].gpu.cc", "9", "nodes[0].gpu.cc", "compute capability"),
     ("cc as a float", "nodes[0].gpu.cc", 9.0, "nodes[0].gpu.cc", "quoted"),
-    ("bad on_failure", "rollout.on_failure", "panic", "rollout.on_failure", "rollback_fleet, rollback_batch, halt"),
+    (
+        "bad on_failure",
+        "rollout.on_failure",
+        "panic",
+        "rollout.on_failure",
+        "rollback_fleet, rollback_batch, halt",
+    ),
     ("bad batch percentage", "rollout.batches", [1, "150%"], "rollout.batches[1]", "percentage"),
     ("zero batch", "rollout.batches", [0], "rollout.batches[0]", "integer >= 1"),
-    ("canary label unused", "rollout.canary", {"labels": ["nope"]}, "rollout.canary.labels", "labels in use: canary"),
+    (
+        "canary label unused",
+        "rollout.canary",
+        {"labels": ["nope"]},
+        "rollout.canary.labels",
+        "labels in use: canary",
+    ),
     ("canary both", "rollout.canary", {"labels": ["canary"], "count": 1}, "rollout.canary", "exactly one"),
     ("bad version pin", "stack.numba", "latest!", "stack.numba", "version pin"),
     ("pin as a float", "stack.python", 3.12, "stack.python", "quoted"),
@@ -100,14 +120,22 @@ MISTAKES = [
     ("missing python for ssh", "defaults.python", "<del>", "nodes[0].python", "required for connection ssh"),
     ("relative python", "defaults.python", "python3", "defaults.python", "absolute path"),
     ("keep_releases too small", "rollout.keep_releases", 1, "rollout.keep_releases", "integer 2..100"),
-    ("unset env var", "nodes[0].root", "/srv/${NO_SUCH_VAR_SOLFLEET}", "nodes[0].root", "NO_SUCH_VAR_SOLFLEET is not set"),
+    (
+        "unset env var",
+        "nodes[0].root",
+        "/srv/${NO_SUCH_VAR_SOLFLEET}",
+        "nodes[0].root",
+        "NO_SUCH_VAR_SOLFLEET is not set",
+    ),
     ("labels not a list", "nodes[0].labels", "canary", "nodes[0].labels", "list of labels"),
     ("nodes empty", "nodes", [], "nodes", "non-empty list"),
     ("min_sol out of range", "gates.min_sol", {"sgemm": 1.5}, "gates.min_sol.sgemm", "number 0.0..1.0"),
 ]
 
 
-@pytest.mark.parametrize(("kind", "path", "value", "field", "allowed"), MISTAKES, ids=[m[0] for m in MISTAKES])
+@pytest.mark.parametrize(
+    ("kind", "path", "value", "field", "allowed"), MISTAKES, ids=[m[0] for m in MISTAKES]
+)
 def test_each_mistake_is_one_line_naming_the_field(
     make_spec, kind: str, path: str, value: object, field: str, allowed: str
 ) -> None:
@@ -121,7 +149,9 @@ def test_each_mistake_is_one_line_naming_the_field(
 
 def test_duplicate_node_names(make_spec) -> None:
     data = mutate("nodes[2].name", "a1")
-    with pytest.raises(SpecError, match=r"nodes\[2\]\.name: 'a1' is not allowed; duplicate of nodes\[0\]\.name"):
+    with pytest.raises(
+        SpecError, match=r"nodes\[2\]\.name: 'a1' is not allowed; duplicate of nodes\[0\]\.name"
+    ):
         make_spec(data)
 
 
@@ -132,8 +162,11 @@ def test_duplicate_yaml_key_is_reported_with_its_line(spec_file, tmp_path: Path)
 
 
 def test_two_local_nodes_may_not_share_a_root(make_spec) -> None:
-    data = {"fleet": "t", "defaults": {"connection": "local", "root": "/tmp/x"},
-            "nodes": [{"name": "a"}, {"name": "b"}]}
+    data = {
+        "fleet": "t",
+        "defaults": {"connection": "local", "root": "/tmp/x"},
+        "nodes": [{"name": "a"}, {"name": "b"}],
+    }
     with pytest.raises(SpecError, match=r"nodes\[1\]\.root.*already uses this root"):
         make_spec(data)
 
@@ -143,7 +176,7 @@ def test_not_yaml(spec_file, tmp_path: Path) -> None:
         load_spec(spec_file("fleet: t\nnodes: [a, b\nrollout: {}\n"), work_dir=tmp_path)
 
 
-# Through the real CLI, as a subprocess: exit 2, one line on stderr, and no work dir created (nothing touched).
+# Through the real CLI, as a subprocess: exit 2, one line on stderr, no work dir created (nothing touched).
 CLI_CASES = [
     ("port", "nodes[1].port", 0, ["deploy", "--version", "1.0.0", "--dry-run"]),
     ("unknown key", "rollout.serial", 2, ["render"]),
@@ -162,7 +195,10 @@ def test_cli_exits_2_and_touches_nothing(spec_file, tmp_path: Path, kind, path, 
     work = tmp_path / "work"
     proc = subprocess.run(
         [sys.executable, "-m", "fleet.cli", "--fleet", str(spec), "--work-dir", str(work), *argv],
-        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

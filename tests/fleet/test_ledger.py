@@ -1,0 +1,126 @@
+"""The ledger is a real SQLite file; an interrupted run is never lost."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fleet.errors import Interrupted
+from fleet.ledger import HostRecord, Ledger, OpStatus, new_operation_id
+from fleet.plan import plan_rollout
+from fleet.rollout import Operation
+from fleet.spec import embedded_fleet, load_spec
+from fleet.workdir import ledger_path
+
+
+def rec(host: str, outcome: str, before: str | None, after: str | None, step: str = "batch 1") -> HostRecord:
+    return HostRecord(
+        step=step,
+        host=host,
+        outcome=outcome,
+        changed=outcome == "activated",
+        version_before=before,
+        version_after=after,
+        failed_phase=None,
+        message="m",
+        phases={"push": 0.5, "verify": 2.0},
+    )
+
+
+def test_operations_and_host_outcomes_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as ledger:
+        op = ledger.begin(
+            op_id=new_operation_id(),
+            kind="deploy",
+            version="1.1.0",
+            fleet="f",
+            plan={"batches": [["a", "b"]]},
+        )
+        ledger.record_hosts(
+            op, [rec("a", "activated", "1.0.0", "1.1.0"), rec("b", "refused", "1.0.0", "1.0.0")]
+        )
+        ledger.finish(op, OpStatus.FAILED, "b refused")
+    with Ledger(path) as ledger:  # a fresh connection reads what was committed
+        (op_row,) = ledger.operations()
+        assert (op_row.kind, op_row.version, op_row.status, op_row.message) == (
+            "deploy",
+            "1.1.0",
+            "failed",
+            "b refused",
+        )
+        assert op_row.plan == {"batches": [["a", "b"]]} and op_row.finished is not None
+        hosts = ledger.host_outcomes(op_row.id)
+        assert [(h.host, h.outcome, h.version_before, h.version_after) for h in hosts] == [
+            ("a", "activated", "1.0.0", "1.1.0"),
+            ("b", "refused", "1.0.0", "1.0.0"),
+        ]
+        assert hosts[0].phases == {"push": 0.5, "verify": 2.0}
+    # and it is plain SQLite anyone can query
+    rows = sqlite3.connect(path).execute("SELECT host, outcome FROM host_outcomes ORDER BY id").fetchall()
+    assert rows == [("a", "activated"), ("b", "refused")]
+
+
+def test_desired_version_is_the_latest_known_per_host_and_ignores_stage(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        d1 = ledger.begin(op_id="r-1", kind="deploy", version="1.0.0", fleet="f", plan={})
+        ledger.record_hosts(d1, [rec("a", "activated", None, "1.0.0"), rec("b", "activated", None, "1.0.0")])
+        s = ledger.begin(op_id="r-2", kind="stage", version="2.0.0", fleet="f", plan={})
+        ledger.record_hosts(s, [rec("a", "staged", "1.0.0", "1.0.0")])
+        d2 = ledger.begin(op_id="r-3", kind="deploy", version="1.1.0", fleet="f", plan={})
+        ledger.record_hosts(
+            d2, [rec("a", "activated", "1.0.0", "1.1.0"), rec("b", "unreachable", None, None)]
+        )
+        assert ledger.desired_versions() == {"a": "1.1.0", "b": "1.0.0"}
+
+
+def test_a_killed_controller_leaves_a_row_marked_interrupted(tmp_path: Path) -> None:
+    """A real child process begins an operation and dies without finishing it (os._exit, as SIGKILL would)."""
+    path = tmp_path / "l.sqlite"
+    child = textwrap.dedent(f"""
+        import os
+        from fleet.ledger import Ledger
+        ledger = Ledger(__import__("pathlib").Path({str(path)!r}))
+        ledger.begin(op_id="r-killed", kind="deploy", version="3.0.0", fleet="f", plan={{}})
+        os._exit(9)
+    """)
+    proc = subprocess.run([sys.executable, "-c", child], timeout=60)
+    assert proc.returncode == 9
+    raw = sqlite3.connect(path).execute("SELECT status FROM operations WHERE id='r-killed'").fetchone()
+    assert raw == ("running",)  # the row survived the crash
+    with Ledger(path) as ledger:  # the next solfleet run on this controller sees the pid is gone
+        (op,) = ledger.operations()
+        assert op.status == "interrupted" and "without finishing" in op.message
+
+
+def test_a_live_running_operation_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as first:
+        first.begin(op_id="r-live", kind="deploy", version="1.0.0", fleet="f", plan={})
+        with Ledger(path) as second:  # same pid, still alive
+            assert second.operations()[0].status == "running"
+    assert os.getpid()
+
+
+def test_ctrl_c_during_an_operation_marks_it_interrupted(tmp_path: Path) -> None:
+    spec = load_spec(embedded_fleet(), work_dir=tmp_path)
+    plan = plan_rollout(list(spec.nodes), spec.rollout, version="1.0.0")
+    op = Operation(spec, plan)
+
+    def body(ledger: Ledger) -> None:
+        ledger.record_hosts(op.op_id, [rec("n1", "activated", None, "1.0.0", step="canary")])
+        raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted):
+        op.execute(body)
+    with Ledger(ledger_path(spec)) as ledger:
+        (row,) = ledger.operations()
+        assert row.id == op.op_id and row.status == "interrupted"
+        assert [h.host for h in ledger.host_outcomes(op.op_id)] == ["n1"]  # recorded before the interrupt
+    assert (op.pdd / "inventory" / "hosts.yml").is_file()  # the run dir is kept for inspection
