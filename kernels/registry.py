@@ -63,7 +63,7 @@ class OpSpec:
     # kernels to compile offline to PTX for the artifact manifest: (kernel name, @cuda.jit dispatcher or
     # python function, numba signature string). Kernels that link external CUDA C add a 4th item, their link
     # files (see kernels.ptx).
-    ptx_kernels: tuple[tuple[str, Any, str], ...] = ()
+    ptx_kernels: tuple[tuple[Any, ...], ...] = ()
     # which implementation the launcher takes for a case on this machine (e.g. "portable" under the
     # simulator, "mma" on tensor cores), for ops with several; verify/bench put it in each result as "path".
     # None: one path.

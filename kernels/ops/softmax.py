@@ -29,6 +29,8 @@ def _push(m, s, v):  # type: ignore[no-untyped-def]
     """Add one value to an online-softmax partial (m, s)."""
     if v > m:
         return v, s * math.exp(m - v) + float32(1.0)
+    if m == NEG_INF:  # v is -inf too: it adds exp(-inf) = 0 (and -inf - -inf would be NaN)
+        return m, s
     return m, s + math.exp(v - m)
 
 

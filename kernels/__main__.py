@@ -1,0 +1,5 @@
+import sys
+
+from kernels.cli import main
+
+sys.exit(main())

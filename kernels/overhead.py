@@ -1,0 +1,89 @@
+"""Host overhead of one op call on device arrays: the Python time from the call to the return of the
+(asynchronous) launch, at a tiny shape so the GPU never holds the host back.
+
+Compared in the same process: the op launchers (validation + fast launch), `Kernel.launch` alone with
+pre-resolved operands, and numba's own dispatcher launching the very same compiled kernel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from kernels.arrays import operand
+
+CALLS = 2000
+SYNC_EVERY = 200  # drain the queue now and then, outside the timed region
+
+
+def _time(fn: Callable[[], Any], calls: int) -> dict[str, float]:
+    for _ in range(50):
+        fn()
+    cuda.synchronize()
+    ns = []
+    for i in range(calls):
+        t0 = time.perf_counter_ns()
+        fn()
+        ns.append(time.perf_counter_ns() - t0)
+        if i % SYNC_EVERY == SYNC_EVERY - 1:
+            cuda.synchronize()
+    cuda.synchronize()
+    us = np.asarray(ns) / 1e3
+    return {
+        "median_us": round(float(np.median(us)), 2),
+        "p10_us": round(float(np.percentile(us, 10)), 2),
+        "p90_us": round(float(np.percentile(us, 90)), 2),
+    }
+
+
+def measure(calls: int = CALLS) -> list[dict[str, Any]]:
+    from kernels.ops import cast, clip_grad_norm, layernorm, residual_add, rmsnorm, softmax
+
+    rng = np.random.default_rng()
+    f32 = np.float32
+    x = cuda.to_device(rng.standard_normal((4, 256), dtype=f32))
+    r = cuda.to_device(rng.standard_normal((4, 256), dtype=f32))
+    w = cuda.to_device(rng.standard_normal(256, dtype=f32))
+    b = cuda.to_device(rng.standard_normal(256, dtype=f32))
+    out = cuda.device_array((4, 256), dtype=f32)
+    out16 = cuda.device_array((4, 256), dtype=np.float16)
+    g = [cuda.to_device(rng.standard_normal(1000, dtype=f32)) for _ in range(2)]
+    norm = cuda.device_array(1, dtype=f32)
+    n = 4 * 256
+    xo, ro, oo = (operand(k, v).reshaped((n,)) for k, v in (("x", x), ("r", r), ("out", out)))
+    grid = residual_add.grid_for(n)
+    fast = residual_add._KERNELS[np.dtype(f32)]
+    disp = residual_add._residual_add_kernel
+    xf, rf, of = x.reshape(n), r.reshape(n), out.reshape(n)
+    clip = clip_grad_norm.clip_grad_norm
+    rows: list[tuple[str, Callable[[], Any]]] = [
+        ("residual_add, numba arrays", lambda: residual_add.residual_add(x, r, out)),
+        ("rmsnorm, numba arrays", lambda: rmsnorm.rmsnorm(x, w, out)),
+        ("layernorm, numba arrays", lambda: layernorm.layernorm(x, w, b, out)),
+        ("softmax, numba arrays", lambda: softmax.softmax(x, out)),
+        ("cast, numba arrays", lambda: cast.cast(x, out16)),
+        ("clip_grad_norm, 2 arrays, 5 launches", lambda: clip(g, 1e9, norm_out=norm)),
+        ("Kernel.launch only (residual_add)", lambda: fast.launch(grid, 256, (xo, ro, oo))),
+        ("numba dispatcher, same kernel", lambda: disp[grid, 256](xf, rf, of)),
+    ]
+    try:
+        import cupy as cp
+
+        cx, cr, cout = cp.asarray(x), cp.asarray(r), cp.asarray(out)
+        rows.insert(1, ("residual_add, cupy arrays", lambda: residual_add.residual_add(cx, cr, cout)))
+        rows.append(("cupy.add, cupy arrays (for scale)", lambda: cp.add(cx, cr, out=cout)))
+    except ImportError:
+        pass
+    res = []
+    for label, fn in rows:
+        res.append({"call": label, **_time(fn, calls)})
+    # the timed calls must also be right: the last residual_add / rmsnorm wrote `out`
+    residual_add.residual_add(x, r, out)
+    ok = np.allclose(out.copy_to_host(), x.copy_to_host() + r.copy_to_host(), rtol=1e-6, atol=1e-6)
+    if not ok:
+        raise RuntimeError("overhead measurement: residual_add produced wrong values")
+    return res

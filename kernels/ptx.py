@@ -1,0 +1,98 @@
+"""Offline PTX for the artifact manifest: every OpSpec's `ptx_kernels`, compiled for one compute capability
+with no GPU present (`cuda.compile_ptx` through NVVM from the numba-cuda[cu13] wheels, FACTS.md), with the
+register use ptxas reports for each kernel.
+
+ptx_kernels entries are (name, dispatcher or Python function, signature) or, for kernels that link CUDA C
+device functions, (name, function, signature, link files): those compile to PTX with unresolved externs, so
+ptxas runs in relocatable mode (-c) and the link files are listed in the entry.
+ptxas is optional: where it is missing or fails, "registers" is None and "ptxas" says why; never an error.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from numba import cuda
+
+from kernels.registry import all_ops
+
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_TOO_NEW = re.compile(r"Unsupported \.version (\d+\.\d+); current version is '(\d+\.\d+)'")
+
+
+def _ptxas(ptx: str, cc: tuple[int, int], relocatable: bool) -> dict[str, Any]:
+    """Register report of one PTX module. NVVM from newer CUDA wheels may stamp a PTX ISA version the local
+    ptxas does not know (here 9.5 against ptxas 13.0's 9.0); these kernels use nothing newer, so the report
+    is taken from a copy with the older version line, and says so ("ptx_version_lowered")."""
+    res = _ptxas_once(ptx, cc, relocatable)
+    m = _TOO_NEW.search(str(res.get("ptxas", "")))
+    if m:
+        res = _ptxas_once(ptx.replace(f".version {m.group(1)}", f".version {m.group(2)}", 1), cc, relocatable)
+        res["ptx_version_lowered"] = f"{m.group(1)} -> {m.group(2)}"
+    return res
+
+
+def _ptxas_once(ptx: str, cc: tuple[int, int], relocatable: bool) -> dict[str, Any]:
+    exe = shutil.which("ptxas")
+    if exe is None:
+        return {"registers": None, "ptxas": "ptxas not found on PATH"}
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        cmd = [exe, "-v", f"-arch=sm_{cc[0]}{cc[1]}", str(src), "-o", str(Path(tmp) / "k.cubin")]
+        if relocatable:
+            cmd.insert(1, "-c")
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return {"registers": None, "ptxas": f"ptxas did not run: {e}"}
+    text = p.stdout + p.stderr
+    if p.returncode != 0:
+        first = text.strip().splitlines()[:1]
+        return {"registers": None, "ptxas": f"ptxas exit {p.returncode}: {first[0] if first else ''}"}
+    used = _USED.search(text)
+    smem = _SMEM.search(text)
+    spill = _SPILL.search(text)
+    return {
+        "registers": int(used.group(1)) if used else None,
+        "shared_bytes": int(smem.group(1)) if smem else 0,
+        "spill_bytes": (int(spill.group(1)) + int(spill.group(2))) if spill else 0,
+        "ptxas": "ok",
+    }
+
+
+def compile_one(fn: Any, sig: str, cc: tuple[int, int]) -> str:
+    py = getattr(fn, "py_func", fn)
+    ptx, _ = cuda.compile_ptx(py, sig, cc=cc)
+    return str(ptx)
+
+
+def compile_all(cc: tuple[int, int]) -> dict[str, dict[str, Any]]:
+    """kernel name -> {"op", "signature", "cc", "ptx", "registers", "shared_bytes", "spill_bytes", "ptxas",
+    "link", "error"}. A kernel that does not compile gets "ptx": None and "error" (one line): the caller (the
+    artifact builder) decides whether that stops the build; one op's failure never hides the others'."""
+    out: dict[str, dict[str, Any]] = {}
+    for spec in all_ops().values():
+        for entry in spec.ptx_kernels:
+            name, fn, sig = entry[0], entry[1], entry[2]
+            link = [str(p) for p in entry[3]] if len(entry) > 3 else []
+            info: dict[str, Any] = {"op": spec.name, "signature": sig, "cc": f"{cc[0]}.{cc[1]}", "link": link}
+            try:
+                ptx = compile_one(fn, sig, cc)
+            except Exception as e:  # noqa: BLE001
+                last = str(e).strip().splitlines()
+                info.update(ptx=None, registers=None, error=f"{type(e).__name__}: {last[0] if last else ''}")
+                out[name] = info
+                continue
+            info["ptx"] = ptx
+            info["error"] = None
+            info.update(_ptxas(ptx, cc, relocatable=bool(link)))
+            out[name] = info
+    return out

@@ -1,0 +1,32 @@
+"""What the per-op tests share: device gates and one-call helpers (kept small on purpose)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from kernels import verify
+from kernels.arrays import SIMULATED
+from kernels.registry import Case, OpSpec
+
+ON_GPU = not SIMULATED and cuda.is_available()
+needs_device = pytest.mark.skipif(
+    not (SIMULATED or ON_GPU), reason="no GPU and not under the simulator (set NUMBA_ENABLE_CUDASIM=1)"
+)
+needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a real CUDA GPU")
+
+
+def case_id(c: Case) -> str:
+    return f"{c.label}-{c.dtype}"
+
+
+def small_cases(spec: OpSpec) -> tuple[Case, ...]:
+    """Simulator: the tiny cases; GPU: the odd verification shapes as well."""
+    return spec.sim_cases if SIMULATED else spec.sim_cases + spec.verify_cases
+
+
+def assert_case_passes(spec: OpSpec, case: Case) -> None:
+    """The harness's own check: fresh inputs, NaN-poisoned outputs, every output written, rel_err <= tol."""
+    res = verify.check_case(spec, case, np.random.default_rng())
+    assert res.ok, f"{spec.name} {case.dtype} {case.label}: {res.error}"

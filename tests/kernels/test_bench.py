@@ -1,0 +1,67 @@
+"""The bench report: the builder's arithmetic and table (no GPU needed), the simulator refusal, and on a
+GPU the JSON shape of a real run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from opcheck import needs_gpu
+
+from kernels import bench, cli
+from kernels.registry import select
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_stats_and_sol():  # type: ignore[no-untyped-def]
+    st = bench._stats([float(v) for v in range(1, 101)])
+    assert st == {"median_us": 50.5, "p10_us": 10.9, "p90_us": 90.1}
+    spec = select("residual_add")[0]
+    row = {"gbs": 3000.0, "tflops": 1.0}
+    assert bench._sol(spec, row, {"mem_gbs": 4000.0, "fp32_tflops": 60.0}) == 0.75
+    assert bench._sol(spec, row, {"mem_gbs": None}) is None
+
+
+def test_table_renders_every_row():  # type: ignore[no-untyped-def]
+    rep = {
+        "device": {"name": "X"}, "date": "d", "peaks": {"mem_gbs": 4000.0, "fp32_tflops": 60.0},
+        "results": [
+            {"op": "residual_add", "dtype": "float32", "case": "c", "median_us": 100.0, "p10_us": 99.0,
+             "p90_us": 101.0, "gbs": 3000.0, "tflops": 0.1, "sol": 0.75, "ok": True,
+             "cupy": {"median_us": 150.0}, "ratio_vs_cupy": 1.5},
+            {"op": "cast", "dtype": "float32", "case": "c", "ok": False, "error": "boom"},
+        ],
+    }  # fmt: skip
+    table = cli._bench_table(rep)
+    assert "residual_add" in table and "1.50" in table and "0.75" in table and "ERROR boom" in table
+
+
+def test_bench_refuses_under_simulator():  # type: ignore[no-untyped-def]
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    p = subprocess.run([sys.executable, "-m", "kernels", "bench", "--ops", "residual_add"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert p.returncode == 2
+    assert "bench needs a real GPU" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_bench_json_on_gpu(tmp_path):  # type: ignore[no-untyped-def]
+    out = tmp_path / "b.json"
+    p = subprocess.run([sys.executable, "-m", "kernels", "bench", "--json", "--ops", "residual_add,softmax",
+                        "--compare", "cupy", "--iters", "5", "--out", str(out)], cwd=REPO,
+                       capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert set(rep) >= {"date", "device", "versions", "command", "peaks", "results"}
+    assert rep["peaks"]["mem_gbs"] > 100
+    for r in rep["results"]:
+        keys = {"op", "dtype", "case", "median_us", "p10_us", "p90_us", "tflops", "gbs", "sol", "ok"}
+        assert set(r) >= keys
+        assert r["ok"] and r["p10_us"] <= r["median_us"] <= r["p90_us"]
+        assert r["cupy"]["median_us"] > 0 and r["ratio_vs_cupy"] > 0
