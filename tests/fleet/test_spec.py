@@ -215,3 +215,21 @@ def test_bad_version_strings_exit_2(tmp_path: Path, version: str) -> None:
     code = main(["--work-dir", str(work), "build", "--version", version, "--out", str(tmp_path / "dist")])
     assert code == 2
     assert not work.exists() and not (tmp_path / "dist").exists()
+
+
+def test_the_documented_example_is_valid(tmp_path: Path) -> None:
+    """docs/fleet-spec.md's complete example must load as written."""
+    import re
+
+    import yaml
+
+    from fleet.spec import parse_spec
+
+    text = (project_root() / "docs" / "fleet-spec.md").read_text()
+    example = text.split("## A complete example", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", example, re.S)
+    assert block is not None
+    spec = parse_spec(
+        yaml.safe_load(block.group(1)), source=tmp_path / "x.yml", label="doc", work_dir=tmp_path
+    )
+    assert [n.name for n in spec.nodes] == ["gpu-a01", "gpu-a02", "gpu-b01"]
