@@ -123,7 +123,8 @@ class Deployment:
             if os.path.isdir(release) and not self.layout.is_verified(version):
                 # A crash between rename and verify leaves an unverified release: never trust it, redo it.
                 self.layout.remove_release_tree(release)
-            if self.layout.is_verified(version):
+            fresh = not self.layout.is_verified(version)  # unpacked (and stack-checked) by this run
+            if not fresh:
                 manifest = self._recheck_existing(version, release, prior_current)
                 if prior_current == version:
                     self.result.update(outcome="already_current", message=f"{version} is already current")
@@ -139,7 +140,7 @@ class Deployment:
                     self._prune(version)
                     return
             try:
-                self._activate(version, prior_current, manifest)
+                self._activate(version, prior_current, manifest, stack_checked=fresh)
                 self._health(version, release, prior_current, prior_previous)
             except NodeError:
                 raise  # the phase already restored what it had to
@@ -264,11 +265,12 @@ class Deployment:
         )
         self.timed("verify", start)
 
-    def _activate(self, version: str, prior_current: str | None, manifest: dict) -> None:
+    def _activate(self, version: str, prior_current: str | None, manifest: dict, stack_checked: bool) -> None:
         start = time.monotonic()
-        # The stack may have changed since the release was staged: check it again right before the switch.
-        check_stack(manifest, self.p["python"])
-        check_cc(manifest, self.p["gpu_cc"], self.p["simulated"])
+        if not stack_checked:
+            # Staged by an earlier run: the stack may have changed since, so check it right before the switch.
+            check_stack(manifest, self.p["python"])
+            check_cc(manifest, self.p["gpu_cc"], self.p["simulated"])
         self.layout.set_link("current", version)
         if prior_current and prior_current != version:
             self.layout.set_link("previous", prior_current)

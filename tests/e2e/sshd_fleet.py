@@ -143,6 +143,10 @@ class SshdFleet:
                     "MaxSessions 64",
                     "MaxStartups 64:30:128",
                     "LogLevel ERROR",
+                    # A node's HOME is its own dir, not the controller user's: the login shell must not run
+                    # this machine's dotfiles (here ~/.bashrc runs `pyenv init`, ~0.3 s per SSH command and
+                    # a different python on PATH), and caches under ~/.cache stay per node, as on real nodes.
+                    f"SetEnv HOME={node.home}",
                     "",
                 ]
             )
