@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS host_outcomes (
     failed_phase    TEXT,
     message         TEXT NOT NULL DEFAULT '',
     phases          TEXT NOT NULL DEFAULT '{}',   -- seconds per phase, JSON
+    simulated       INTEGER,               -- 1 when the node verified under the CUDA simulator; NULL unknown
     recorded        TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS host_outcomes_host ON host_outcomes(host, id);
@@ -71,6 +72,7 @@ class HostRecord:
     failed_phase: str | None
     message: str
     phases: Mapping[str, float]
+    simulated: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,14 @@ class Ledger:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(SCHEMA)  # idempotent (IF NOT EXISTS); executescript commits itself
+        self._migrate()
         self._mark_dead_runs()
+
+    def _migrate(self) -> None:
+        """Columns added after the first schema: a ledger written by an older solfleet keeps working."""
+        cols = {r["name"] for r in self._db.execute("PRAGMA table_info(host_outcomes)").fetchall()}
+        if "simulated" not in cols:
+            self._db.execute("ALTER TABLE host_outcomes ADD COLUMN simulated INTEGER")
 
     def close(self) -> None:
         self._db.close()
@@ -169,7 +178,8 @@ class Ledger:
         with self._tx() as db:
             db.executemany(
                 "INSERT INTO host_outcomes (operation_id, step, host, outcome, changed, version_before,"
-                " version_after, failed_phase, message, phases, recorded) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " version_after, failed_phase, message, phases, simulated, recorded)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 [
                     (
                         op_id,
@@ -182,6 +192,7 @@ class Ledger:
                         r.failed_phase,
                         r.message,
                         json.dumps(dict(r.phases), sort_keys=True),
+                        None if r.simulated is None else int(r.simulated),
                         now,
                     )
                     for r in records
@@ -227,6 +238,7 @@ class Ledger:
                 failed_phase=r["failed_phase"],
                 message=r["message"],
                 phases=json.loads(r["phases"]),
+                simulated=None if r["simulated"] is None else bool(r["simulated"]),
             )
             for r in rows.fetchall()
         ]

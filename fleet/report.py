@@ -14,7 +14,7 @@ from rich.table import Table
 
 from fleet.ledger import HostRecord, Operation
 from fleet.plan import Plan
-from fleet.rollout import PHASES, OperationReport
+from fleet.rollout import FAILED_OUTCOMES, PHASES, OperationReport
 from fleet.runner import HostProgress, HostStatus
 from fleet.status import NodeStatus
 
@@ -98,44 +98,49 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def _versions(r: HostRecord) -> str:
+    before, after = r.version_before or "-", r.version_after or "-"
+    return after if before == after else f"{before} -> {after}"
+
+
 def print_operation(out: Console, report: OperationReport) -> None:
+    """Per host: outcome, versions and phase timings in one compact table; messages of hosts that did not
+    end where asked below it (a success message would only repeat the outcome); then per-step wall time."""
     colour = {"succeeded": "green", "rolled_back": "yellow"}.get(report.status.value, "red")
-    out.print(
-        f"{report.kind} {report.version or ''} ({report.op_id}): [{colour}]{report.status.value}[/]".replace(
-            "  ", " "
-        )
-    )
-    t = Table(show_edge=False, pad_edge=False)
-    for col in ("step", "host", "outcome", "changed", "before", "after", *PHASES, "message"):
-        t.add_column(col.replace("unpack_check", "unpack+check"), overflow="fold")
+    title = " ".join(x for x in (report.kind, report.version or "", f"({report.op_id}):") if x)
+    out.print(f"{title} [{colour}]{report.status.value}[/]")
+    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for col in (
+        "step",
+        "host",
+        "outcome",
+        "version",
+        *(p.replace("unpack_check", "unpack+check") for p in PHASES),
+    ):
+        t.add_column(col, justify="right" if col in PHASES or col == "unpack+check" else "left")
+    notes = []
     for r in report.records:
-        t.add_row(
-            r.step,
-            r.host,
-            r.outcome,
-            "yes" if r.changed else "no",
-            r.version_before or "-",
-            r.version_after or "-",
-            *(_fmt(r.phases.get(p)) for p in PHASES),
-            r.message,
-        )
+        host = r.host + (" (sim)" if r.simulated else "")
+        ok = r.outcome not in FAILED_OUTCOMES | {"unreachable", "kept"}
+        outcome = r.outcome if ok else f"[red]{r.outcome}[/]"
+        t.add_row(r.step, host, outcome, _versions(r), *(_fmt(r.phases.get(p)) for p in PHASES))
+        if not ok:
+            notes.append(f"  {r.host} [{r.step}]: {r.failed_phase or r.outcome}: {r.message}")
     out.print(t)
+    for note in notes:
+        out.print(note, markup=False)
     for step in report.steps:
-        records = step.records
-        agg = {p: [r.phases[p] for r in records if p in r.phases] for p in PHASES}
+        agg = {p: [r.phases[p] for r in step.records if p in r.phases] for p in PHASES}
         fast = ", ".join(
             f"{p.replace('unpack_check', 'unpack+check')} max {max(agg[p]):.2f}s"
             for p in ("push", "unpack_check", "activate", "health")
             if agg[p]
         )
         out.print(
-            f"  {step.step}: {len(records)} host(s) in {step.seconds:.1f}s wall; {fast or 'no phase timings'}"
+            f"  {step.step}: {len(step.records)} host(s), {step.seconds:.1f}s wall; {fast or 'no phase timings'}"
         )
         if agg["verify"]:
-            out.print(
-                f"  {step.step}: verify max {max(agg['verify']):.2f}s, min {min(agg['verify']):.2f}s "
-                f"(reported apart: it runs the kernels)"
-            )
+            out.print(f"  {step.step}: verify max {max(agg['verify']):.2f}s, min {min(agg['verify']):.2f}s")
     if report.message:
         out.print(f"[{colour}]{report.message}[/]")
     if report.artifacts:

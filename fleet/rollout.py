@@ -66,7 +66,7 @@ class OperationReport:
         return [r for s in self.steps for r in s.records]
 
 
-def host_record(step: str, hp: HostProgress, *, kind: str, version: str | None) -> HostRecord:
+def host_record(step: str, hp: HostProgress) -> HostRecord:
     """One host's outcome from its folded events: the node module's `solfleet` result when there is one,
     else what the events say (unreachable, failed before the module ran, never ran)."""
     sf: Mapping[str, Any] = hp.solfleet
@@ -103,6 +103,7 @@ def host_record(step: str, hp: HostProgress, *, kind: str, version: str | None) 
         failed_phase=failed_phase if outcome in FAILED_OUTCOMES | {"unreachable"} else None,
         message=message,
         phases=phases,
+        simulated=None if "simulated" not in sf else bool(sf["simulated"]),
     )
 
 
@@ -148,10 +149,7 @@ class Operation:
             timeout_s=self.spec.timeouts.run_s,
             progress=self.progress(f"{self.plan.kind} {self.plan.version or ''} {step}".strip(), hosts),
         )
-        kind = "rollback" if playbook == ROLLBACK_PLAYBOOK else self.plan.kind
-        records = tuple(
-            host_record(step, result.hosts[h], kind=kind, version=self.plan.version) for h in hosts
-        )
+        records = tuple(host_record(step, result.hosts[h]) for h in hosts)
         ledger.record_hosts(self.op_id, list(records))  # committed per step: a crash later loses nothing
         out = StepResult(step=step, hosts=tuple(hosts), records=records, seconds=time.monotonic() - started)
         self.report.steps.append(out)

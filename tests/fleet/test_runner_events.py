@@ -34,10 +34,10 @@ def test_recorded_batch_with_one_activation_and_one_failure() -> None:
     assert n3.failed_task == "solfleet | Push artifact"  # the first failure, not the rescue's re-raise
     assert "n3" in n3.message and "\n" not in n3.message
 
-    a = host_record("batch 1", n2, kind="deploy", version="0.1.0")
+    a = host_record("batch 1", n2)
     assert (a.outcome, a.changed, a.version_before, a.version_after) == ("activated", True, "0.2.0", "0.1.0")
     assert a.failed_phase is None and a.phases["push"] == n2.push_s
-    b = host_record("batch 1", n3, kind="deploy", version="0.1.0")
+    b = host_record("batch 1", n3)
     assert (b.outcome, b.failed_phase, b.version_after) == ("failed", "push", None)
 
 
@@ -80,14 +80,14 @@ def test_unreachable_and_never_run_hosts() -> None:
     state = fold(events, ["a", "b"])
     assert state["a"].status is HostStatus.UNREACHABLE and "Connection refused" in state["a"].message
     assert state["b"].status is HostStatus.NOT_RUN
-    rec = host_record("canary", state["a"], kind="deploy", version="1.0.0")
+    rec = host_record("canary", state["a"])
     assert (rec.outcome, rec.failed_phase, rec.version_before, rec.version_after) == (
         "unreachable",
         "connect",
         None,
         None,
     )
-    assert host_record("canary", state["b"], kind="deploy", version="1.0.0").outcome == "not_run"
+    assert host_record("canary", state["b"]).outcome == "not_run"
 
 
 def test_a_refusal_reported_by_the_node_module_wins_over_rescued_stats() -> None:
@@ -118,7 +118,7 @@ def test_a_refusal_reported_by_the_node_module_wins_over_rescued_stats() -> None
     ]
     state = fold(events, ["a"])
     assert state["a"].status is HostStatus.OK
-    rec = host_record("canary", state["a"], kind="deploy", version="2.0.0")
+    rec = host_record("canary", state["a"])
     assert (rec.outcome, rec.failed_phase, rec.version_before, rec.version_after) == (
         "refused",
         "unpack_check",
