@@ -136,9 +136,8 @@ def print_operation(out: Console, report: OperationReport) -> None:
             for p in ("push", "unpack_check", "activate", "health")
             if agg[p]
         )
-        out.print(
-            f"  {step.step}: {len(step.records)} host(s), {step.seconds:.1f}s wall; {fast or 'no phase timings'}"
-        )
+        timings = fast or "no phase timings"
+        out.print(f"  {step.step}: {len(step.records)} host(s), {step.seconds:.1f}s wall; {timings}")
         if agg["verify"]:
             out.print(f"  {step.step}: verify max {max(agg['verify']):.2f}s, min {min(agg['verify']):.2f}s")
     if report.message:
