@@ -100,7 +100,7 @@ _EXTRACTORS: dict[type, _Extract] = {}
 
 def _from_numba(a: Any) -> tuple[int, tuple[int, ...], tuple[int, ...], np.dtype]:
     gd = a.gpu_data
-    ptr = 0 if gd is None else gd.device_ctypes_pointer.value or 0
+    ptr = 0 if gd is None else int(gd.device_pointer)
     return ptr, a.shape, a.strides, a.dtype
 
 

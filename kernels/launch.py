@@ -160,11 +160,20 @@ class Kernel:
         b = block if isinstance(block, tuple) else (block, 1, 1)
         g = g + (1,) * (3 - len(g))
         b = b + (1,) * (3 - len(b))
-        rc = self._launch(
-            self._func, g[0], g[1], g[2], b[0], b[1], b[2], shared, stream or None, self._params, None
-        )
+        h = stream if type(stream) is int else _stream_handle(stream)
+        p = self._params
+        rc = self._launch(self._func, g[0], g[1], g[2], b[0], b[1], b[2], shared, h or None, p, None)
         if rc != 0:
             raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {self.sig}")
+
+
+def _stream_handle(stream: Any) -> int:
+    """The CUstream address of a numba Stream, a CuPy Stream (`.ptr`) or a raw handle."""
+    h = getattr(stream, "handle", None)
+    if h is None:
+        h = getattr(stream, "ptr", stream)
+    h = getattr(h, "value", h)
+    return int(h or 0)
 
 
 def kernel(dispatcher: Any, sig: str) -> Kernel:

@@ -125,7 +125,7 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     rows, n = case.params["rows"], case.params["cols"]
     dt = np.dtype(case.dtype)
     # an offset mean (3.0) with unit std: the shifted one-pass variance must survive it
-    x = (rng.standard_normal((rows, n)) + 3.0).astype(dt)
+    x = (rng.standard_normal((rows, n), dtype=np.float32) + 3.0).astype(dt)
     w = (1.0 + 0.5 * rng.standard_normal(n)).astype(dt)
     b = (0.5 * rng.standard_normal(n)).astype(dt)
     return Problem(

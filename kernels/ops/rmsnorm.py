@@ -108,7 +108,7 @@ EPS = 1e-6
 def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     rows, n = case.params["rows"], case.params["cols"]
     dt = np.dtype(case.dtype)
-    x = (rng.standard_normal((rows, n)) * 2.0 + 0.5).astype(dt)
+    x = (rng.standard_normal((rows, n), dtype=np.float32) * 2.0 + 0.5).astype(dt)
     w = (1.0 + 0.5 * rng.standard_normal(n)).astype(dt)
     return Problem(
         inputs={"x": x, "weight": w},
