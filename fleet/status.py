@@ -12,9 +12,10 @@ from fleet.inventory import write_private_data_dir
 from fleet.ledger import Ledger, new_operation_id
 from fleet.runner import HostStatus, ProgressSink
 from fleet.spec import FleetSpec, Node
-from fleet.workdir import ledger_path, run_dir
+from fleet.workdir import ledger_path, prune_runs, run_dir
 
 STATUS_PLAYBOOK = "status.yml"
+STATUS_RUNS_KEPT = 10  # status runs change nothing; keep a few for debugging, not one per call forever
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ def fleet_status(
         timeout_s=spec.timeouts.run_s,
         progress=progress,
     )
+    prune_runs(spec, prefix="s-", keep=STATUS_RUNS_KEPT)
     with Ledger(ledger_path(spec)) as ledger:
         desired = ledger.desired_versions()
     out = []

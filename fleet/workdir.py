@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,3 +47,14 @@ def controller_lock(spec: FleetSpec) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def prune_runs(spec: FleetSpec, *, prefix: str, keep: int) -> None:
+    """Keep the newest `keep` run dirs starting with `prefix`. Only read-only runs (status) are pruned:
+    deploy/rollback run dirs are the evidence behind ledger rows and stay."""
+    runs = spec.fleet_dir / "runs"
+    if not runs.is_dir():
+        return
+    old = sorted(p for p in runs.iterdir() if p.name.startswith(prefix) and p.is_dir())[:-keep]
+    for path in old:
+        shutil.rmtree(path, ignore_errors=True)
