@@ -41,6 +41,7 @@ F16 = np.dtype(np.float16)
 # --- portable path: shared-memory tiles ------------------------------------------------------------------
 
 PT = 16  # tile edge; block = PT x PT threads
+PT1 = PT + 1  # padded row (shared-array shapes must be literal constants for numba-cuda on a GPU)
 
 
 @cache
@@ -52,7 +53,7 @@ def _portable(has_bias: bool, has_res: bool) -> Any:
     @cuda.jit
     def portable(a, b, bias, res, out, m, n, k):  # type: ignore[no-untyped-def]
         sa = cuda.shared.array((PT, PT), float32)
-        sb = cuda.shared.array((PT, PT + 1), float32)  # +1: column reads sb[i, tx] spread over banks
+        sb = cuda.shared.array((PT, PT1), float32)  # +1: column reads sb[i, tx] spread over banks
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
         row = cuda.blockIdx.y * PT + ty
@@ -300,13 +301,36 @@ def _spec_launch(args: dict[str, Any]) -> None:
 
 
 def _cupy(args: dict[str, Any]) -> None:
+    """cuBLAS through CuPy, writing the same fp32 C. fp32: SGEMM (`a @ b`, no TF32 unless CUPY_TF32 is set).
+    fp16: cublasGemmEx with fp16 A/B, fp32 C and fp32 compute, the same computation as ours (cupy's own
+    `a @ b` on fp16 would round C to fp16)."""
     import cupy as cp
 
-    # cuBLAS SGEMM / HGEMM (fp16 in, fp16 out, as cupy computes it), then nothing else: the compare baseline
-    if args["a"].dtype == cp.float32:
-        cp.matmul(args["a"], args["b"], out=args["c"])
-    else:
-        cp.matmul(args["a"], args["b"])
+    a, b, c = args["a"], args["b"], args["c"]
+    if a.dtype == cp.float32:
+        cp.matmul(a, b, out=c)
+        return
+    cublas_gemm_f16_f32(a, b, c)
+
+
+def cublas_gemm_f16_f32(a: Any, b: Any, c: Any) -> None:
+    """c[M, N] (fp32) = a[M, K] (fp16) @ b[K, N] (fp16) with cublasGemmEx, fp32 accumulate, on CuPy arrays.
+    Row-major C = A B is column-major C^T = B^T A^T: cuBLAS sees B as the first operand."""
+    import cupy as cp
+    from cupy.cuda import cublas
+    from cupy.cuda import runtime as rt
+
+    m, k = a.shape
+    n = b.shape[1]
+    one = np.ones(1, dtype=np.float32)
+    zero = np.zeros(1, dtype=np.float32)
+    handle = cp.cuda.device.get_cublas_handle()  # cupy binds it to the current stream on each call
+    compute_32f = getattr(cublas, "CUBLAS_COMPUTE_32F", 68)
+    cublas.gemmEx(
+        handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k,
+        one.ctypes.data, b.data.ptr, rt.CUDA_R_16F, n, a.data.ptr, rt.CUDA_R_16F, k,
+        zero.ctypes.data, c.data.ptr, rt.CUDA_R_32F, n, compute_32f, cublas.CUBLAS_GEMM_DEFAULT,
+    )  # fmt: skip
 
 
 def _cases(shapes: list[tuple[str, int, int, int]]) -> tuple[Case, ...]:

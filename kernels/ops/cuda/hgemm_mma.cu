@@ -7,12 +7,14 @@
 // headers are included: fp16 values travel as raw 16-bit words and are converted with cvt in inline PTX, so
 // NVRTC needs no include path.
 //
-// Tiling (one block of 128 threads = 4 warps computes a 128 x 128 tile of C):
-//   - K is walked in slices of BK = 32; each slice of A (128 x 32) and B (32 x 128) is copied global -> shared
-//     with cp.async (16-byte chunks, zero-filled past the matrix edge), STAGES = 3 slices in flight:
-//     3 x (8 KB + 8 KB) = 48 KB, the static shared-memory limit numba kernels live under;
-//   - warps form a 2 x 2 grid, each owns a 64 x 64 sub-tile = 4 x 8 mma tiles of m16n8 -> 128 fp32
-//     accumulators per thread, held in registers for the whole K loop;
+// Tiling (defaults below; every macro can be overridden by a #define placed before this file, which is how
+// kernels/ops/cuda/mma.py builds other configurations):
+//   - a block of 32 * HG_WM * HG_WN threads computes a HG_BM x HG_BN tile of C;
+//   - K is walked in slices of HG_BK = 32; each slice of A (HG_BM x 32) and B (32 x HG_BN) is copied
+//     global -> shared with cp.async (16-byte chunks, zero-filled past the matrix edge), HG_STAGES slices in
+//     flight, in dynamic shared memory (> 48 KB needs the launcher to raise the function's limit);
+//   - warps form a HG_WM x HG_WN grid, each owns a (HG_BM / HG_WM) x (HG_BN / HG_WN) sub-tile of m16n8 mma
+//     tiles whose fp32 accumulators stay in registers for the whole K loop (64 x 64 per warp: 128 per thread);
 //   - fragments come from shared memory through ldmatrix (x4; .trans for B, stored k-major), and shared
 //     addresses are XOR-swizzled per 16-byte chunk so every 8-row ldmatrix phase hits 8 distinct bank groups;
 //   - epilogue: bias and residual are added while the accumulators are still in registers, then stored once.
@@ -20,12 +22,38 @@
 // edge: that case (`aligned == 0`) fills shared memory with bounds-checked scalar loads instead; the rest of
 // the kernel is the same.
 
+#ifndef HG_BM
 #define HG_BM 128
+#endif
+#ifndef HG_BN
 #define HG_BN 128
-#define HG_BK 32
+#endif
+#ifndef HG_STAGES
 #define HG_STAGES 3
-#define HG_THREADS 128
+#endif
+#ifndef HG_WM
+#define HG_WM 2
+#endif
+#ifndef HG_WN
+#define HG_WN 2
+#endif
+#ifndef HG_SUFFIX
+#define HG_SUFFIX
+#endif
+#define HG_BK 32
 #define HG_GROUP_M 8  // block swizzle: 8 tile-rows share their B columns in L2
+#define HG_THREADS (32 * HG_WM * HG_WN)
+#define HG_MI (HG_BM / HG_WM / 16)  // m16 tiles per warp
+#define HG_NJ (HG_BN / HG_WN / 8)   // n8 tiles per warp
+#define HG_A_ITERS (HG_BM * HG_BK / 8 / HG_THREADS)
+#define HG_B_ITERS (HG_BK * HG_BN / 8 / HG_THREADS)
+#define HG_BCH (HG_BN / 8)  // 16-byte chunks per row of a B slice
+#define HG_CAT(a, b) a##b
+#define HG_NAME(a, b) HG_CAT(a, b)
+
+static_assert(HG_A_ITERS * HG_THREADS * 8 == HG_BM * HG_BK, "A slice must split evenly over the threads");
+static_assert(HG_B_ITERS * HG_THREADS * 8 == HG_BK * HG_BN, "B slice must split evenly over the threads");
+static_assert(HG_NJ % 2 == 0 && HG_MI >= 1, "warp tile: 16-row multiples, 16-column multiples");
 
 typedef unsigned short hbits;  // raw fp16
 
@@ -102,7 +130,7 @@ __device__ __forceinline__ void hg_load_stage(hbits* sa, hbits* sb, const hbits*
                                               long long N, long long K, long long m0, long long n0,
                                               long long k0, int tid) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // A slice: 128 rows x 4 chunks = 512 chunks, 4 per thread
+    for (int j = 0; j < HG_A_ITERS; ++j) {  // A slice: HG_BM rows x 4 chunks
         int id = tid + j * HG_THREADS;
         int r = id >> 2, c = id & 3;
         long long gm = m0 + r, gk = k0 + c * 8;
@@ -115,9 +143,9 @@ __device__ __forceinline__ void hg_load_stage(hbits* sa, hbits* sb, const hbits*
         }
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // B slice: 32 rows x 16 chunks = 512 chunks, 4 per thread
+    for (int j = 0; j < HG_B_ITERS; ++j) {  // B slice: 32 rows x HG_BCH chunks
         int id = tid + j * HG_THREADS;
-        int r = id >> 4, c = id & 15;
+        int r = id / HG_BCH, c = id % HG_BCH;
         long long gk = k0 + r, gn = n0 + c * 8;
         hbits* d = sb + hg_off_b(r, c);
         if (ALIGNED) {
@@ -129,19 +157,19 @@ __device__ __forceinline__ void hg_load_stage(hbits* sa, hbits* sb, const hbits*
     }
 }
 
-// One copy for every instantiation below (a function-scope __shared__ would be allocated once per template
-// instance and push the block past 48 KB).
-__shared__ __align__(128) hbits hg_sA[HG_STAGES * HG_BM * HG_BK];
-__shared__ __align__(128) hbits hg_sB[HG_STAGES * HG_BK * HG_BN];
+// Dynamic shared memory: HG_STAGES * (HG_BM + HG_BN) * HG_BK * 2 bytes, A stages first.
+extern __shared__ __align__(128) unsigned char hg_dyn[];
 
 // OUT_HALF: out/bias/residual are fp16 (o_proj with fp16 inputs), else fp32.
 template <bool ALIGNED, bool OUT_HALF>
 __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const void* bias, const void* res,
                                         void* out, long long M, long long N, long long K) {
+    hbits* hg_sA = reinterpret_cast<hbits*>(hg_dyn);
+    hbits* hg_sB = hg_sA + HG_STAGES * HG_BM * HG_BK;
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const int wm = warp >> 1, wn = warp & 1;
+    const int wm = warp / HG_WN, wn = warp % HG_WN;
 
     // grouped block order: consecutive blocks walk down HG_GROUP_M tile-rows before moving right
     const long long tiles_m = (M + HG_BM - 1) / HG_BM;
@@ -154,11 +182,11 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
     const long long tn = (bid % per_group) / gsize;
     const long long m0 = tm * HG_BM, n0 = tn * HG_BN;
 
-    float acc[4][8][4];
+    float acc[HG_MI][HG_NJ][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < HG_MI; ++i)
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < HG_NJ; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
@@ -187,27 +215,27 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
         const unsigned b_base = hg_smem(hg_sB + s * HG_BK * HG_BN);
 #pragma unroll
         for (int kk = 0; kk < HG_BK; kk += 16) {
-            unsigned af[4][4];
-            unsigned bf[8][2];
+            unsigned af[HG_MI][4];
+            unsigned bf[HG_NJ][2];
 #pragma unroll
-            for (int mi = 0; mi < 4; ++mi) {
+            for (int mi = 0; mi < HG_MI; ++mi) {
                 // matrices: rows 0-7/8-15 (lane % 16) x k 0-7/8-15 (lane / 16)
-                int r = wm * 64 + mi * 16 + (lane & 15);
+                int r = wm * (HG_BM / HG_WM) + mi * 16 + (lane & 15);
                 int c = (kk >> 3) + (lane >> 4);
                 hg_ldm_x4(a_base + 2 * hg_off_a(r, c), af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
             }
 #pragma unroll
-            for (int nj = 0; nj < 4; ++nj) {
+            for (int nj = 0; nj < HG_NJ / 2; ++nj) {
                 // matrices: k 0-7 / 8-15 ((lane / 8) % 2) x n 0-7 / 8-15 (lane / 16) of a 16-column pair
                 int r = kk + (lane & 7) + (((lane >> 3) & 1) << 3);
-                int c = (wn * 64 + nj * 16 + ((lane >> 4) << 3)) >> 3;
+                int c = (wn * (HG_BN / HG_WN) + nj * 16 + ((lane >> 4) << 3)) >> 3;
                 hg_ldm_x4_t(b_base + 2 * hg_off_b(r, c), bf[2 * nj][0], bf[2 * nj][1], bf[2 * nj + 1][0],
                             bf[2 * nj + 1][1]);
             }
 #pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
+            for (int mi = 0; mi < HG_MI; ++mi)
 #pragma unroll
-                for (int nj = 0; nj < 8; ++nj) hg_mma(acc[mi][nj], af[mi], bf[nj][0], bf[nj][1]);
+                for (int nj = 0; nj < HG_NJ; ++nj) hg_mma(acc[mi][nj], af[mi], bf[nj][0], bf[nj][1]);
         }
     }
     // drain: no cp.async may still target shared memory when the block exits
@@ -215,14 +243,14 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
 
     // epilogue: thread holds rows (lane/4, lane/4 + 8), columns (lane%4)*2 + {0, 1} of each m16n8 tile
 #pragma unroll
-    for (int mi = 0; mi < 4; ++mi) {
+    for (int mi = 0; mi < HG_MI; ++mi) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const long long row = m0 + wm * 64 + mi * 16 + (lane >> 2) + h * 8;
+            const long long row = m0 + wm * (HG_BM / HG_WM) + mi * 16 + (lane >> 2) + h * 8;
             if (row >= M) continue;
 #pragma unroll
-            for (int nj = 0; nj < 8; ++nj) {
-                const long long col = n0 + wn * 64 + nj * 8 + (lane & 3) * 2;
+            for (int nj = 0; nj < HG_NJ; ++nj) {
+                const long long col = n0 + wn * (HG_BN / HG_WN) + nj * 8 + (lane & 3) * 2;
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const long long cc = col + e;
@@ -244,8 +272,9 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
 }
 
 // Entry points (numba ABI). Pointers are device addresses passed as int64; bias / res may be 0 (absent).
-// Launch: grid = ceil(M/128) * ceil(N/128) blocks (1-D), 128 threads, no dynamic shared memory.
-extern "C" __device__ int hgemm_mma_f32out(int* ret, long long a, long long b, long long bias,
+// Launch: grid = ceil(M/HG_BM) * ceil(N/HG_BN) blocks (1-D), HG_THREADS threads, dynamic shared memory
+// HG_STAGES * (HG_BM + HG_BN) * HG_BK * 2 bytes.
+extern "C" __device__ int HG_NAME(hgemm_mma_f32out, HG_SUFFIX)(int* ret, long long a, long long b, long long bias,
                                            long long res, long long out, long long M, long long N, long long K,
                                            int aligned) {
     if (aligned)
@@ -258,7 +287,7 @@ extern "C" __device__ int hgemm_mma_f32out(int* ret, long long a, long long b, l
     return 0;
 }
 
-extern "C" __device__ int hgemm_mma_f16out(int* ret, long long a, long long b, long long bias,
+extern "C" __device__ int HG_NAME(hgemm_mma_f16out, HG_SUFFIX)(int* ret, long long a, long long b, long long bias,
                                            long long res, long long out, long long M, long long N, long long K,
                                            int aligned) {
     if (aligned)
