@@ -1,0 +1,362 @@
+"""The node side on its failure paths: real Ansible (ansible-runner, connection local) runs playbooks/*.yml
+against node roots under tmp_path, with artifacts built by `solfleet build` and then damaged on purpose.
+
+Every refusal must leave the node on its prior release, leave no `.partial` behind, and say why in one line
+that names the node and the phase.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import pytest
+import yaml
+from e2e_driver import REPO
+
+pytestmark = pytest.mark.e2e
+
+PLAYBOOKS = REPO / "playbooks"
+V1, V2 = "1.0.0", "2.0.0"
+
+
+@dataclass
+class PlayResult:
+    status: str
+    stats: dict[str, Any]
+    results: dict[str, dict[str, Any]]  # host -> the node module's `solfleet` dict
+    messages: dict[str, str]  # host -> msg of the last failed task
+
+
+def run_play(tmp: Path, playbook: str, roots: dict[str, Path], **extra: Any) -> PlayResult:
+    hosts = {
+        name: {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "solfleet_root": str(root),
+            "solfleet_python": sys.executable,
+            "solfleet_simulated": True,
+        }
+        for name, root in roots.items()
+    }
+    pdd = tmp / "pdd"
+    (pdd / "inventory").mkdir(parents=True, exist_ok=True)
+    (pdd / "inventory" / "hosts.json").write_text(json.dumps({"all": {"hosts": hosts}}))
+    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    runner = ansible_runner.run(
+        private_data_dir=str(pdd),
+        project_dir=str(PLAYBOOKS),
+        playbook=playbook,
+        extravars={"solfleet_verify_ops": "residual_add", **extra},
+        envvars=env,
+        quiet=True,
+        timeout=300,
+    )
+    results: dict[str, dict[str, Any]] = {}
+    messages: dict[str, str] = {}
+    for event in runner.events:
+        data = event.get("event_data", {})
+        res = data.get("res") or {}
+        if event.get("event") in ("runner_on_ok", "runner_on_failed") and "solfleet" in res:
+            results[data["host"]] = res["solfleet"]
+        if event.get("event") == "runner_on_failed":
+            messages[data["host"]] = str(res.get("msg", ""))
+    return PlayResult(runner.status, runner.stats or {}, results, messages)
+
+
+def repack(
+    src: Path,
+    dst: Path,
+    mutate: Callable[[Path], None] | None = None,
+    *,
+    fix_manifest: bool = True,
+    extra_members: list[tarfile.TarInfo] | None = None,
+) -> Path:
+    """Unpack a real artifact, change it, and pack it again (re-hashing MANIFEST files when fix_manifest)."""
+    work = dst.with_suffix(".d")
+    with tarfile.open(src, "r:gz") as archive:
+        archive.extractall(work, filter="data")
+    if mutate:
+        mutate(work)
+    manifest = json.loads((work / "MANIFEST.json").read_text())
+    if fix_manifest:
+        manifest["files"] = {
+            str(p.relative_to(work)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(work.rglob("*"))
+            if p.is_file() and p.name != "MANIFEST.json"
+        }
+    (work / "MANIFEST.json").write_text(json.dumps(manifest, sort_keys=True))
+    with tarfile.open(dst, "w:gz") as archive:
+        for path in sorted(work.rglob("*")):
+            archive.add(path, str(path.relative_to(work)), recursive=False)
+        for member in extra_members or []:
+            archive.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
+    return dst
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def deploy_vars(version: str, artifact: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "solfleet_version": version,
+        "solfleet_artifact": str(artifact),
+        "solfleet_artifact_sha256": sha256(artifact),
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real artifacts of V1 and V2 from `solfleet build` (a spec without GPU targets: no PTX needed here)."""
+    base = tmp_path_factory.mktemp("build")
+    spec = base / "fleet.yml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "fleet": "node-module",
+                "defaults": {"connection": "local", "simulated": True, "python": sys.executable},
+                "stack": {"python": "auto", "numba": "auto", "numba_cuda": "auto", "numpy": "auto"},
+                "nodes": [{"name": "n1", "root": str(base / "unused")}],
+            }
+        )
+    )
+    out = {}
+    for version in (V1, V2):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "fleet.cli",
+                "--fleet",
+                str(spec),
+                "build",
+                "--version",
+                version,
+                "--out",
+                str(base / "dist"),
+            ],
+            cwd=REPO,
+            env={**os.environ, "SOLFLEET_WORK": str(base / "work")},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        out[version] = base / "dist" / f"solfleet-ops-{version}.tar.gz"
+    return out
+
+
+@pytest.fixture(scope="module")
+def v1_template(tmp_path_factory: pytest.TempPathFactory, built: dict[str, Path]) -> Path:
+    """A node root with V1 deployed for real, once; each test gets a copy (links are relative)."""
+    base = tmp_path_factory.mktemp("template")
+    root = base / "n1"
+    first = run_play(base, "deploy.yml", {"n1": root}, **deploy_vars(V1, built[V1]))
+    assert first.status == "successful", first.messages
+    return root
+
+
+@pytest.fixture
+def node_on_v1(tmp_path: Path, v1_template: Path) -> Path:
+    root = tmp_path / "n1"
+    shutil.copytree(v1_template, root, symlinks=True)
+    assert os.readlink(root / "current") == f"releases/{V1}"
+    return root
+
+
+def assert_refused_and_unchanged(result: PlayResult, root: Path, phase: str, needle: str) -> None:
+    assert result.status == "failed"
+    assert result.results["n1"]["failed_phase"] == phase, result.results["n1"]
+    message = result.messages["n1"]
+    assert "n1" in message and needle in message, message
+    assert os.readlink(root / "current") == f"releases/{V1}", "the node left its prior release"
+    assert not list((root / "releases").glob("*.partial")), "a .partial dir was left behind"
+    assert sorted(p.name for p in (root / "releases").iterdir()) == [V1]
+
+
+@pytest.mark.parametrize(
+    ("kind", "member"),
+    [
+        ("dot-dot", tarfile.TarInfo("kernels/../../escaped.txt")),
+        ("absolute", tarfile.TarInfo("/tmp/solfleet-absolute-escape.txt")),
+        ("symlink", tarfile.TarInfo("kernels/link")),
+        ("fifo", tarfile.TarInfo("kernels/fifo")),
+    ],
+)
+def test_unsafe_member_refused_before_anything_is_written(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path, kind: str, member: tarfile.TarInfo
+) -> None:
+    if kind == "symlink":
+        member.type, member.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    elif kind == "fifo":
+        member.type = tarfile.FIFOTYPE
+    else:
+        member.size = 1
+    bad = repack(built[V2], tmp_path / f"bad-{kind}.tar.gz", extra_members=[member])
+    result = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, bad))
+    assert_refused_and_unchanged(result, node_on_v1, "unpack_check", "refused")
+    assert not (node_on_v1 / "escaped.txt").exists() and not (node_on_v1.parent / "escaped.txt").exists()
+    assert not Path("/tmp/solfleet-absolute-escape.txt").exists()
+
+
+def test_artifact_sha256_mismatch_refused(tmp_path: Path, built: dict[str, Path], node_on_v1: Path) -> None:
+    result = run_play(
+        tmp_path,
+        "deploy.yml",
+        {"n1": node_on_v1},
+        **deploy_vars(V2, built[V2], solfleet_artifact_sha256="0" * 64),
+    )
+    assert_refused_and_unchanged(result, node_on_v1, "unpack_check", "differs from the controller's")
+
+
+def test_file_not_in_manifest_refused(tmp_path: Path, built: dict[str, Path], node_on_v1: Path) -> None:
+    bad = repack(
+        built[V2],
+        tmp_path / "extra.tar.gz",
+        lambda d: (d / "kernels" / "extra.py").write_text("x = 1\n"),
+        fix_manifest=False,
+    )
+    result = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, bad))
+    assert_refused_and_unchanged(
+        result, node_on_v1, "unpack_check", "file not in MANIFEST.json: kernels/extra.py"
+    )
+
+
+def test_stack_pin_mismatch_refused(tmp_path: Path, built: dict[str, Path], node_on_v1: Path) -> None:
+    def pin_old_numpy(d: Path) -> None:
+        manifest = json.loads((d / "MANIFEST.json").read_text())
+        manifest["stack"]["numpy"] = "1.21.*"
+        (d / "MANIFEST.json").write_text(json.dumps(manifest))
+
+    bad = repack(built[V2], tmp_path / "pins.tar.gz", pin_old_numpy)
+    result = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, bad))
+    assert_refused_and_unchanged(result, node_on_v1, "stack_check", "stack pin numpy=1.21.*")
+
+
+def test_broken_kernel_fails_verify_and_is_removed(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    def break_residual_add(d: Path) -> None:
+        path = d / "kernels" / "ops" / "residual_add.py"
+        # out = x + r  ->  out = x - r, in every unrolled lane of the kernel
+        source, count = re.subn(
+            r"(float32\([^()]*(?:\[[^\]]*\])?\))\s*\+\s*(float32\()", r"\1 - \2", path.read_text()
+        )
+        assert count > 0, "residual_add's kernel no longer matches the breakage pattern; update this test"
+        path.write_text(source)
+
+    bad = repack(built[V2], tmp_path / "broken.tar.gz", break_residual_add)
+    result = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, bad))
+    assert_refused_and_unchanged(result, node_on_v1, "verify", "residual_add")
+    assert result.results["n1"]["outcome"] == "verify_failed"
+    assert result.results["n1"]["verify"]["ok"] is False
+    journal = [json.loads(line) for line in (node_on_v1 / "journal.jsonl").read_text().splitlines()]
+    assert (journal[-1]["event"], journal[-1]["version"]) == ("failed", V2)
+
+
+def test_health_failure_after_activation_restores_prior_release(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    def break_health(d: Path) -> None:
+        path = d / "kernels" / "health.py"
+        path.write_text(
+            path.read_text()
+            + (
+                "\n\n_real_run = run\n\n\n"
+                "def run():  # injected by test_node_module: this release is unhealthy once activated\n"
+                "    report = _real_run()\n"
+                "    report['ok'] = False\n"
+                "    report['checks'].append({'name': 'injected', 'ok': False, 'detail': 'broken'})\n"
+                "    return report\n"
+            )
+        )
+
+    bad = repack(built[V2], tmp_path / "unhealthy.tar.gz", break_health)
+    result = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, bad))
+    assert result.status == "failed"
+    assert result.results["n1"]["outcome"] == "health_failed"
+    assert "health" in result.messages["n1"] and "restored current -> 1.0.0" in result.messages["n1"]
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V1}"
+    assert not (node_on_v1 / "previous").exists(), "previous must be restored exactly as it was (absent)"
+    assert (node_on_v1 / "releases" / V2).is_dir(), "a release that failed after activation is kept"
+    events = [json.loads(line)["event"] for line in (node_on_v1 / "journal.jsonl").read_text().splitlines()]
+    assert events[-2:] == ["failed", "rolled_back"]
+
+
+def test_lock_held_elsewhere_refuses(tmp_path: Path, built: dict[str, Path], node_on_v1: Path) -> None:
+    fd = os.open(node_on_v1 / ".lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        result = run_play(
+            tmp_path,
+            "deploy.yml",
+            {"n1": node_on_v1},
+            **deploy_vars(V2, built[V2], solfleet_lock_timeout_s=1),
+        )
+    finally:
+        os.close(fd)
+    assert_refused_and_unchanged(result, node_on_v1, "lock", "another deploy or rollback holds")
+
+
+def test_tampered_current_release_fails_redeploy_without_switching(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    target = node_on_v1 / "releases" / V1 / "kernels" / "__init__.py"
+    target.chmod(0o644)
+    target.write_text(target.read_text() + "# tampered\n")
+    result = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V1, built[V1]))
+    assert result.status == "failed"
+    assert "current release 1.0.0 failed its re-check" in result.messages["n1"]
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V1}"
+
+
+def test_rollback_refuses_unverified_target_and_keeps_current(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    (node_on_v1 / "releases" / "0.9.0").mkdir()  # present, but never verified
+    result = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to="0.9.0")
+    assert result.status == "failed"
+    assert result.results["n1"]["failed_phase"] == "rollback"
+    assert "0.9.0 is not a verified release" in result.messages["n1"]
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V1}"
+
+
+def test_prune_keeps_current_previous_and_the_newest(tmp_path: Path, built: dict[str, Path]) -> None:
+    root = tmp_path / "n1"
+    versions = ["3.0.0", "3.1.0", "3.2.0", "3.3.0"]
+    for version in versions:
+        artifact = repack(
+            built[V1], tmp_path / f"solfleet-ops-{version}.tar.gz", lambda d, v=version: _set_version(d, v)
+        )
+        result = run_play(
+            tmp_path, "deploy.yml", {"n1": root}, **deploy_vars(version, artifact, solfleet_keep_releases=2)
+        )
+        assert result.status == "successful", result.messages
+    assert sorted(p.name for p in (root / "releases").iterdir()) == ["3.2.0", "3.3.0"]
+    assert os.readlink(root / "current") == "releases/3.3.0"
+    assert os.readlink(root / "previous") == "releases/3.2.0"
+    assert sorted(p.name for p in (root / "artifacts").iterdir()) == [
+        "solfleet-ops-3.2.0.tar.gz",
+        "solfleet-ops-3.3.0.tar.gz",
+    ]
+
+
+def _set_version(d: Path, version: str) -> None:
+    manifest = json.loads((d / "MANIFEST.json").read_text())
+    manifest["version"] = version
+    (d / "MANIFEST.json").write_text(json.dumps(manifest))
