@@ -34,6 +34,8 @@ def sshd_missing_reason() -> str | None:
         return f"{SSHD} is missing (install openssh-server: apt-get install -y openssh-server)"
     if shutil.which(SSH_KEYGEN) is None:
         return "ssh-keygen is missing (install openssh-client)"
+    if os.geteuid() != 0 and not Path("/run/sshd").is_dir():
+        return "sshd needs its privilege-separation dir /run/sshd (create it as root: mkdir -p /run/sshd)"
     return None
 
 
