@@ -135,7 +135,7 @@ class Operation:
             op_id=self.op_id, kind=plan.kind, version=plan.version, artifacts=self.pdd
         )
 
-    def _run(
+    def run_step(
         self, ledger: Ledger, step: str, hosts: list[str], playbook: str, extravars: Mapping[str, Any]
     ) -> StepResult:
         ident = f"{len(self.report.steps):02d}-{re.sub(r'[^a-z0-9]+', '-', step.lower()).strip('-')}"
@@ -179,6 +179,9 @@ class Operation:
             except BaseException as exc:
                 ledger.finish(self.op_id, OpStatus.FAILED, f"controller error: {exc!r}")
                 raise
+            if self.report.status is OpStatus.RUNNING:  # a body that forgot to conclude is a bug, not success
+                self.report.status, self.report.exit_code = OpStatus.FAILED, ExitCode.RUNNER
+                self.report.message = "operation ended without a conclusion (controller bug)"
             ledger.finish(self.op_id, self.report.status, self.report.message)
         return self.report
 
@@ -209,7 +212,7 @@ def deploy(
         failed_batch: Batch | None = None
         all_failed: list[HostRecord] = []
         for batch in plan.batches:
-            step = op._run(ledger, batch.name, list(batch.hosts), DEPLOY_PLAYBOOK, extravars)
+            step = op.run_step(ledger, batch.name, list(batch.hosts), DEPLOY_PLAYBOOK, extravars)
             for r in step.records:
                 if r.outcome == "activated":
                     activated[r.host] = r.version_before
@@ -313,7 +316,7 @@ def _undo(op: Operation, ledger: Ledger, hosts: dict[str, str | None]) -> bool:
         )
         all_ok = False
     for prior, members in sorted(groups.items()):
-        step = op._run(
+        step = op.run_step(
             ledger,
             f"undo to {prior}",
             members,
@@ -330,7 +333,7 @@ def rollback(spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = 
 
     def body(ledger: Ledger) -> None:
         batch = plan.batches[0]
-        step = op._run(
+        step = op.run_step(
             ledger,
             "rollback",
             list(batch.hosts),
