@@ -58,3 +58,84 @@ def test_build_deploy_status_on_the_embedded_local_fleet(tmp_path: Path) -> None
     assert {h["host"]: (h["outcome"], h["changed"]) for h in second} == {
         f"n{i}": ("already_current", False) for i in (1, 2, 3)
     }
+
+
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Artifacts 1.0.0 and 2.0.0 built from this tree, shared by the failure-policy tests."""
+    base = tmp_path_factory.mktemp("policy")
+    for version in ("1.0.0", "2.0.0"):
+        built = solfleet("build", "--version", version, cwd=base, work=base / "unused")
+        assert built.returncode == 0, built.stdout + built.stderr
+    return base / "dist" / "solfleet-ops-1.0.0.tar.gz", base / "dist" / "solfleet-ops-2.0.0.tar.gz"
+
+
+def broken_spec(path: Path, on_failure: str) -> Path:
+    """The embedded fleet, but n3's interpreter does not exist: n3 fails its first task in batch 1,
+    after the canary n1 (and n2, in the same batch) may already have activated."""
+    from fleet.spec import embedded_fleet
+
+    text = embedded_fleet().read_text()
+    text = text.replace('/local-fleet/n3"}', '/local-fleet/n3", python: /nonexistent/bin/python3}')
+    text = text.replace("on_failure: rollback_fleet", f"on_failure: {on_failure}")
+    assert "/nonexistent/" in text and f"on_failure: {on_failure}" in text
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("policy", ["rollback_fleet", "halt"])
+def test_failed_batch_policy(tmp_path: Path, two_versions: tuple[Path, Path], policy: str) -> None:
+    v1, v2 = two_versions
+    work = tmp_path / "work"
+    first = solfleet(
+        "deploy",
+        "--version",
+        "1.0.0",
+        "--artifact",
+        str(v1),
+        "--verify-ops",
+        "residual_add",
+        "--yes",
+        cwd=tmp_path,
+        work=work,
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+    spec = broken_spec(tmp_path / "broken.yml", policy)
+    second = solfleet(
+        "--fleet",
+        str(spec),
+        "deploy",
+        "--version",
+        "2.0.0",
+        "--artifact",
+        str(v2),
+        "--verify-ops",
+        "residual_add",
+        "--yes",
+        cwd=tmp_path,
+        work=work,
+    )
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert "batch 1 failed (1 > max_failures 0): n3: push:" in second.stdout
+
+    def current(node: str) -> str:
+        return os.readlink(work / "local-fleet" / node / "current")
+
+    history = json.loads(solfleet("history", "--json", cwd=tmp_path, work=work).stdout)["operations"]
+    op = history[0]
+    outcomes = {
+        (h["step"], h["host"]): (h["outcome"], h["version_before"], h["version_after"]) for h in op["hosts"]
+    }
+    assert outcomes[("canary", "n1")] == ("activated", "1.0.0", "2.0.0")
+    assert outcomes[("batch 1", "n2")] == ("activated", "1.0.0", "2.0.0")
+    assert outcomes[("batch 1", "n3")][0] == "failed"
+    assert current("n3") == "releases/1.0.0"  # never touched past its failure
+    if policy == "rollback_fleet":
+        assert op["status"] == "rolled_back"
+        assert outcomes[("undo to 1.0.0", "n1")] == ("rolled_back", "2.0.0", "1.0.0")
+        assert outcomes[("undo to 1.0.0", "n2")] == ("rolled_back", "2.0.0", "1.0.0")
+        assert current("n1") == current("n2") == "releases/1.0.0"
+    else:
+        assert op["status"] == "failed" and "on_failure=halt left 2 activated host(s)" in op["message"]
+        assert not any(step.startswith("undo") for step, _ in outcomes)
+        assert current("n1") == current("n2") == "releases/2.0.0"
