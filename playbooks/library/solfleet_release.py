@@ -195,6 +195,8 @@ class Deployment:
                     f"releases/{version} failed its re-check: {exc.message};"
                     " removed, node stays on its prior release",
                 ) from None
+            # Current stays (there is nothing verified to switch to here), but the journal and status say so.
+            self.journal("failed", version, f"current release failed its re-check: {exc.message}")
             raise NodeError(
                 exc.phase, exc.outcome, f"current release {version} failed its re-check: {exc.message}"
             ) from None
