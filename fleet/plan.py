@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fleet.errors import UsageError
-from fleet.spec import Node, Rollout
+from fleet.policy import Rollout
+from fleet.spec import Node
 
 
 @dataclass(frozen=True)

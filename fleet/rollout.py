@@ -20,8 +20,9 @@ from fleet.errors import ExitCode, FleetError, Interrupted
 from fleet.inventory import write_private_data_dir
 from fleet.ledger import HostRecord, Ledger, OpStatus, new_operation_id
 from fleet.plan import Batch, Plan
+from fleet.policy import UnreachablePolicy
 from fleet.runner import HostProgress, HostStatus, ProgressSink
-from fleet.spec import FleetSpec, UnreachablePolicy
+from fleet.spec import FleetSpec
 from fleet.workdir import controller_lock, ledger_path, run_dir
 
 DEPLOY_PLAYBOOK = "deploy.yml"

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from importlib import metadata
 from pathlib import Path, PurePosixPath
@@ -26,6 +26,7 @@ import yaml
 
 from fleet import validate as v
 from fleet.errors import SpecError, UsageError
+from fleet.policy import Gates, Rollout, Timeouts, parse_gates, parse_rollout, parse_timeouts
 
 NAME_RE = r"[a-z0-9][a-z0-9_.-]{0,62}"
 LABEL_RE = r"[a-z0-9][a-z0-9_-]{0,62}"
@@ -35,7 +36,6 @@ USER_RE = r"[a-z_][a-z0-9_-]{0,31}"
 VERSION_RE = r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z]+(\.[0-9A-Za-z]+)*)?"
 PIN_RE = r"auto|[0-9][0-9A-Za-z.*+_-]{0,40}"
 CC_RE = r"(5|6|7|8|9|10|11|12)\.[0-9]"
-OP_RE = r"[a-z][a-z0-9_]{0,62}"
 
 NODE_KEYS = [
     "name",
@@ -58,17 +58,6 @@ REQUIRED_PINS = ["python", "numba", "numba_cuda", "numpy"]
 class Connection(StrEnum):
     SSH = "ssh"
     LOCAL = "local"
-
-
-class OnFailure(StrEnum):
-    ROLLBACK_FLEET = "rollback_fleet"
-    ROLLBACK_BATCH = "rollback_batch"
-    HALT = "halt"
-
-
-class UnreachablePolicy(StrEnum):
-    FAIL = "fail"  # an unreachable host counts as a failure of its batch
-    SKIP = "skip"  # recorded and reported, but not counted against max_failures
 
 
 @dataclass(frozen=True)
@@ -97,37 +86,6 @@ class Node:
     gpu: Gpu | None
     python: str
     ssh: SshOptions
-
-
-@dataclass(frozen=True)
-class Canary:
-    labels: tuple[str, ...] = ()
-    count: int = 0
-
-
-@dataclass(frozen=True)
-class Rollout:
-    canary: Canary | None = None
-    batches: tuple[int | str, ...] = ("100%",)  # int = hosts, "N%" = percent of the targeted nodes
-    max_failures: int | str = 0  # a batch fails when its failures are MORE than this
-    unreachable: UnreachablePolicy = UnreachablePolicy.FAIL
-    on_failure: OnFailure = OnFailure.ROLLBACK_FLEET
-    keep_releases: int = 5
-
-
-@dataclass(frozen=True)
-class Gates:
-    correctness: str = "required"
-    min_sol: Mapping[str, float] = field(default_factory=dict)
-    max_regression_vs_previous: float | None = None
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    connect_s: int = 10  # SSH connect (ANSIBLE_TIMEOUT)
-    task_s: int = 1800  # any one task (ANSIBLE_TASK_TIMEOUT); verify under the simulator is the slow one
-    verify_s: int = 900  # `python -m kernels verify` on a node (passed to the playbook)
-    run_s: int = 7200  # one ansible-runner run (one batch)
 
 
 @dataclass(frozen=True)
@@ -252,9 +210,9 @@ def parse_spec(data: object, *, source: Path, label: str, work_dir: Path) -> Fle
         nodes.append(node)
     _check_shared_roots(label, nodes)
     stack = _stack(top, label)
-    rollout = _rollout(top, label, nodes)
-    gates = _gates(top, label)
-    timeouts = _timeouts(top, label)
+    rollout = parse_rollout(top, label, nodes)
+    gates = parse_gates(top, label)
+    timeouts = parse_timeouts(top, label)
     top.done(["fleet", "defaults", "stack", "nodes", "rollout", "gates", "timeouts"])
     return FleetSpec(
         name=name,
@@ -443,94 +401,3 @@ def _resolve_pin(key: str, value: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         raise SpecError(f"stack.{key}", value, f"`auto` needs {dist} installed on the controller") from None
-
-
-def _rollout(top: v.Fields, label: str, nodes: list[Node]) -> Rollout:
-    raw = top.raw("rollout", {})
-    r = v.Fields({} if raw is None else raw, "rollout", label)
-    canary = None
-    canary_raw = r.raw("canary")
-    if canary_raw is not None:
-        c = v.Fields(canary_raw, r.sub("canary"), label)
-        if c.has("labels") == c.has("count"):
-            v.fail(
-                label, r.sub("canary"), canary_raw, "expected exactly one of {labels: [...]} or {count: N}"
-            )
-        if c.has("labels"):
-            labels = v.string_list(label, c.sub("labels"), c.raw("labels"), pattern=LABEL_RE, what="labels")
-            in_use = sorted({lab for n in nodes for lab in n.labels})
-            if not labels or not any(set(labels) & set(n.labels) for n in nodes):
-                v.fail(
-                    label,
-                    c.sub("labels"),
-                    list(labels),
-                    f"must match at least one node; labels in use: {', '.join(in_use) or 'none'}",
-                )
-            canary = Canary(labels=labels)
-        else:
-            canary = Canary(count=v.integer(label, c.sub("count"), c.raw("count"), lo=1, hi=len(nodes)))
-        c.done(["labels", "count"])
-    batches_raw = r.raw("batches", ["100%"])
-    if not isinstance(batches_raw, list) or not batches_raw:
-        v.fail(label, r.sub("batches"), batches_raw, 'expected a non-empty list like [1, "25%", "100%"]')
-    batches = tuple(
-        v.percent_or_int(label, f"{r.sub('batches')}[{i}]", b, lo=1, what="a batch size")
-        for i, b in enumerate(batches_raw)
-    )
-    max_failures = v.percent_or_int(
-        label, r.sub("max_failures"), r.raw("max_failures", 0), lo=0, what="failures tolerated per batch"
-    )
-    unreachable = UnreachablePolicy(
-        v.choice(
-            label, r.sub("unreachable"), r.raw("unreachable", "fail"), [p.value for p in UnreachablePolicy]
-        )
-    )
-    on_failure = OnFailure(
-        v.choice(
-            label, r.sub("on_failure"), r.raw("on_failure", "rollback_fleet"), [p.value for p in OnFailure]
-        )
-    )
-    keep = v.integer(label, r.sub("keep_releases"), r.raw("keep_releases", 5), lo=2, hi=100)
-    r.done(["canary", "batches", "max_failures", "unreachable", "on_failure", "keep_releases"])
-    return Rollout(
-        canary=canary,
-        batches=batches,
-        max_failures=max_failures,
-        unreachable=unreachable,
-        on_failure=on_failure,
-        keep_releases=keep,
-    )
-
-
-def _gates(top: v.Fields, label: str) -> Gates:
-    raw = top.raw("gates", {})
-    g = v.Fields({} if raw is None else raw, "gates", label)
-    correctness = v.choice(label, g.sub("correctness"), g.raw("correctness", "required"), ["required"])
-    sol_raw = g.raw("min_sol", {})
-    s = v.Fields({} if sol_raw is None else sol_raw, g.sub("min_sol"), label)
-    min_sol: dict[str, float] = {}
-    for op in list(s.data):
-        v.string(label, s.sub(str(op)), op, pattern=OP_RE, what="an op name")
-        min_sol[op] = v.number(label, s.sub(op), s.raw(op), lo=0.0, hi=1.0)
-    reg_raw = g.raw("max_regression_vs_previous")
-    regression = (
-        None
-        if reg_raw is None
-        else v.number(label, g.sub("max_regression_vs_previous"), reg_raw, lo=0.0, hi=1.0)
-    )
-    g.done(["correctness", "min_sol", "max_regression_vs_previous"])
-    return Gates(correctness=correctness, min_sol=min_sol, max_regression_vs_previous=regression)
-
-
-def _timeouts(top: v.Fields, label: str) -> Timeouts:
-    raw = top.raw("timeouts", {})
-    t = v.Fields({} if raw is None else raw, "timeouts", label)
-    d = Timeouts()
-    out = Timeouts(
-        connect_s=v.integer(label, t.sub("connect_s"), t.raw("connect_s", d.connect_s), lo=1, hi=600),
-        task_s=v.integer(label, t.sub("task_s"), t.raw("task_s", d.task_s), lo=1, hi=86400),
-        verify_s=v.integer(label, t.sub("verify_s"), t.raw("verify_s", d.verify_s), lo=1, hi=86400),
-        run_s=v.integer(label, t.sub("run_s"), t.raw("run_s", d.run_s), lo=1, hi=86400),
-    )
-    t.done(["connect_s", "task_s", "verify_s", "run_s"])
-    return out

@@ -8,7 +8,8 @@ import pytest
 
 from fleet.errors import UsageError
 from fleet.plan import plan_rollback, plan_rollout, select_nodes
-from fleet.spec import Canary, Connection, Node, Rollout, SshOptions
+from fleet.policy import Canary, Rollout
+from fleet.spec import Connection, Node, SshOptions
 
 
 def nodes(n: int, canary: tuple[int, ...] = ()) -> list[Node]:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from fleet.errors import SpecError, UsageError
-from fleet.spec import Connection, OnFailure, embedded_fleet, load_spec, project_root
+from fleet.policy import OnFailure
+from fleet.spec import Connection, embedded_fleet, load_spec, project_root
 
 VALID = {
     "fleet": "t",

@@ -1,0 +1,151 @@
+"""The rollout policy sections of the fleet spec: `rollout` (how batches proceed and what happens when one
+fails), `gates` (what a release must pass) and `timeouts`. Parsed by spec.py's loader with the same
+one-line errors; kept apart so spec.py stays about nodes and paths."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from fleet import validate as v
+
+if TYPE_CHECKING:
+    from fleet.spec import Node
+
+LABEL_RE = r"[a-z0-9][a-z0-9_-]{0,62}"
+OP_RE = r"[a-z][a-z0-9_]{0,62}"
+
+
+class OnFailure(StrEnum):
+    ROLLBACK_FLEET = "rollback_fleet"
+    ROLLBACK_BATCH = "rollback_batch"
+    HALT = "halt"
+
+
+class UnreachablePolicy(StrEnum):
+    FAIL = "fail"  # an unreachable host counts as a failure of its batch
+    SKIP = "skip"  # recorded and reported, but not counted against max_failures
+
+
+@dataclass(frozen=True)
+class Canary:
+    labels: tuple[str, ...] = ()
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class Rollout:
+    canary: Canary | None = None
+    batches: tuple[int | str, ...] = ("100%",)  # int = hosts, "N%" = percent of the targeted nodes
+    max_failures: int | str = 0  # a batch fails when its failures are MORE than this
+    unreachable: UnreachablePolicy = UnreachablePolicy.FAIL
+    on_failure: OnFailure = OnFailure.ROLLBACK_FLEET
+    keep_releases: int = 5
+
+
+@dataclass(frozen=True)
+class Gates:
+    correctness: str = "required"
+    min_sol: Mapping[str, float] = field(default_factory=dict)
+    max_regression_vs_previous: float | None = None
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: int = 10  # SSH connect (ANSIBLE_TIMEOUT)
+    task_s: int = 1800  # any one task (ANSIBLE_TASK_TIMEOUT); verify under the simulator is the slow one
+    verify_s: int = 900  # `python -m kernels verify` on a node (passed to the playbook)
+    run_s: int = 7200  # one ansible-runner run (one batch)
+
+
+def parse_rollout(top: v.Fields, label: str, nodes: Sequence[Node]) -> Rollout:
+    raw = top.raw("rollout", {})
+    r = v.Fields({} if raw is None else raw, "rollout", label)
+    canary = None
+    canary_raw = r.raw("canary")
+    if canary_raw is not None:
+        c = v.Fields(canary_raw, r.sub("canary"), label)
+        if c.has("labels") == c.has("count"):
+            v.fail(
+                label, r.sub("canary"), canary_raw, "expected exactly one of {labels: [...]} or {count: N}"
+            )
+        if c.has("labels"):
+            labels = v.string_list(label, c.sub("labels"), c.raw("labels"), pattern=LABEL_RE, what="labels")
+            in_use = sorted({lab for n in nodes for lab in n.labels})
+            if not labels or not any(set(labels) & set(n.labels) for n in nodes):
+                v.fail(
+                    label,
+                    c.sub("labels"),
+                    list(labels),
+                    f"must match at least one node; labels in use: {', '.join(in_use) or 'none'}",
+                )
+            canary = Canary(labels=labels)
+        else:
+            canary = Canary(count=v.integer(label, c.sub("count"), c.raw("count"), lo=1, hi=len(nodes)))
+        c.done(["labels", "count"])
+    batches_raw = r.raw("batches", ["100%"])
+    if not isinstance(batches_raw, list) or not batches_raw:
+        v.fail(label, r.sub("batches"), batches_raw, 'expected a non-empty list like [1, "25%", "100%"]')
+    batches = tuple(
+        v.percent_or_int(label, f"{r.sub('batches')}[{i}]", b, lo=1, what="a batch size")
+        for i, b in enumerate(batches_raw)
+    )
+    max_failures = v.percent_or_int(
+        label, r.sub("max_failures"), r.raw("max_failures", 0), lo=0, what="failures tolerated per batch"
+    )
+    unreachable = UnreachablePolicy(
+        v.choice(
+            label, r.sub("unreachable"), r.raw("unreachable", "fail"), [p.value for p in UnreachablePolicy]
+        )
+    )
+    on_failure = OnFailure(
+        v.choice(
+            label, r.sub("on_failure"), r.raw("on_failure", "rollback_fleet"), [p.value for p in OnFailure]
+        )
+    )
+    keep = v.integer(label, r.sub("keep_releases"), r.raw("keep_releases", 5), lo=2, hi=100)
+    r.done(["canary", "batches", "max_failures", "unreachable", "on_failure", "keep_releases"])
+    return Rollout(
+        canary=canary,
+        batches=batches,
+        max_failures=max_failures,
+        unreachable=unreachable,
+        on_failure=on_failure,
+        keep_releases=keep,
+    )
+
+
+def parse_gates(top: v.Fields, label: str) -> Gates:
+    raw = top.raw("gates", {})
+    g = v.Fields({} if raw is None else raw, "gates", label)
+    correctness = v.choice(label, g.sub("correctness"), g.raw("correctness", "required"), ["required"])
+    sol_raw = g.raw("min_sol", {})
+    s = v.Fields({} if sol_raw is None else sol_raw, g.sub("min_sol"), label)
+    min_sol: dict[str, float] = {}
+    for op in list(s.data):
+        v.string(label, s.sub(str(op)), op, pattern=OP_RE, what="an op name")
+        min_sol[op] = v.number(label, s.sub(op), s.raw(op), lo=0.0, hi=1.0)
+    reg_raw = g.raw("max_regression_vs_previous")
+    regression = (
+        None
+        if reg_raw is None
+        else v.number(label, g.sub("max_regression_vs_previous"), reg_raw, lo=0.0, hi=1.0)
+    )
+    g.done(["correctness", "min_sol", "max_regression_vs_previous"])
+    return Gates(correctness=correctness, min_sol=min_sol, max_regression_vs_previous=regression)
+
+
+def parse_timeouts(top: v.Fields, label: str) -> Timeouts:
+    raw = top.raw("timeouts", {})
+    t = v.Fields({} if raw is None else raw, "timeouts", label)
+    d = Timeouts()
+    out = Timeouts(
+        connect_s=v.integer(label, t.sub("connect_s"), t.raw("connect_s", d.connect_s), lo=1, hi=600),
+        task_s=v.integer(label, t.sub("task_s"), t.raw("task_s", d.task_s), lo=1, hi=86400),
+        verify_s=v.integer(label, t.sub("verify_s"), t.raw("verify_s", d.verify_s), lo=1, hi=86400),
+        run_s=v.integer(label, t.sub("run_s"), t.raw("run_s", d.run_s), lo=1, hi=86400),
+    )
+    t.done(["connect_s", "task_s", "verify_s", "run_s"])
+    return out
