@@ -91,7 +91,7 @@ def gemm_inputs(m: int, n: int, k: int, dt: str, rng: np.random.Generator) -> li
 
 
 def gemm_paths(dt: str) -> list[str]:
-    return ["portable", "simt"] + (["mma"] if dt == "float16" else [])
+    return ["portable", "simt", "simt_wide"] + (["mma"] if dt == "float16" else [])
 
 
 def check_gemm(m: int, n: int, k: int, dt: str, path: str, rng: np.random.Generator, cfg: Any = None) -> Any:
@@ -241,7 +241,7 @@ def host_overhead(n_calls: int = 2000) -> list[dict[str, Any]]:
     """Wall time per launcher call on device arrays at a tiny shape (GPU time per call ~ few us, so the host
     is the bottleneck): median over 5 batches of n_calls, each batch synchronised once at the end."""
     out = []
-    for dt, path in (("float32", "simt"), ("float16", "mma"), ("float32", "portable")):
+    for dt, path in (("float32", "simt"), ("float32", "auto"), ("float16", "auto"), ("float32", "portable")):
         a = cp.ones((64, 64), dtype=dt)
         b = cp.ones((64, 64), dtype=dt)
         c = cp.empty((64, 64), dtype=cp.float32)
@@ -290,8 +290,11 @@ def sass_summary(outdir: Path) -> dict[str, Any]:
         ("simt_f32", g._simt(False, False), g._sig(g.F32, g.F32)),
         ("simt_oproj_f32", g._simt(False, True), g._sig(g.F32, g.F32)),
     ]
-    f32, f16 = mma.dispatchers(mma.DEFAULT)
-    kernels += [("mma_f32out", f32, mma.KERNEL_SIG), ("mma_f16out", f16, mma.KERNEL_SIG)]
+    ds = mma.dispatchers(mma.DEFAULT)
+    kernels += [("mma_f32out", ds[(False, True)], mma.KERNEL_SIG), ("mma_f16out", ds[(True, True)], mma.KERNEL_SIG),
+                ("mma_f32out_unaligned", ds[(False, False)], mma.KERNEL_SIG)]  # fmt: skip
+    kernels += [("simt_wide_f32", g._simt_wide(False, False), g._sig(g.F32, g.F32)),
+                ("simt_wide_oproj_f32", g._simt_wide(False, True), g._sig(g.F32, g.F32))]  # fmt: skip
     pats = {
         "FFMA": r"\bFFMA\b", "HMMA": r"\bHMMA\.16816", "LDS.128": r"\bLDS\.128\b", "LDS": r"\bLDS\b",
         "LDSM": r"\bLDSM\b", "LDGSTS": r"\bLDGSTS\b", "LDG": r"\bLDG\b", "LDL": r"\bLDL\b", "STL": r"\bSTL\b",
@@ -324,11 +327,11 @@ def sass_summary(outdir: Path) -> dict[str, Any]:
 
 
 def parse_cfg(s: str) -> Any:
-    m_ = re.fullmatch(r"(\d+)x(\d+)s(\d+)w(\d+)x(\d+)", s)
+    m_ = re.fullmatch(r"(\d+)x(\d+)s(\d+)w(\d+)x(\d+)(?:k(\d+))?", s)
     if not m_:
-        raise SystemExit(f"--configs: {s!r} is not BMxBNsSTAGESwWMxWN (e.g. 128x128s3w2x2)")
-    bm, bn, st, wm, wn = map(int, m_.groups())
-    return mma.Config(bm, bn, st, wm, wn)
+        raise SystemExit(f"--configs: {s!r} is not BMxBNsSTAGESwWMxWN[kBK] (e.g. 128x128s3w2x2k64)")
+    bm, bn, st, wm, wn = map(int, m_.groups()[:5])
+    return mma.Config(bm, bn, st, wm, wn, int(m_.group(6) or 32))
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ Three paths, one contract (`PATHS`):
     shared buffers (double buffering: slice t+1 is fetched into registers while slice t is multiplied).
     Per k step a thread issues 4 ld.shared.v4 and 64 FFMA. numba has no vector loads, so `_lds4` is a
     small intrinsic that emits one 16-byte shared load.
+  - "simt_wide": the same with an 8 x 16 tile per thread (block 128 x 256), fewer shared loads per FFMA.
   - "mma": fp16 inputs on tensor cores (mma.sync m16n8k16, fp32 accumulate) through linked CUDA C
     (kernels/ops/cuda/). Not available under the simulator, which cannot link CUDA C.
 "auto" picks portable under the simulator, mma for fp16 where tensor cores exist, simt otherwise.
@@ -34,7 +35,10 @@ from kernels.launch import kernel
 from kernels.ops.cuda import mma
 from kernels.registry import Case, OpSpec, Problem, register
 
-PATHS = ("auto", "portable", "simt", "mma")
+PATHS = ("auto", "portable", "simt", "simt_wide", "mma")
+# what "auto" runs for fp32 on a GPU (and fp16 without tensor cores); chosen from H200 measurements, see
+# benchmarks/notes-matmul.md
+SIMT_DEFAULT = "simt"
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
 
@@ -189,6 +193,106 @@ def _simt(has_bias: bool, has_res: bool) -> Any:
     return simt
 
 
+BN_WIDE = 256
+_SMEM_B_WIDE = 2 * BK * BN_WIDE
+
+
+@cache
+def _simt_wide(has_bias: bool, has_res: bool) -> Any:
+    """The simt kernel with an 8 x 16 tile per thread (block tile 128 x 256): 6 ld.shared.v4 per 128 FFMA
+    instead of 4 per 64. A warp-wide 16-byte shared load is served in 4 passes of 8 threads, so the 8 x 8
+    kernel spends as many shared-memory cycles as FFMA cycles per k step; this one 25% fewer."""
+    lds4 = _lds4()
+
+    @cuda.jit
+    def simt_wide(a, b, bias, res, out, m, n, k):  # type: ignore[no-untyped-def]
+        sa = cuda.shared.array(_SMEM, float32, alignment=16)  # [2][BK][BM]
+        sb = cuda.shared.array(_SMEM_B_WIDE, float32, alignment=16)  # [2][BK][BN_WIDE]
+        tid = cuda.threadIdx.x
+        tx = tid % 16
+        ty = tid // 16
+        m0 = cuda.blockIdx.y * BM
+        n0 = cuda.blockIdx.x * BN_WIDE
+        acc = cuda.local.array((8, 16), float32)
+        for i in range(8):
+            for j in range(16):
+                acc[i, j] = float32(0.0)
+        fa = cuda.local.array(8, float32)
+        fb = cuda.local.array(16, float32)
+        ra = cuda.local.array(4, float32)
+        rb = cuda.local.array(8, float32)
+        a_row = m0 + tid // 2
+        a_k = (tid % 2) * 4
+        b_k = tid // 32
+        b_c = (tid % 32) * 8
+        for q in range(4):
+            kk = a_k + q
+            ra[q] = float32(a[a_row, kk]) if (a_row < m and kk < k) else float32(0.0)
+        for q in range(8):
+            cc = n0 + b_c + q
+            rb[q] = float32(b[b_k, cc]) if (b_k < k and cc < n) else float32(0.0)
+        for q in range(4):
+            sa[(a_k + q) * BM + tid // 2] = ra[q]
+        for q in range(8):
+            sb[b_k * BN_WIDE + b_c + q] = rb[q]
+        cuda.syncthreads()
+        ntiles = (k + BK - 1) // BK
+        for t in range(ntiles):
+            cur_a = (t % 2) * (BK * BM)
+            cur_b = (t % 2) * (BK * BN_WIDE)
+            if t + 1 < ntiles:
+                k1 = (t + 1) * BK
+                for q in range(4):
+                    kk = k1 + a_k + q
+                    ra[q] = float32(a[a_row, kk]) if (a_row < m and kk < k) else float32(0.0)
+                kb = k1 + b_k
+                for q in range(8):
+                    cc = n0 + b_c + q
+                    rb[q] = float32(b[kb, cc]) if (kb < k and cc < n) else float32(0.0)
+            for kk in range(BK):
+                fa[0], fa[1], fa[2], fa[3] = lds4(sa, cur_a + kk * BM + ty * 4)
+                fa[4], fa[5], fa[6], fa[7] = lds4(sa, cur_a + kk * BM + 64 + ty * 4)
+                fb[0], fb[1], fb[2], fb[3] = lds4(sb, cur_b + kk * BN_WIDE + tx * 4)
+                fb[4], fb[5], fb[6], fb[7] = lds4(sb, cur_b + kk * BN_WIDE + 64 + tx * 4)
+                fb[8], fb[9], fb[10], fb[11] = lds4(sb, cur_b + kk * BN_WIDE + 128 + tx * 4)
+                fb[12], fb[13], fb[14], fb[15] = lds4(sb, cur_b + kk * BN_WIDE + 192 + tx * 4)
+                for i in range(8):
+                    for j in range(16):
+                        acc[i, j] += fa[i] * fb[j]
+            if t + 1 < ntiles:
+                nxt_a = (1 - t % 2) * (BK * BM)
+                nxt_b = (1 - t % 2) * (BK * BN_WIDE)
+                for q in range(4):
+                    sa[nxt_a + (a_k + q) * BM + tid // 2] = ra[q]
+                for q in range(8):
+                    sb[nxt_b + b_k * BN_WIDE + b_c + q] = rb[q]
+            cuda.syncthreads()
+        # epilogue in three short passes: one fused loop over 128 outputs is past LLVM's full-unroll size,
+        # and a loop that is not unrolled indexes `acc` at run time, which moves it to local memory
+        if has_bias:
+            for j in range(16):
+                c = n0 + tx * 4 + (j % 4) + (j // 4) * 64
+                fb[j] = float32(bias[c]) if c < n else float32(0.0)
+            for i in range(8):
+                for j in range(16):
+                    acc[i, j] += fb[j]
+        if has_res:
+            for i in range(8):
+                r = m0 + ty * 4 + (i % 4) + (i // 4) * 64
+                for j in range(16):
+                    c = n0 + tx * 4 + (j % 4) + (j // 4) * 64
+                    if r < m and c < n:
+                        acc[i, j] += float32(res[r, c])
+        for i in range(8):
+            r = m0 + ty * 4 + (i % 4) + (i // 4) * 64
+            for j in range(16):
+                c = n0 + tx * 4 + (j % 4) + (j // 4) * 64
+                if r < m and c < n:
+                    out[r, c] = acc[i, j]
+
+    return simt_wide
+
+
 # --- launch ------------------------------------------------------------------------------------------------
 
 _NB = {F32: "float32", F16: "float16"}
@@ -201,7 +305,7 @@ def _sig(in_dt: np.dtype, out_dt: np.dtype) -> str:
 
 @cache
 def _fast(path: str, has_bias: bool, has_res: bool, in_dt: np.dtype, out_dt: np.dtype) -> Any:
-    make = _portable if path == "portable" else _simt
+    make = {"portable": _portable, "simt": _simt, "simt_wide": _simt_wide}[path]
     return kernel(make(has_bias, has_res), _sig(in_dt, out_dt))
 
 
@@ -213,7 +317,7 @@ def resolve_path(path: str, in_dtype: np.dtype) -> str:
     if path == "auto":
         if SIMULATED:
             return "portable"
-        return "mma" if in_dtype == F16 and mma.available() else "simt"
+        return "mma" if in_dtype == F16 and mma.available() else SIMT_DEFAULT
     if SIMULATED and path != "portable":
         raise ValueError(f"path: {path!r} needs a real GPU; under the simulator only 'portable' runs")
     if path == "mma" and (in_dtype != F16 or not mma.available()):
@@ -250,7 +354,8 @@ def run_matmul(
         grid: tuple[int, ...] = ((n + PT - 1) // PT, (m + PT - 1) // PT)
         block: tuple[int, ...] = (PT, PT)
     else:
-        grid, block = ((n + BN - 1) // BN, (m + BM - 1) // BM), (SIMT_THREADS,)
+        bn = BN_WIDE if path == "simt_wide" else BN
+        grid, block = ((n + bn - 1) // bn, (m + BM - 1) // BM), (SIMT_THREADS,)
     kern.launch(grid, block, (a, b, bias_op, res_op, out, m, n, k), stream=stream)
 
 

@@ -23,7 +23,7 @@ needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a real CUDA GPU")
 
 def gpu_paths(dtype: str) -> list[str]:
     """Every path that can run `dtype` on this GPU."""
-    paths = ["portable", "simt"]
+    paths = ["portable", "simt", "simt_wide"]
     if dtype == "float16" and g.mma.available():
         paths.append("mma")
     return paths
@@ -59,7 +59,7 @@ def test_numpy_in_numpy_out_and_auto_path_name() -> None:
     c = g.gemm(a, b)
     assert isinstance(c, np.ndarray) and c.dtype == np.float32 and c.shape == (5, 7)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
-    expected = "portable" if SIMULATED else "simt"
+    expected = "portable" if SIMULATED else g.SIMT_DEFAULT
     assert g.path_for(Case("x", {"M": 5, "N": 7, "K": 3}, "float32")) == expected
 
 

@@ -91,7 +91,9 @@ def test_validation_errors(kw: dict[str, Any], exc: type[Exception], match: str)
     "case", op.SPEC.verify_cases + op.SPEC.bench_cases, ids=lambda c: f"{c.label}-{c.dtype}"
 )
 def test_gpu_every_path(case: Case) -> None:
-    paths = ["portable", "simt"] + (["mma"] if case.dtype == "float16" and g.mma.available() else [])
+    paths = ["portable", "simt", "simt_wide"]
+    if case.dtype == "float16" and g.mma.available():
+        paths.append("mma")
     for path in paths:
         err = run_case(case, path, _seed())
         assert err <= op.SPEC.tolerance[case.dtype], f"{path}: rel err {err:.3g}"

@@ -10,7 +10,7 @@
 // Tiling (defaults below; every macro can be overridden by a #define placed before this file, which is how
 // kernels/ops/cuda/mma.py builds other configurations):
 //   - a block of 32 * HG_WM * HG_WN threads computes a HG_BM x HG_BN tile of C;
-//   - K is walked in slices of HG_BK = 32; each slice of A (HG_BM x 32) and B (32 x HG_BN) is copied
+//   - K is walked in slices of HG_BK (32 or 64); each slice of A (HG_BM x HG_BK) and B (HG_BK x HG_BN) is copied
 //     global -> shared with cp.async (16-byte chunks, zero-filled past the matrix edge), HG_STAGES slices in
 //     flight, in dynamic shared memory (> 48 KB needs the launcher to raise the function's limit);
 //   - warps form a HG_WM x HG_WN grid, each owns a (HG_BM / HG_WM) x (HG_BN / HG_WN) sub-tile of m16n8 mma
@@ -40,20 +40,28 @@
 #ifndef HG_SUFFIX
 #define HG_SUFFIX
 #endif
+#ifndef HG_BK
 #define HG_BK 32
+#endif
 #define HG_GROUP_M 8  // block swizzle: 8 tile-rows share their B columns in L2
 #define HG_THREADS (32 * HG_WM * HG_WN)
 #define HG_MI (HG_BM / HG_WM / 16)  // m16 tiles per warp
 #define HG_NJ (HG_BN / HG_WN / 8)   // n8 tiles per warp
 #define HG_A_ITERS (HG_BM * HG_BK / 8 / HG_THREADS)
 #define HG_B_ITERS (HG_BK * HG_BN / 8 / HG_THREADS)
+#define HG_ACH (HG_BK / 8)  // 16-byte chunks per row of an A slice
 #define HG_BCH (HG_BN / 8)  // 16-byte chunks per row of a B slice
+#define HG_A_RSTEP (HG_THREADS / HG_ACH)  // rows between a thread's consecutive A chunks
+#define HG_B_RSTEP (HG_THREADS / HG_BCH)
 #define HG_CAT(a, b) a##b
 #define HG_NAME(a, b) HG_CAT(a, b)
 
 static_assert(HG_A_ITERS * HG_THREADS * 8 == HG_BM * HG_BK, "A slice must split evenly over the threads");
 static_assert(HG_B_ITERS * HG_THREADS * 8 == HG_BK * HG_BN, "B slice must split evenly over the threads");
 static_assert(HG_NJ % 2 == 0 && HG_MI >= 1, "warp tile: 16-row multiples, 16-column multiples");
+static_assert(HG_BK == 32 || HG_BK == 64, "HG_BK: 32 or 64");
+// a thread's chunks sit HG_*_RSTEP rows apart; multiples of 8 keep their XOR swizzle identical
+static_assert(HG_A_RSTEP % 8 == 0 && HG_B_RSTEP % 8 == 0, "row steps must be multiples of 8");
 
 typedef unsigned short hbits;  // raw fp16
 
@@ -98,6 +106,8 @@ __device__ __forceinline__ void hg_ldm_x4_t(unsigned addr, unsigned& r0, unsigne
                  : "r"(addr));
 }
 
+// volatile keeps program order; a non-volatile version compiled to the same register count (ptxas -v), so
+// the interleaving of ldmatrix and mma is left to ptxas' scheduler either way
 __device__ __forceinline__ void hg_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -107,7 +117,12 @@ __device__ __forceinline__ void hg_mma(float* c, const unsigned* a, unsigned b0,
 }
 
 // element offset of 16-byte chunk `c` (8 halves) of row `r` in one stage, after the XOR swizzle
+// (A rows are 64 B for HG_BK = 32: two rows share a 128-byte line, so the XOR key is (r / 2) % 4)
+#if HG_BK == 32
 __device__ __forceinline__ int hg_off_a(int r, int c) { return r * HG_BK + ((c ^ ((r >> 1) & 3)) << 3); }
+#else
+__device__ __forceinline__ int hg_off_a(int r, int c) { return r * HG_BK + ((c ^ (r & 7)) << 3); }
+#endif
 __device__ __forceinline__ int hg_off_b(int r, int c) { return r * HG_BN + ((c ^ (r & 7)) << 3); }
 
 // 8 halves from row-major src[row, col..col+7] with bounds checks, for the unaligned case
@@ -125,36 +140,73 @@ __device__ __forceinline__ void hg_fill8(hbits* dst, const hbits* src, long long
                  "r"(w[3]));
 }
 
-template <bool ALIGNED>
-__device__ __forceinline__ void hg_load_stage(hbits* sa, hbits* sb, const hbits* A, const hbits* B, long long M,
-                                              long long N, long long K, long long m0, long long n0,
-                                              long long k0, int tid) {
+// Unaligned case: every chunk through bounds-checked scalar loads (synchronous st.shared).
+__device__ __forceinline__ void hg_load_stage_scalar(hbits* sa, hbits* sb, const hbits* A, const hbits* B,
+                                                     long long M, long long N, long long K, long long m0,
+                                                     long long n0, long long k0, int tid) {
 #pragma unroll
-    for (int j = 0; j < HG_A_ITERS; ++j) {  // A slice: HG_BM rows x 4 chunks
+    for (int j = 0; j < HG_A_ITERS; ++j) {  // A slice: HG_BM rows x HG_ACH chunks
         int id = tid + j * HG_THREADS;
-        int r = id >> 2, c = id & 3;
-        long long gm = m0 + r, gk = k0 + c * 8;
-        hbits* d = sa + hg_off_a(r, c);
-        if (ALIGNED) {
-            bool p = gm < M && gk < K;
-            hg_cp16(hg_smem(d), p ? (const void*)(A + gm * K + gk) : (const void*)A, p);
-        } else {
-            hg_fill8(d, A, gm, M, gk, K);
-        }
+        int r = id / HG_ACH, c = id % HG_ACH;
+        hg_fill8(sa + hg_off_a(r, c), A, m0 + r, M, k0 + c * 8, K);
     }
 #pragma unroll
-    for (int j = 0; j < HG_B_ITERS; ++j) {  // B slice: 32 rows x HG_BCH chunks
+    for (int j = 0; j < HG_B_ITERS; ++j) {  // B slice: HG_BK rows x HG_BCH chunks
         int id = tid + j * HG_THREADS;
         int r = id / HG_BCH, c = id % HG_BCH;
-        long long gk = k0 + r, gn = n0 + c * 8;
-        hbits* d = sb + hg_off_b(r, c);
-        if (ALIGNED) {
-            bool p = gk < K && gn < N;
-            hg_cp16(hg_smem(d), p ? (const void*)(B + gk * N + gn) : (const void*)B, p);
-        } else {
-            hg_fill8(d, B, gk, K, gn, N);
-        }
+        hg_fill8(sb + hg_off_b(r, c), B, k0 + r, K, n0 + c * 8, N);
     }
+}
+
+// Aligned case: a per-thread copy plan fixed for the block. Thread chunk j of A is row ra + j*HG_A_RSTEP,
+// chunk column ca; of B, row rb + j*HG_B_RSTEP, chunk column cb. Source pointers advance by one K slice per
+// issue, so a slice costs a few adds and compares per chunk instead of 64-bit index arithmetic.
+struct HgCopy {
+    const hbits* a;  // &A[m0 + ra, ca*8 + k0]
+    const hbits* b;  // &B[rb + k0, n0 + cb*8]
+    long long a_step, b_step;  // elements between a thread's consecutive chunks (HG_*_RSTEP rows)
+    unsigned sa, sb;  // byte offsets of chunk 0 inside an A / B stage (swizzled)
+    int a_rows;  // rows of A left below ra (chunk j valid while j * HG_A_RSTEP < a_rows)
+    int ka;  // ca * 8
+    int rb;
+    bool b_col;  // the B chunk's columns are inside N
+};
+
+__device__ __forceinline__ void hg_copy_init(HgCopy& cp, const hbits* A, const hbits* B, long long M,
+                                             long long N, long long K, long long m0, long long n0, int tid) {
+    const int ra = tid / HG_ACH, ca = tid % HG_ACH;
+    const int rb = tid / HG_BCH, cb = tid % HG_BCH;
+    const long long rows = M - m0 - ra;
+    cp.a_rows = rows > HG_BM ? HG_BM : (int)rows;
+    cp.a = A + (m0 + ra) * K + ca * 8;
+    cp.b = B + (long long)rb * N + n0 + cb * 8;
+    cp.a_step = HG_A_RSTEP * K;
+    cp.b_step = HG_B_RSTEP * N;
+    cp.sa = 2u * hg_off_a(ra, ca);
+    cp.sb = 2u * hg_off_b(rb, cb);
+    cp.ka = ca * 8;
+    cp.rb = rb;
+    cp.b_col = n0 + cb * 8 < N;
+    if (cp.a_rows <= 0) cp.a = A;  // keep every source address inside the allocation, even when unused
+    if (!cp.b_col) cp.b = B;
+}
+
+// issue one K slice (k_left = K - k0 columns of A / rows of B remain) into the stage at sa_base / sb_base
+__device__ __forceinline__ void hg_copy_issue(HgCopy& cp, unsigned sa_base, unsigned sb_base, long long k_left,
+                                              long long N) {
+    const bool ka_ok = cp.ka < k_left;
+#pragma unroll
+    for (int j = 0; j < HG_A_ITERS; ++j) {
+        bool p = ka_ok && j * HG_A_RSTEP < cp.a_rows;
+        hg_cp16(sa_base + cp.sa + j * (HG_A_RSTEP * HG_BK * 2), p ? cp.a + j * cp.a_step : cp.a, p);
+    }
+#pragma unroll
+    for (int j = 0; j < HG_B_ITERS; ++j) {
+        bool p = cp.b_col && cp.rb + j * HG_B_RSTEP < k_left;
+        hg_cp16(sb_base + cp.sb + j * (HG_B_RSTEP * HG_BN * 2), p ? cp.b + j * cp.b_step : cp.b, p);
+    }
+    cp.a += HG_BK;
+    if (cp.b_col) cp.b += HG_BK * N;
 }
 
 // Dynamic shared memory: HG_STAGES * (HG_BM + HG_BN) * HG_BK * 2 bytes, A stages first.
@@ -191,28 +243,40 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
     const int KT = (int)((K + HG_BK - 1) / HG_BK);
+    const unsigned smem_a = hg_smem(hg_sA), smem_b = hg_smem(hg_sB);
+    constexpr unsigned A_STAGE = HG_BM * HG_BK * 2, B_STAGE = HG_BK * HG_BN * 2;  // bytes
+    HgCopy cp;
+    if (ALIGNED) hg_copy_init(cp, A, B, M, N, K, m0, n0, tid);
 #pragma unroll
     for (int s = 0; s < HG_STAGES - 1; ++s) {
-        if (s < KT)
-            hg_load_stage<ALIGNED>(hg_sA + s * HG_BM * HG_BK, hg_sB + s * HG_BK * HG_BN, A, B, M, N, K, m0, n0,
-                                   (long long)s * HG_BK, tid);
+        if (s < KT) {
+            if (ALIGNED)
+                hg_copy_issue(cp, smem_a + s * A_STAGE, smem_b + s * B_STAGE, K - (long long)s * HG_BK, N);
+            else
+                hg_load_stage_scalar(hg_sA + s * HG_BM * HG_BK, hg_sB + s * HG_BK * HG_BN, A, B, M, N, K, m0, n0,
+                                     (long long)s * HG_BK, tid);
+        }
         hg_commit();
     }
 
+    int rs = 0, ws = HG_STAGES - 1;  // stage read this iteration / written by this iteration's prefetch
     for (int kt = 0; kt < KT; ++kt) {
         hg_wait_stages();
         __syncthreads();  // slice kt has landed for every thread; slice kt-1's stage is free to refill
         const int nk = kt + HG_STAGES - 1;
         if (nk < KT) {
-            const int s = nk % HG_STAGES;
-            hg_load_stage<ALIGNED>(hg_sA + s * HG_BM * HG_BK, hg_sB + s * HG_BK * HG_BN, A, B, M, N, K, m0, n0,
-                                   (long long)nk * HG_BK, tid);
+            if (ALIGNED)
+                hg_copy_issue(cp, smem_a + ws * A_STAGE, smem_b + ws * B_STAGE, K - (long long)nk * HG_BK, N);
+            else
+                hg_load_stage_scalar(hg_sA + ws * HG_BM * HG_BK, hg_sB + ws * HG_BK * HG_BN, A, B, M, N, K, m0,
+                                     n0, (long long)nk * HG_BK, tid);
         }
         hg_commit();
+        ws = ws + 1 == HG_STAGES ? 0 : ws + 1;
 
-        const int s = kt % HG_STAGES;
-        const unsigned a_base = hg_smem(hg_sA + s * HG_BM * HG_BK);
-        const unsigned b_base = hg_smem(hg_sB + s * HG_BK * HG_BN);
+        const unsigned a_base = smem_a + rs * A_STAGE;
+        const unsigned b_base = smem_b + rs * B_STAGE;
+        rs = rs + 1 == HG_STAGES ? 0 : rs + 1;
 #pragma unroll
         for (int kk = 0; kk < HG_BK; kk += 16) {
             unsigned af[HG_MI][4];
@@ -271,31 +335,23 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
     }
 }
 
-// Entry points (numba ABI). Pointers are device addresses passed as int64; bias / res may be 0 (absent).
+// Entry points (numba ABI), one per (output type, aligned or not): separate kernels, so the aligned fast path
+// is register-allocated on its own (the scalar-load path needs more registers and would spill into it).
+// Pointers are device addresses passed as int64; bias / res may be 0 (absent).
 // Launch: grid = ceil(M/HG_BM) * ceil(N/HG_BN) blocks (1-D), HG_THREADS threads, dynamic shared memory
-// HG_STAGES * (HG_BM + HG_BN) * HG_BK * 2 bytes.
-extern "C" __device__ int HG_NAME(hgemm_mma_f32out, HG_SUFFIX)(int* ret, long long a, long long b, long long bias,
-                                           long long res, long long out, long long M, long long N, long long K,
-                                           int aligned) {
-    if (aligned)
-        hg_tile<true, false>((const hbits*)a, (const hbits*)b, (const void*)bias, (const void*)res, (void*)out,
-                             M, N, K);
-    else
-        hg_tile<false, false>((const hbits*)a, (const hbits*)b, (const void*)bias, (const void*)res,
-                              (void*)out, M, N, K);
-    *ret = 0;
-    return 0;
-}
+// HG_STAGES * (HG_BM + HG_BN) * HG_BK * 2 bytes. The aligned entries need K % 8 == 0, N % 8 == 0 and
+// 16-byte aligned A and B.
+#define HG_ENTRY(NAME, ALIGNED, OUT_HALF)                                                                      \
+    extern "C" __device__ int HG_NAME(NAME, HG_SUFFIX)(int* ret, long long a, long long b, long long bias,     \
+                                                       long long res, long long out, long long M, long long N, \
+                                                       long long K) {                                          \
+        hg_tile<ALIGNED, OUT_HALF>((const hbits*)a, (const hbits*)b, (const void*)bias, (const void*)res,      \
+                                   (void*)out, M, N, K);                                                       \
+        *ret = 0;                                                                                              \
+        return 0;                                                                                              \
+    }
 
-extern "C" __device__ int HG_NAME(hgemm_mma_f16out, HG_SUFFIX)(int* ret, long long a, long long b, long long bias,
-                                           long long res, long long out, long long M, long long N, long long K,
-                                           int aligned) {
-    if (aligned)
-        hg_tile<true, true>((const hbits*)a, (const hbits*)b, (const void*)bias, (const void*)res, (void*)out,
-                            M, N, K);
-    else
-        hg_tile<false, true>((const hbits*)a, (const hbits*)b, (const void*)bias, (const void*)res,
-                             (void*)out, M, N, K);
-    *ret = 0;
-    return 0;
-}
+HG_ENTRY(hgemm_mma_f32out_a, true, false)
+HG_ENTRY(hgemm_mma_f32out_u, false, false)
+HG_ENTRY(hgemm_mma_f16out_a, true, true)
+HG_ENTRY(hgemm_mma_f16out_u, false, true)

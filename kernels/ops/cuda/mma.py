@@ -27,16 +27,15 @@ from kernels import launch as _launch
 from kernels.launch import Kernel
 
 CU_FILE = Path(__file__).with_name("hgemm_mma.cu")
-BLOCK_K = 32
-_SIG = "int32(int64, int64, int64, int64, int64, int64, int64, int64, int32)"
-KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64, int64, int64, int32)"
+_SIG = "int32(int64, int64, int64, int64, int64, int64, int64, int64)"
+KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
 _STATIC_SMEM_LIMIT = 48 * 1024
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
 @dataclass(frozen=True)
 class Config:
-    """One tile configuration of hgemm_mma.cu: block tile bm x bn, `stages` K-slices of 32 in flight, warps
+    """One tile configuration of hgemm_mma.cu: block tile bm x bn, `stages` K-slices of bk in flight, warps
     arranged wm x wn (each warp owns a (bm/wm) x (bn/wn) sub-tile)."""
 
     bm: int = 128
@@ -44,6 +43,7 @@ class Config:
     stages: int = 3
     wm: int = 2
     wn: int = 2
+    bk: int = 32
 
     @property
     def threads(self) -> int:
@@ -51,11 +51,11 @@ class Config:
 
     @property
     def smem_bytes(self) -> int:
-        return self.stages * (self.bm + self.bn) * BLOCK_K * 2
+        return self.stages * (self.bm + self.bn) * self.bk * 2
 
     @property
     def tag(self) -> str:
-        return f"{self.bm}x{self.bn}x{BLOCK_K}_s{self.stages}_w{self.wm}x{self.wn}"
+        return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.wm}x{self.wn}"
 
     def grid(self, m: int, n: int) -> int:
         return ((m + self.bm - 1) // self.bm) * ((n + self.bn - 1) // self.bn)
@@ -64,8 +64,10 @@ class Config:
 DEFAULT = Config()
 
 
+@cache
 def available() -> bool:
-    """Tensor cores through mma.sync need a real GPU of compute capability >= 8.0 (and no simulator)."""
+    """Tensor cores through mma.sync need a real GPU of compute capability >= 8.0 (and no simulator).
+    Cached: asking the driver costs ~20 us, more than the whole launch is allowed (issue 4: <= 10 us)."""
     if cuda.config.ENABLE_CUDASIM or not cuda.is_available():
         return False
     return bool(cuda.get_current_device().compute_capability >= (8, 0))
@@ -77,33 +79,35 @@ def link_code(cfg: Config) -> Any:
         return str(CU_FILE)
     head = (
         f"#define HG_BM {cfg.bm}\n#define HG_BN {cfg.bn}\n#define HG_STAGES {cfg.stages}\n"
-        f"#define HG_WM {cfg.wm}\n#define HG_WN {cfg.wn}\n#define HG_SUFFIX _{cfg.tag}\n"
+        f"#define HG_WM {cfg.wm}\n#define HG_WN {cfg.wn}\n#define HG_BK {cfg.bk}\n"
+        f"#define HG_SUFFIX _{cfg.tag}\n"
     )
     return cuda.CUSource(head + CU_FILE.read_text(), name=f"hgemm_mma_{cfg.tag}.cu")
 
 
-def dispatchers(cfg: Config) -> tuple[Any, Any]:
-    """The two numba kernels (fp32 output, fp16 output) of `cfg`, uncompiled."""
+def dispatchers(cfg: Config) -> dict[tuple[bool, bool], Any]:
+    """The numba kernels of `cfg`, uncompiled, by (fp16 output, aligned)."""
     suffix = "" if cfg == DEFAULT else f"_{cfg.tag}"
     code = link_code(cfg)
-    f32out = cuda.declare_device(f"hgemm_mma_f32out{suffix}", _SIG, link=[code])
-    f16out = cuda.declare_device(f"hgemm_mma_f16out{suffix}", _SIG, link=[code])
+    out: dict[tuple[bool, bool], Any] = {}
+    for half in (False, True):
+        for aligned in (False, True):
+            name = f"hgemm_mma_{'f16' if half else 'f32'}out_{'a' if aligned else 'u'}{suffix}"
+            out[(half, aligned)] = _wrap(cuda.declare_device(name, _SIG, link=[code]))
+    return out
 
+
+def _wrap(fn: Any) -> Any:
     @cuda.jit
-    def mma_f32out(a, b, bias, res, out, m, n, k, aligned):  # type: ignore[no-untyped-def]
-        f32out(a, b, bias, res, out, m, n, k, aligned)
+    def mma_tile(a, b, bias, res, out, m, n, k):  # type: ignore[no-untyped-def]
+        fn(a, b, bias, res, out, m, n, k)
 
-    @cuda.jit
-    def mma_f16out(a, b, bias, res, out, m, n, k, aligned):  # type: ignore[no-untyped-def]
-        f16out(a, b, bias, res, out, m, n, k, aligned)
-
-    return mma_f32out, mma_f16out
+    return mma_tile
 
 
 @cache
-def _kernels(cfg: Config) -> tuple[Kernel, Kernel]:
-    f32, f16 = dispatchers(cfg)
-    return _launch.kernel(f32, KERNEL_SIG), _launch.kernel(f16, KERNEL_SIG)
+def _kernels(cfg: Config) -> dict[tuple[bool, bool], Kernel]:
+    return {key: _launch.kernel(d, KERNEL_SIG) for key, d in dispatchers(cfg).items()}
 
 
 def _allow_dynamic_smem(k: Kernel, nbytes: int) -> None:
@@ -123,7 +127,7 @@ def _allow_dynamic_smem(k: Kernel, nbytes: int) -> None:
         raise RuntimeError(f"cuFuncSetAttribute(max dynamic shared = {nbytes} B) failed with CUresult {rc}")
 
 
-_ready: set[tuple[Config, bool]] = set()
+_ready: set[tuple[Config, bool, bool]] = set()
 
 
 def launch(
@@ -142,10 +146,11 @@ def launch(
 ) -> None:
     """Run one matmul on device addresses (bias / res = 0 when absent). 16-byte chunks are used when every
     row starts 16-byte aligned (K and N multiples of 8, aligned base pointers); otherwise scalar loads."""
-    aligned = int(k % 8 == 0 and n % 8 == 0 and a % 16 == 0 and b % 16 == 0)
-    kern = _kernels(cfg)[1 if out_half else 0]
-    if (cfg, out_half) not in _ready:
+    aligned = k % 8 == 0 and n % 8 == 0 and a % 16 == 0 and b % 16 == 0
+    key = (out_half, aligned)
+    kern = _kernels(cfg)[key]
+    if (cfg, *key) not in _ready:
         _allow_dynamic_smem(kern, cfg.smem_bytes)
-        _ready.add((cfg, out_half))
-    args = (a, b, bias, res, out, m, n, k, aligned)
+        _ready.add((cfg, *key))
+    args = (a, b, bias, res, out, m, n, k)
     kern.launch(cfg.grid(m, n), cfg.threads, args, shared=cfg.smem_bytes, stream=stream)
