@@ -185,8 +185,8 @@ class Deployment:
             manifest = read_manifest(release)
             check_files(release, manifest)
         except NodeError as exc:
-            if prior_current != version:
-                # Never activated from this state: remove it so the next deploy unpacks a clean copy.
+            if version not in (prior_current, self.layout.link_version("previous")):
+                # Not current, not previous: remove it so the next deploy unpacks a clean copy.
                 self.layout.remove_release_tree(release)
                 self.journal("failed", version, f"re-check refused: {exc.message}")
                 raise NodeError(
@@ -195,10 +195,11 @@ class Deployment:
                     f"releases/{version} failed its re-check: {exc.message};"
                     " removed, node stays on its prior release",
                 ) from None
-            # Current stays (there is nothing verified to switch to here), but the journal and status say so.
-            self.journal("failed", version, f"current release failed its re-check: {exc.message}")
+            # current/previous are never removed (a link must not dangle); refuse and say so in the journal.
+            role = "current" if version == prior_current else "previous"
+            self.journal("failed", version, f"{role} release failed its re-check: {exc.message}")
             raise NodeError(
-                exc.phase, exc.outcome, f"current release {version} failed its re-check: {exc.message}"
+                exc.phase, exc.outcome, f"{role} release {version} failed its re-check: {exc.message}"
             ) from None
         self.timed("unpack_check", start)
         return manifest

@@ -27,7 +27,8 @@ import pytest
 import yaml
 from e2e_driver import REPO
 
-pytestmark = pytest.mark.e2e
+# Real Ansible but no SSH (connection local): slow, not `e2e`.
+pytestmark = pytest.mark.slow
 
 PLAYBOOKS = REPO / "playbooks"
 V1, V2 = "1.0.0", "2.0.0"
@@ -360,3 +361,19 @@ def _set_version(d: Path, version: str) -> None:
     manifest = json.loads((d / "MANIFEST.json").read_text())
     manifest["version"] = version
     (d / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+def test_tampered_previous_release_is_refused_but_never_removed(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    second = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, built[V2]))
+    assert second.status == "successful", second.messages
+    target = node_on_v1 / "releases" / V1 / "kernels" / "__init__.py"
+    target.chmod(0o644)
+    target.write_text(target.read_text() + "# tampered\n")
+    result = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V1, built[V1]))
+    assert result.status == "failed"
+    assert "previous release 1.0.0 failed its re-check" in result.messages["n1"]
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V2}"
+    assert os.readlink(node_on_v1 / "previous") == f"releases/{V1}"
+    assert (node_on_v1 / "releases" / V1).is_dir(), "previous must never be removed"
