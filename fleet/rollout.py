@@ -264,26 +264,32 @@ def _conclude_deploy(
         ExitCode.UNREACHABLE if all(r.outcome == "unreachable" for r in failed) else ExitCode.OPERATION_FAILED
     )
     policy = plan.on_failure
-    if policy == "halt" or not activated:
+    undo = undo_targets(policy, activated, failed_batch)
+    kept = len(activated) - len(undo)
+    if not undo:
         report.status = OpStatus.FAILED
-        report.message = reason + (
-            f"; on_failure=halt left {len(activated)} activated host(s)" if activated else ""
-        )
+        report.message = reason + (f"; on_failure={policy} left {kept} activated host(s)" if kept else "")
         return
-    undo = dict(activated)
-    if policy == "rollback_batch":
-        undo = {h: v for h, v in activated.items() if h in failed_batch.hosts}
     undone = _undo(op, ledger, undo)
     report.status = OpStatus.ROLLED_BACK if undone else OpStatus.FAILED
-    report.message = (
-        reason
-        + f"; on_failure={policy}: "
-        + (
-            f"returned {len(undo)} host(s) to their prior versions"
-            if undone
-            else "could not return every host"
-        )
+    report.message = reason + f"; on_failure={policy}: "
+    report.message += (
+        f"returned {len(undo)} host(s) to their prior versions" if undone else "could not return every host"
     )
+    if kept:
+        report.message += f"; {kept} host(s) of earlier batches stay on {plan.version}"
+
+
+def undo_targets(
+    policy: str, activated: Mapping[str, str | None], failed_batch: Batch
+) -> dict[str, str | None]:
+    """Which activated hosts go back, each to the version it had before: every one (rollback_fleet), only
+    the failed batch's (rollback_batch), none (halt)."""
+    if policy == "rollback_fleet":
+        return dict(activated)
+    if policy == "rollback_batch":
+        return {h: v for h, v in activated.items() if h in failed_batch.hosts}
+    return {}
 
 
 def _undo(op: Operation, ledger: Ledger, hosts: dict[str, str | None]) -> bool:

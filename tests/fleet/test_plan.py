@@ -86,3 +86,14 @@ def test_rollback_is_one_batch_of_everyone() -> None:
     assert plan.kind == "rollback" and plan.version == "1.0.0"
     assert sizes(plan) == [4] and plan.batches[0].max_failures == 0
     assert plan.to_json()["batches"][0]["hosts"] == ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+
+
+def test_undo_targets_follow_on_failure() -> None:
+    from fleet.plan import Batch
+    from fleet.rollout import undo_targets
+
+    activated = {"gpu-01": "1.0.0", "gpu-02": "0.9.0", "gpu-03": None}
+    failed = Batch("batch 1", ("gpu-02", "gpu-03", "gpu-04"), 0)
+    assert undo_targets("rollback_fleet", activated, failed) == activated  # each to its own prior version
+    assert undo_targets("rollback_batch", activated, failed) == {"gpu-02": "0.9.0", "gpu-03": None}
+    assert undo_targets("halt", activated, failed) == {}
