@@ -14,8 +14,8 @@ from rich.table import Table
 
 from fleet.ledger import HostRecord, Operation
 from fleet.plan import Plan
-from fleet.rollout import FAILED_OUTCOMES, PHASES, OperationReport
-from fleet.runner import HostProgress, HostStatus
+from fleet.rollout import FAILED_OUTCOMES, PHASES, OperationReport, ProgressFactory
+from fleet.runner import HostProgress, HostStatus, ProgressSink
 from fleet.status import NodeStatus
 
 _DONE = {HostStatus.OK, HostStatus.CHANGED, HostStatus.FAILED, HostStatus.UNREACHABLE, HostStatus.NOT_RUN}
@@ -72,10 +72,13 @@ class LiveTable:
             self._live.stop()
 
 
-def live_factory(enabled: bool) -> Any:
-    if not enabled:
-        return lambda _title, _hosts: None
-    return lambda title, hosts: LiveTable(title, hosts)
+def live_factory(enabled: bool) -> ProgressFactory:
+    """A LiveTable per runner run when drawing is wanted (stderr is a terminal), else no progress sink."""
+
+    def make(title: str, hosts: list[str]) -> ProgressSink | None:
+        return LiveTable(title, hosts) if enabled else None
+
+    return make
 
 
 def print_plan(out: Console, plan: Plan, *, fleet: str, header: str, notes: Sequence[str] = ()) -> None:
@@ -147,7 +150,7 @@ def print_operation(out: Console, report: OperationReport) -> None:
 
 
 def print_status(out: Console, nodes: Sequence[NodeStatus]) -> None:
-    t = Table(show_edge=False, pad_edge=False)
+    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col in ("node", "current", "previous", "releases", "last event", "desired", "drift"):
         t.add_column(col, overflow="fold")
     for n in nodes:
@@ -214,7 +217,7 @@ def print_history(out: Console, ops: Sequence[tuple[Operation, list[HostRecord]]
     if not ops:
         out.print("no deploys or rollbacks recorded for this fleet yet")
         return
-    t = Table(show_edge=False, pad_edge=False)
+    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col in ("operation", "kind", "version", "status", "started", "finished", "hosts", "message"):
         t.add_column(col, overflow="fold")
     for op, hosts in ops:
