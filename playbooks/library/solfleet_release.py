@@ -43,23 +43,23 @@ description:
   - Everything runs under an flock on C(<root>/.lock). The result key C(solfleet) follows
     docs/node-contract.md on success and on failure.
 options:
-  mode: {description: deploy or rollback, type: str, choices: [deploy, rollback], default: deploy}
-  root: {description: absolute node root, type: path, required: true}
-  node: {description: node name for messages and the journal, type: str, required: true}
-  python: {description: interpreter that runs python -m kernels, type: str, required: true}
-  simulated: {description: run verify and health under the CUDA simulator, type: bool, default: false}
-  gpu_cc: {description: the node's compute capability such as 9.0 (empty: simulated), type: str, default: ""}
-  version: {description: version to deploy (mode=deploy), type: str, default: ""}
-  artifact: {description: path of the pushed artifact on the node, type: path}
-  artifact_sha256: {description: expected sha256 of the artifact, type: str, default: ""}
-  rollout_id: {description: rollout id for the journal, type: str, default: ""}
-  keep_releases: {description: verified releases to keep besides current and previous, type: int, default: 5}
-  activate: {description: switch current after verify (false = stage only), type: bool, default: true}
-  verify_ops: {description: comma-separated ops for verify (empty = all), type: str, default: ""}
-  verify_timeout_s: {description: timeout of verify, type: int, default: 600}
-  health_timeout_s: {description: timeout of health, type: int, default: 120}
-  lock_timeout_s: {description: how long to wait for the node lock, type: int, default: 60}
-  rollback_to: {description: rollback target version (empty = previous), type: str, default: ""}
+  mode: {description: "deploy or rollback", type: str, choices: [deploy, rollback], default: deploy}
+  root: {description: "absolute node root", type: path, required: true}
+  node: {description: "node name for messages and the journal", type: str, required: true}
+  python: {description: "interpreter that runs python -m kernels", type: str, required: true}
+  simulated: {description: "run verify and health under the CUDA simulator", type: bool, default: false}
+  gpu_cc: {description: "compute capability, e.g. 9.0 (empty when simulated)", type: str, default: ""}
+  version: {description: "version to deploy (mode=deploy)", type: str, default: ""}
+  artifact: {description: "path of the pushed artifact on the node", type: path}
+  artifact_sha256: {description: "expected sha256 of the artifact", type: str, default: ""}
+  rollout_id: {description: "rollout id for the journal", type: str, default: ""}
+  keep_releases: {description: "verified releases kept, current and previous included", type: int, default: 5}
+  activate: {description: "switch current after verify (false = stage only)", type: bool, default: true}
+  verify_ops: {description: "comma-separated ops for verify (empty = all)", type: str, default: ""}
+  verify_timeout_s: {description: "timeout of verify", type: int, default: 600}
+  health_timeout_s: {description: "timeout of health", type: int, default: 120}
+  lock_timeout_s: {description: "how long to wait for the node lock", type: int, default: 60}
+  rollback_to: {description: "rollback target version (empty = previous)", type: str, default: ""}
 """
 
 ARTIFACT_RECORD = "artifact.json"  # in releases/V/verify/: which artifact sha256 this release came from

@@ -17,12 +17,12 @@ description:
   - I(mode=status) returns C(solfleet) = node, root, current, previous, releases, last_event, simulated.
   - I(mode=health) also runs C(python -m kernels health --json) in C(<root>/current) and fails when unhealthy.
 options:
-  mode: {description: status or health, type: str, choices: [status, health], default: status}
-  root: {description: absolute node root, type: path, required: true}
-  node: {description: node name, type: str, required: true}
-  python: {description: interpreter that runs python -m kernels (mode=health), type: str, default: ""}
-  simulated: {description: run health under the CUDA simulator, type: bool, default: false}
-  health_timeout_s: {description: timeout of health, type: int, default: 120}
+  mode: {description: "status or health", type: str, choices: [status, health], default: status}
+  root: {description: "absolute node root", type: path, required: true}
+  node: {description: "node name", type: str, required: true}
+  python: {description: "interpreter that runs python -m kernels (mode=health)", type: str, default: ""}
+  simulated: {description: "run health under the CUDA simulator", type: bool, default: false}
+  health_timeout_s: {description: "timeout of health", type: int, default: 120}
 """
 
 
