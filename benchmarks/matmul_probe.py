@@ -107,8 +107,9 @@ def check_gemm(m: int, n: int, k: int, dt: str, path: str, rng: np.random.Genera
 
 
 def bench_gemm(
-    m: int, n: int, k: int, dt: str, iters: int, rng: np.random.Generator, cfgs: list[Any]
-) -> list[dict[str, Any]]:
+    m: int, n: int, k: int, dt: str, iters: int, rng: np.random.Generator, cfgs: list[Any],
+    paths: list[str] | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
     sets = gemm_inputs(m, n, k, dt, rng)
     outs = [cp.empty((m, n), dtype=cp.float32) for _ in range(SETS)]
     flops = 2.0 * m * n * k
@@ -126,7 +127,7 @@ def bench_gemm(
 
         return f
 
-    for path in gemm_paths(dt):
+    for path in gemm_paths(dt) if paths is None else paths:
         if path == "portable" and m * n * k > 2**34:
             iters_p = max(5, iters // 4)  # slow path: fewer calls
         else:
@@ -339,8 +340,9 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument(
-        "--configs", default="128x128s3w2x2,128x128s4w2x2,128x256s3w2x4,256x128s3w4x2,128x256s4w2x4"
+        "--configs", default="128x128s3w2x2,128x128s3w2x2k64,128x128s4w2x2,128x256s3w2x4k64,256x128s3w4x2k64"
     )
+    ap.add_argument("--mma-only", action="store_true", help="only the tile-config sweep: checks + fp16 gemm bench")
     ap.add_argument("--no-sass", action="store_true")
     ap.add_argument("--skip", default="", help="comma list of stages to skip: check,bench,overhead,sass")
     args = ap.parse_args()
@@ -371,6 +373,8 @@ def main() -> int:
 
     # 1. correctness of every path, verify + bench shapes
     checks = []
+    if args.mma_only:
+        skip |= {"overhead", "sass"}
     if "check" not in skip:
         gshapes = [(c.params["M"], c.params["N"], c.params["K"]) for c in g.SPEC.verify_cases[::2]]
         gshapes += [(c.params["M"], c.params["N"], c.params["K"]) for c in g.SPEC.bench_cases[::2]]
@@ -420,13 +424,16 @@ def main() -> int:
     if "bench" not in skip:
         for c in g.SPEC.bench_cases:
             m, n, k = c.params["M"], c.params["N"], c.params["K"]
+            if args.mma_only and c.dtype != "float16":
+                continue
             try:
-                bench += bench_gemm(m, n, k, c.dtype, args.iters, rng, cfgs if c.dtype == "float16" else [])
+                bench += bench_gemm(m, n, k, c.dtype, args.iters, rng, cfgs if c.dtype == "float16" else [],
+                                    ["mma"] if args.mma_only else None)  # fmt: skip
             except Exception as ex:  # noqa: BLE001
                 traceback.print_exc()
                 bench.append({"op": "gemm", "dtype": c.dtype, "shape": f"{m}x{n}x{k}", "error": repr(ex)})
             log(f"bench gemm {m}x{n}x{k} {c.dtype} done")
-        for c in op.SPEC.bench_cases:
+        for c in ([] if args.mma_only else op.SPEC.bench_cases):
             shape = (c.params["B"], c.params["S"], c.params["K"], c.params["N"])
             try:
                 bench += bench_oproj(shape, c.dtype, args.iters, rng)
