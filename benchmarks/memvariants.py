@@ -120,15 +120,13 @@ def elementwise(dt: np.dtype) -> list[dict]:  # type: ignore[type-arg]
         sets.append((x, r, o, operand("x", x), operand("r", r), operand("o", o)))
     ref = host_x.astype(np.float32) + host_r.astype(np.float32)
     sig = f"void({dt.name}[::1], {dt.name}[::1], {dt.name}[::1])"
-    fns = {"one": add_one, "tile4": add_tile4, "stride8": add_stride8, "stride4": ra._residual_add_kernel}
+    fns = {"one": add_one, "tile4": add_tile4, "stride8": add_stride8, "lib": ra._DISPATCHERS[dt]}
     ks = {name: kernel(fn, sig) for name, fn in fns.items()}
     variants = [
         ("one-per-thread", "one", lambda n: (n + 255) // 256, 256),
         ("tile4 256", "tile4", lambda n: (n + 1023) // 1024, 256),
         ("tile4 512", "tile4", lambda n: (n + 2047) // 2048, 512),
-        ("stride4 8blk/SM (lib)", "stride4", lambda n: SMS * 8, 256),
-        ("stride4 16blk/SM", "stride4", lambda n: SMS * 16, 256),
-        ("stride4 32blk/SM", "stride4", lambda n: SMS * 32, 256),
+        ("lib (tiles, unroll 4/8)", "lib", lambda n: ra.grid_for(n, ra.UNROLL[dt]), 256),
         ("stride8 8blk/SM", "stride8", lambda n: SMS * 8, 256),
     ]
     rows = []

@@ -74,22 +74,39 @@ class Operand:
 
     def reshaped(self, shape: tuple[int, ...]) -> Operand:
         """The same C-contiguous memory seen with another shape (no copy)."""
-        item = self.dtype.itemsize
         dev = self._dev.reshape(shape) if self._dev is not None else None
         src = self.src if dev is None else dev
-        return Operand(self.name, self.ptr, shape, c_strides(shape, item), self.dtype, src, None, dev)
+        return Operand(self.name, self.ptr, shape, c_strides(shape, self.dtype.itemsize), self.dtype, src,
+                       None, dev)  # fmt: skip
 
-    def __repr__(self) -> str:
+    def flat(self) -> Operand:
+        """The same C-contiguous memory as one dimension (no copy)."""
+        n = self.size
+        return self if len(self.shape) == 1 else self.reshaped((n,))
+
+    def __repr__(self) -> str:  # for error messages and debugging
         return f"Operand({self.name}, shape={self.shape}, dtype={self.dtype})"
 
 
+_CSTRIDES: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
+
+
 def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a C-contiguous array. Memoised: launchers ask for the same few shapes on every
+    call, and this sits on the host-overhead path (kernels.overhead)."""
+    key = (shape, itemsize)
+    hit = _CSTRIDES.get(key)
+    if hit is not None:
+        return hit
     out = []
     acc = itemsize
     for s in reversed(shape):
         out.append(acc)
         acc *= s
-    return tuple(reversed(out))
+    res = tuple(reversed(out))
+    if len(_CSTRIDES) < 4096:
+        _CSTRIDES[key] = res
+    return res
 
 
 # --- extractors: type -> (ptr, shape, strides, dtype) ------------------------------------------------------
@@ -200,18 +217,21 @@ class HostSync:
 
 def check_dtype(op: Operand, allowed: Iterable[np.dtype]) -> None:
     allowed = tuple(allowed)
+    for a in allowed:  # builtin dtypes are singletons: identity first, equality only on a miss
+        if op.dtype is a:
+            return
     if op.dtype not in allowed:
         names = ", ".join(str(d) for d in allowed)
         raise TypeError(f"{op.name}: dtype {op.dtype} is not supported; expected one of: {names}")
 
 
 def check_same_dtype(op: Operand, ref: Operand) -> None:
-    if op.dtype != ref.dtype:
+    if op.dtype is not ref.dtype and op.dtype != ref.dtype:
         raise TypeError(f"{op.name}: dtype {op.dtype} must match {ref.name}'s dtype {ref.dtype}")
 
 
 def check_contiguous(op: Operand) -> None:
-    if op.strides != c_strides(op.shape, op.dtype.itemsize) and op.size > 1:
+    if op.strides != c_strides(op.shape, op.dtype.itemsize) and op.size > 1:  # size 0/1: any strides
         raise ValueError(
             f"{op.name}: expected a C-contiguous array, got strides {op.strides} for shape {op.shape}"
         )
@@ -228,6 +248,25 @@ def check_ndim(op: Operand, ndims: Iterable[int]) -> None:
 def check_shape(op: Operand, shape: tuple[int, ...], what: str) -> None:
     if op.shape != shape:
         raise ValueError(f"{op.name}: expected shape {shape} ({what}), got {op.shape}")
+
+
+def check_like(op: Operand, ref: Operand, what: str) -> None:
+    """`op` must have `ref`'s dtype and shape and be C-contiguous; `ref` was checked contiguous already.
+    One comparison chain on the hot path; the detailed checks (and their messages) only on a mismatch."""
+    if op.dtype is ref.dtype and op.shape == ref.shape and op.strides == ref.strides:
+        return
+    check_same_dtype(op, ref)
+    check_shape(op, ref.shape, what)
+    check_contiguous(op)
+
+
+def check_vector(op: Operand, ref: Operand, n: int, what: str) -> None:
+    """`op` must be a contiguous 1-d array of n elements with `ref`'s dtype (weights, biases)."""
+    if op.dtype is ref.dtype and op.shape == (n,) and op.strides[0] == op.dtype.itemsize:
+        return
+    check_same_dtype(op, ref)
+    check_shape(op, (n,), what)
+    check_contiguous(op)
 
 
 def check_nonempty(op: Operand) -> None:
@@ -261,6 +300,8 @@ def output(name: str, out: Any, sync: HostSync, shape: tuple[int, ...], dtype: n
     if out is None:
         return empty_like_device(name, shape, dtype)
     op = operand(name, out, sync, writeback=True)
+    if op.dtype is dtype and op.shape == shape and op.strides == c_strides(shape, dtype.itemsize):
+        return op
     if op.dtype != dtype:
         raise TypeError(f"{name}: dtype {op.dtype} is not allowed; expected {dtype}")
     check_shape(op, shape, "the shape of the result")

@@ -3,7 +3,7 @@
 Peaks:
   - fp32 FMA peak = SMs x 128 fp32 lanes x 2 FLOP x clock (the clock the driver reports as the maximum);
   - memory bandwidth = bytes read + bytes written per second of a large device-to-device copy, measured
-    two ways (the driver's cuMemcpyDtoD and a numba grid-stride copy kernel), the higher one kept. It is
+    two ways (the driver's cuMemcpyDtoD and a numba tiled copy kernel), the higher one kept. It is
     measured once per device and cached in $XDG_CACHE_HOME/solfleet (or ~/.cache/solfleet), keyed by device
     name, PCI bus id and driver version, because a measurement costs a second of GPU time.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numba import cuda
+from numba import cuda, float32
 
 from kernels.arrays import SIMULATED
 
@@ -109,24 +109,26 @@ def _cache_key(dev: dict[str, Any], vers: dict[str, str | None]) -> str:
     return "".join(c if c.isalnum() or c in "-." else "_" for c in raw)
 
 
+COPY_UNROLL = 8
+
+
 @cuda.jit
 def _copy_kernel(src, dst):  # type: ignore[no-untyped-def]
+    # the best numba copy found on the H200 (benchmarks/notes-memory.md): one block per contiguous tile of
+    # 256 x 8 elements, all 8 loads in flight before the first store
+    v = cuda.local.array(COPY_UNROLL, float32)
     n = src.shape[0]
-    stride = cuda.gridsize(1)
-    i = cuda.grid(1)
-    while i + 3 * stride < n:
-        a0 = src[i]
-        a1 = src[i + stride]
-        a2 = src[i + 2 * stride]
-        a3 = src[i + 3 * stride]
-        dst[i] = a0
-        dst[i + stride] = a1
-        dst[i + 2 * stride] = a2
-        dst[i + 3 * stride] = a3
-        i += 4 * stride
-    while i < n:
-        dst[i] = src[i]
-        i += stride
+    base = cuda.blockIdx.x * 256 * COPY_UNROLL + cuda.threadIdx.x
+    if base + (COPY_UNROLL - 1) * 256 < n:
+        for u in range(COPY_UNROLL):
+            v[u] = src[base + u * 256]
+        for u in range(COPY_UNROLL):
+            dst[base + u * 256] = v[u]
+    else:
+        for u in range(COPY_UNROLL):
+            i = base + u * 256
+            if i < n:
+                dst[i] = src[i]
 
 
 def _time_ms(fn: Any, reps: int) -> list[float]:
@@ -144,14 +146,14 @@ def _time_ms(fn: Any, reps: int) -> list[float]:
 def measure_copy_bandwidth() -> dict[str, float]:
     """GB/s (read + written) of a 1 GiB device-to-device copy: driver memcpy and a numba copy kernel."""
     from kernels.arrays import operand
-    from kernels.launch import kernel, sm_count
+    from kernels.launch import kernel
 
     n = COPY_BYTES // 4
     src = cuda.to_device(np.random.default_rng().standard_normal(n, dtype=np.float32))
     dst = cuda.device_array(n, dtype=np.float32)
     k = kernel(_copy_kernel, "void(float32[::1], float32[::1])")
     so, do = operand("src", src), operand("dst", dst)
-    grid = sm_count() * 8
+    grid = (n + 256 * COPY_UNROLL - 1) // (256 * COPY_UNROLL)
 
     def memcpy() -> None:
         dst.copy_to_device(src)

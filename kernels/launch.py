@@ -35,12 +35,9 @@ def _driver() -> ctypes.CDLL:
     global _libcuda
     if _libcuda is None:
         lib = ctypes.CDLL("libcuda.so.1")
-        lib.cuLaunchKernel.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-            ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-            ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-        ]  # fmt: skip
+        # no argtypes for cuLaunchKernel on purpose: per-argument from_param conversion costs more than the
+        # call; every argument is passed as a C int (grid, block, shared memory: unsigned int in the ABI) or
+        # as a prebuilt ctypes pointer object (function, stream, parameter array)
         lib.cuLaunchKernel.restype = ctypes.c_int
         lib.cuKernelGetFunction.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
         lib.cuKernelGetFunction.restype = ctypes.c_int
@@ -80,48 +77,74 @@ class Kernel:
         rc = _driver().cuKernelGetFunction(ctypes.byref(func), ctypes.c_void_p(handle))
         self._func = ctypes.c_void_p(func.value if rc == 0 and func.value else handle)
         self.regs = cufunc.attrs.regs
-        # parameter slots: int64 block for the 8-byte ones, one ctypes object per 4-byte float scalar
-        slots: list[ctypes._SimpleCData] = []
-        self._plan: list[tuple[str, int, int]] = []  # (kind, first slot, ndim)
-        n8 = 0
-        layout: list[tuple[str, int]] = []
-        for t in self.argtypes:
-            if isinstance(t, types.Array):
-                layout.append(("a", t.ndim))
-                n8 += 5 + 2 * t.ndim
-            elif t == types.float32:
-                layout.append(("f", 0))
-            elif t in (types.float64, types.int64, types.intp, types.uint64):
-                layout.append(("d" if t == types.float64 else "i", 0))
-                n8 += 1
-            elif t in (types.int32, types.uint32):
-                layout.append(("i32", 0))
-            else:
-                raise LaunchError(f"fast launch: unsupported argument type {t} in {self.sig}")
-        self._block = (ctypes.c_int64 * max(n8, 1))()
-        self._scalars: list[ctypes._SimpleCData] = []
-        ptrs: list[int] = []
-        base = ctypes.addressof(self._block)
-        i8 = 0
-        for kind, ndim in layout:
-            if kind == "a":
-                self._plan.append(("a", i8, ndim))
-                for j in range(5 + 2 * ndim):
-                    ptrs.append(base + 8 * (i8 + j))
-                i8 += 5 + 2 * ndim
-            elif kind in ("i", "d"):
-                self._plan.append((kind, i8, 0))
-                ptrs.append(base + 8 * i8)
-                i8 += 1
-            else:
-                obj: ctypes._SimpleCData = ctypes.c_float() if kind == "f" else ctypes.c_int32()
-                self._plan.append((kind, len(self._scalars), 0))
-                self._scalars.append(obj)
-                ptrs.append(ctypes.addressof(obj))
-        slots.extend(self._scalars)
-        self._params = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+        self.build_plan()
         self._launch = _driver().cuLaunchKernel
         self._ready = True
+
+    def build_plan(self) -> None:
+        """Lay out the parameter block (no GPU needed): one int64 buffer for every 8-byte parameter, one
+        ctypes object per 4-byte scalar, and the void* array cuLaunchKernel reads. Constant slots (meminfo,
+        parent, itemsize) are written here, once."""
+        plan: list[tuple[int, int, int]] = []  # (kind, slot, ndim); kind: 0 array, 1 int64, 2 f64, 3 4-byte
+        ptrs_rel: list[tuple[str, int]] = []  # ("b", int64 slot) or ("s", scalar index)
+        scalars: list[ctypes._SimpleCData] = []
+        consts: list[tuple[int, int]] = []
+        i8 = 0
+        for t in self.argtypes:
+            if isinstance(t, types.Array):
+                plan.append((0, i8, t.ndim))
+                consts += [(i8, 0), (i8 + 1, 0), (i8 + 3, t.dtype.bitwidth // 8)]
+                ptrs_rel += [("b", i8 + j) for j in range(5 + 2 * t.ndim)]
+                i8 += 5 + 2 * t.ndim
+            elif t in (types.float64, types.int64, types.intp, types.uint64):
+                plan.append((2 if t == types.float64 else 1, i8, 0))
+                ptrs_rel.append(("b", i8))
+                i8 += 1
+            elif t in (types.float32, types.int32, types.uint32):
+                plan.append((3, len(scalars), 0))
+                ptrs_rel.append(("s", len(scalars)))
+                scalars.append(ctypes.c_float() if t == types.float32 else ctypes.c_int32())
+            else:
+                raise LaunchError(f"fast launch: unsupported argument type {t} in {self.sig}")
+        self._block = (ctypes.c_int64 * max(i8, 1))()
+        for slot, value in consts:
+            self._block[slot] = value
+        base = ctypes.addressof(self._block)
+        ptrs = [base + 8 * i if kind == "b" else ctypes.addressof(scalars[i]) for kind, i in ptrs_rel]
+        self._params = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+        self._scalars = scalars
+        self._plan = tuple(plan)
+
+    def pack(self, args: Sequence[Any]) -> None:
+        """Write one call's arguments into the parameter block (the per-call work of the fast path)."""
+        blk = self._block
+        for (kind, at, ndim), a in zip(self._plan, args, strict=True):
+            if kind == 0:
+                shape = a.shape
+                blk[at + 4] = a.ptr
+                if ndim == 1:
+                    blk[at + 2] = blk[at + 5] = shape[0]
+                    blk[at + 6] = a.strides[0]
+                elif ndim == 2:
+                    blk[at + 2] = shape[0] * shape[1]
+                    blk[at + 5] = shape[0]
+                    blk[at + 6] = shape[1]
+                    st = a.strides
+                    blk[at + 7] = st[0]
+                    blk[at + 8] = st[1]
+                else:
+                    n = 1
+                    for d in shape:
+                        n *= d
+                    blk[at + 2] = n
+                    blk[at + 5 : at + 5 + ndim] = shape
+                    blk[at + 5 + ndim : at + 5 + 2 * ndim] = a.strides
+            elif kind == 1:
+                blk[at] = int(a)
+            elif kind == 2:
+                ctypes.c_double.from_buffer(blk, 8 * at).value = float(a)
+            else:
+                self._scalars[at].value = a
 
     def launch(
         self,
@@ -129,7 +152,7 @@ class Kernel:
         block: int | tuple[int, ...],
         args: Sequence[Any],
         shared: int = 0,
-        stream: int = 0,
+        stream: Any = 0,
     ) -> None:
         if not self._ready:
             self._prepare()
@@ -137,32 +160,18 @@ class Kernel:
             dev = [a.dev if isinstance(a, Operand) else a for a in args]
             self.dispatcher[grid, block, stream, shared](*dev)
             return
-        blk = self._block
-        for (kind, at, ndim), a in zip(self._plan, args, strict=True):
-            if kind == "a":
-                n = 1
-                for s in a.shape:
-                    n *= s
-                blk[at] = 0
-                blk[at + 1] = 0
-                blk[at + 2] = n
-                blk[at + 3] = a.dtype.itemsize
-                blk[at + 4] = a.ptr
-                blk[at + 5 : at + 5 + ndim] = a.shape
-                blk[at + 5 + ndim : at + 5 + 2 * ndim] = a.strides
-            elif kind == "i":
-                blk[at] = int(a)
-            elif kind == "d":
-                ctypes.c_double.from_buffer(blk, 8 * at).value = float(a)
-            else:
-                self._scalars[at].value = a
-        g = grid if isinstance(grid, tuple) else (grid, 1, 1)
-        b = block if isinstance(block, tuple) else (block, 1, 1)
-        g = g + (1,) * (3 - len(g))
-        b = b + (1,) * (3 - len(b))
+        self.pack(args)
+        if type(grid) is int:
+            gx, gy, gz = grid, 1, 1
+        else:
+            gx, gy, gz = (tuple(grid) + (1, 1))[:3]
+        if type(block) is int:
+            bx, by, bz = block, 1, 1
+        else:
+            bx, by, bz = (tuple(block) + (1, 1))[:3]
         h = stream if type(stream) is int else _stream_handle(stream)
-        p = self._params
-        rc = self._launch(self._func, g[0], g[1], g[2], b[0], b[1], b[2], shared, h or None, p, None)
+        hs = ctypes.c_void_p(h) if h else None
+        rc = self._launch(self._func, gx, gy, gz, bx, by, bz, shared, hs, self._params, None)
         if rc != 0:
             raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {self.sig}")
 

@@ -55,9 +55,9 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
     norm = cuda.device_array(1, dtype=f32)
     n = 4 * 256
     xo, ro, oo = (operand(k, v).reshaped((n,)) for k, v in (("x", x), ("r", r), ("out", out)))
-    grid = residual_add.grid_for(n)
+    grid = residual_add.grid_for(n, residual_add.UNROLL[np.dtype(f32)])
     fast = residual_add._KERNELS[np.dtype(f32)]
-    disp = residual_add._residual_add_kernel
+    disp = residual_add._DISPATCHERS[np.dtype(f32)]
     xf, rf, of = x.reshape(n), r.reshape(n), out.reshape(n)
     clip = clip_grad_norm.clip_grad_norm
     rows: list[tuple[str, Callable[[], Any]]] = [

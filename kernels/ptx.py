@@ -70,7 +70,9 @@ def _ptxas_once(ptx: str, cc: tuple[int, int], relocatable: bool) -> dict[str, A
 
 def compile_one(fn: Any, sig: str, cc: tuple[int, int]) -> str:
     py = getattr(fn, "py_func", fn)
-    ptx, _ = cuda.compile_ptx(py, sig, cc=cc)
+    # a dispatcher's launch_bounds change register allocation: compile with the same ones
+    lb = getattr(fn, "targetoptions", {}).get("launch_bounds")
+    ptx, _ = cuda.compile_ptx(py, sig, cc=cc, launch_bounds=lb)
     return str(ptx)
 
 

@@ -22,6 +22,14 @@ from kernels.arrays import SIMULATED
 # thread as a Python thread (the kernel bodies are written for any power-of-two BLOCK)
 BLOCK = 32 if SIMULATED else 256
 WARPS = BLOCK // 32
+# register-resident rows: each thread keeps PER elements of its row in registers (fully unrolled loops over a
+# local array, which LLVM promotes to registers: no .local traffic in the PTX), so a row of up to
+# BLOCK * PER elements (4096 on a GPU) is read from memory once, with all PER loads in flight at once
+PER = 16
+# register cap for those kernels: 5 blocks of 256 per SM (<= 51 registers). Without it the softmax and
+# layernorm register kernels take 72-79 registers (3 blocks per SM); ptxas meets the cap with no spills.
+# The simulator's jit has no launch_bounds option.
+ROW_JIT: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, 5)}
 FULL = 0xFFFFFFFF
 NEG_INF = float32(-math.inf)
 
@@ -59,6 +67,46 @@ def _block_sum_tree(v, smem):  # type: ignore[no-untyped-def]
     while step > 0:
         if tid < step:
             smem[tid] += smem[tid + step]
+        cuda.syncthreads()
+        step //= 2
+    out = smem[0]
+    cuda.syncthreads()
+    return out
+
+
+@cuda.jit(device=True, inline="always")
+def _warp_max(v):  # type: ignore[no-untyped-def]
+    v = max(v, cuda.shfl_down_sync(FULL, v, 16))
+    v = max(v, cuda.shfl_down_sync(FULL, v, 8))
+    v = max(v, cuda.shfl_down_sync(FULL, v, 4))
+    v = max(v, cuda.shfl_down_sync(FULL, v, 2))
+    v = max(v, cuda.shfl_down_sync(FULL, v, 1))
+    return cuda.shfl_sync(FULL, v, 0)
+
+
+@cuda.jit(device=True, inline="always")
+def _block_max_shfl(v, smem):  # type: ignore[no-untyped-def]
+    tid = cuda.threadIdx.x
+    v = _warp_max(v)
+    if tid % 32 == 0:
+        smem[tid // 32] = v
+    cuda.syncthreads()
+    lane = tid % 32
+    w = smem[lane] if lane < WARPS else NEG_INF
+    w = _warp_max(w)
+    cuda.syncthreads()
+    return w
+
+
+@cuda.jit(device=True, inline="always")
+def _block_max_tree(v, smem):  # type: ignore[no-untyped-def]
+    tid = cuda.threadIdx.x
+    smem[tid] = v
+    cuda.syncthreads()
+    step = BLOCK // 2
+    while step > 0:
+        if tid < step:
+            smem[tid] = max(smem[tid], smem[tid + step])
         cuda.syncthreads()
         step //= 2
     out = smem[0]
@@ -129,9 +177,11 @@ def _block_max_sum_tree(m, s, smem, smem2):  # type: ignore[no-untyped-def]
 
 if SIMULATED:
     block_sum = _block_sum_tree
+    block_max = _block_max_tree
     block_max_sum = _block_max_sum_tree
 else:
     block_sum = _block_sum_shfl
+    block_max = _block_max_shfl
     block_max_sum = _block_max_sum_shfl
 
 merge_max_sum = _merge_max_sum

@@ -6,10 +6,10 @@ to read for the norm, plus 2N * itemsize to read and write when it clips (the no
 any scaling, so the data is read twice unless it fits in L2).
 Kernels, all on one stream, no host round trip between them:
   1. `_zero`: clears a float64 accumulator on the device;
-  2. `_sumsq` per array: grid-stride sum of squares in fp32 per thread (four loads in flight), a block
-     reduction, then one float64 atomic add per block;
-  3. `_scale` per array: every thread reads the accumulator, derives the coefficient itself and returns at
-     once when there is nothing to clip (no traffic); block 0 writes the norm to `norm_out`.
+  2. `_sumsq` per array: persistent blocks over contiguous tiles, fp32 sum of squares per thread (8 or 16
+     loads in flight), a block reduction, then one float64 atomic add per block;
+  3. `_scale` per array: one block per tile; every thread reads the accumulator, derives the coefficient
+     itself and returns at once when there is nothing to clip (no traffic); block 0 writes the norm.
 One launch per array: with many small arrays the op is launch-bound (see notes-memory.md).
 """
 
@@ -29,8 +29,8 @@ from kernels.reduce import BLOCK, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
 
 BLOCKS_PER_SM = 8
-UNROLL = 4
 CLIP_EPS = 1e-6
+MAX_GRID = 2**31 - 1
 
 
 @cuda.jit
@@ -39,60 +39,80 @@ def _zero(acc):  # type: ignore[no-untyped-def]
         acc[0] = 0.0
 
 
-@cuda.jit
-def _sumsq(g, acc):  # type: ignore[no-untyped-def]
-    smem = cuda.shared.array(BLOCK, float32)
-    n = g.shape[0]
-    stride = cuda.gridsize(1)
-    i = cuda.grid(1)
-    a0 = float32(0.0)
-    a1 = float32(0.0)
-    a2 = float32(0.0)
-    a3 = float32(0.0)
-    while i + 3 * stride < n:
-        v0 = float32(g[i])
-        v1 = float32(g[i + stride])
-        v2 = float32(g[i + 2 * stride])
-        v3 = float32(g[i + 3 * stride])
-        a0 += v0 * v0
-        a1 += v1 * v1
-        a2 += v2 * v2
-        a3 += v3 * v3
-        i += 4 * stride
-    while i < n:
-        v = float32(g[i])
-        a0 += v * v
-        i += stride
-    total = block_sum((a0 + a1) + (a2 + a3), smem)
-    if cuda.threadIdx.x == 0:
-        cuda.atomic.add(acc, 0, float64(total))
+def _make_sumsq(unroll: int):  # type: ignore[no-untyped-def]
+    """Persistent blocks walk contiguous tiles of BLOCK x unroll elements (all loads of a tile in flight),
+    keep an fp32 partial per thread, reduce it per block, and add it to the float64 accumulator once."""
+
+    @cuda.jit
+    def k(g, acc):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        v = cuda.local.array(unroll, float32)
+        n = g.shape[0]
+        tid = cuda.threadIdx.x
+        tile = BLOCK * unroll
+        chunk = cuda.blockIdx.x
+        s = float32(0.0)
+        while chunk * tile < n:
+            base = chunk * tile + tid
+            if base + (unroll - 1) * BLOCK < n:
+                for u in range(unroll):
+                    v[u] = float32(g[base + u * BLOCK])
+                for u in range(unroll):
+                    s += v[u] * v[u]
+            else:
+                for u in range(unroll):
+                    i = base + u * BLOCK
+                    if i < n:
+                        t = float32(g[i])
+                        s += t * t
+            chunk += cuda.gridDim.x
+        total = block_sum(s, smem)
+        if tid == 0:
+            cuda.atomic.add(acc, 0, float64(total))
+
+    return k
 
 
-@cuda.jit
-def _scale(g, acc, norm_out, max_norm):  # type: ignore[no-untyped-def]
-    norm = math.sqrt(acc[0])
-    i = cuda.grid(1)
-    if i == 0:
-        norm_out[0] = float32(norm)
-    coef = max_norm / (norm + CLIP_EPS)
-    if coef >= 1.0:
-        return
-    c = float32(coef)
-    n = g.shape[0]
-    stride = cuda.gridsize(1)
-    while i + 3 * stride < n:
-        v0 = float32(g[i]) * c
-        v1 = float32(g[i + stride]) * c
-        v2 = float32(g[i + 2 * stride]) * c
-        v3 = float32(g[i + 3 * stride]) * c
-        g[i] = v0
-        g[i + stride] = v1
-        g[i + 2 * stride] = v2
-        g[i + 3 * stride] = v3
-        i += 4 * stride
-    while i < n:
-        g[i] = float32(g[i]) * c
-        i += stride
+def _make_scale(unroll: int):  # type: ignore[no-untyped-def]
+    """One block per tile; every thread derives the coefficient from the accumulator itself and returns at
+    once when there is nothing to clip. Block 0 publishes the norm."""
+
+    @cuda.jit
+    def k(g, acc, norm_out, max_norm):  # type: ignore[no-untyped-def]
+        norm = math.sqrt(acc[0])
+        tid = cuda.threadIdx.x
+        if tid == 0 and cuda.blockIdx.x == 0:
+            norm_out[0] = float32(norm)
+        coef = max_norm / (norm + CLIP_EPS)
+        if coef >= 1.0:
+            return
+        c = float32(coef)
+        v = cuda.local.array(unroll, float32)
+        n = g.shape[0]
+        tile = BLOCK * unroll
+        chunk = cuda.blockIdx.x
+        while chunk * tile < n:
+            base = chunk * tile + tid
+            if base + (unroll - 1) * BLOCK < n:
+                for u in range(unroll):
+                    v[u] = float32(g[base + u * BLOCK])
+                for u in range(unroll):
+                    g[base + u * BLOCK] = v[u] * c
+            else:
+                for u in range(unroll):
+                    i = base + u * BLOCK
+                    if i < n:
+                        g[i] = float32(g[i]) * c
+            chunk += cuda.gridDim.x
+
+    return k
+
+
+F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
+SUMSQ_UNROLL = {F32: 8, F16: 16}
+SCALE_UNROLL = {F32: 4, F16: 8}
+_sumsq = {dt: _make_sumsq(u) for dt, u in SUMSQ_UNROLL.items()}
+_scale = {dt: _make_scale(u) for dt, u in SCALE_UNROLL.items()}
 
 
 _ZERO_SIG = "void(float64[::1])"
@@ -105,8 +125,8 @@ _SCALE_SIGS = {
     np.dtype(np.float16): "void(float16[::1], float64[::1], float32[::1], float64)",
 }
 _ZERO = kernel(_zero, _ZERO_SIG)
-_SUMSQ: dict[np.dtype, Kernel] = {dt: kernel(_sumsq, s) for dt, s in _SUMSQ_SIGS.items()}
-_SCALE: dict[np.dtype, Kernel] = {dt: kernel(_scale, s) for dt, s in _SCALE_SIGS.items()}
+_SUMSQ: dict[np.dtype, Kernel] = {dt: kernel(_sumsq[dt], s) for dt, s in _SUMSQ_SIGS.items()}
+_SCALE: dict[np.dtype, Kernel] = {dt: kernel(_scale[dt], s) for dt, s in _SCALE_SIGS.items()}
 _workspace: Operand | None = None
 
 
@@ -119,8 +139,8 @@ def _accumulator() -> Operand:
     return _workspace
 
 
-def _grid(n: int, threads: int) -> int:
-    return max(1, min(sm_count() * BLOCKS_PER_SM, (n + threads * UNROLL - 1) // (threads * UNROLL)))
+def _tiles(n: int, unroll: int) -> int:
+    return max(1, (n + BLOCK * unroll - 1) // (BLOCK * unroll))
 
 
 def clip_grad_norm(
@@ -159,12 +179,13 @@ def clip_grad_norm(
     dt = ops[0].dtype
     flat = [op.reshaped((op.size,)) for op in ops]
     _ZERO.launch(1, 1, (acc,), stream=stream)
-    sumsq = _SUMSQ[dt]
+    sumsq, su = _SUMSQ[dt], SUMSQ_UNROLL[dt]
+    cap = sm_count() * BLOCKS_PER_SM  # persistent: one atomic per block, ~1000 per array at most
     for f in flat:
-        sumsq.launch(_grid(f.size, BLOCK), BLOCK, (f, acc), stream=stream)
-    scale = _SCALE[dt]
+        sumsq.launch(min(cap, _tiles(f.size, su)), BLOCK, (f, acc), stream=stream)
+    scale, cu = _SCALE[dt], SCALE_UNROLL[dt]
     for f in flat:
-        scale.launch(_grid(f.size, BLOCK), BLOCK, (f, acc, no, mx), stream=stream)
+        scale.launch(min(MAX_GRID, _tiles(f.size, cu)), BLOCK, (f, acc, no, mx), stream=stream)
     sync.finish()
     if norm_out is None:
         return float(no.dev.copy_to_host()[0])
@@ -255,8 +276,8 @@ SPEC = register(
         bound="memory",
         ptx_kernels=(
             ("clip_grad_norm_zero", _zero, _ZERO_SIG),
-            *((f"clip_grad_norm_sumsq_{dt.name}", _sumsq, s) for dt, s in _SUMSQ_SIGS.items()),
-            *((f"clip_grad_norm_scale_{dt.name}", _scale, s) for dt, s in _SCALE_SIGS.items()),
+            *((f"clip_grad_norm_sumsq_{dt.name}", _sumsq[dt], s) for dt, s in _SUMSQ_SIGS.items()),
+            *((f"clip_grad_norm_scale_{dt.name}", _scale[dt], s) for dt, s in _SCALE_SIGS.items()),
         ),
     )
 )

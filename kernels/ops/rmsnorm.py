@@ -2,9 +2,11 @@
 
 Floors per row of n: 4n FLOP (square+add, scale, weight); bytes = 2 * n * itemsize (x read once, out written
 once; weight is n elements shared by every row). Bandwidth-bound.
-Kernel: one block of 256 threads per row. Pass 1 reads the row with four independent loads in flight per
-thread and reduces the sum of squares in fp32 (warp shuffles, then one slot per warp). Pass 2 reads the row
-again: it was read microseconds before by the same block, so it comes from L1/L2, not device memory.
+Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one slot per warp):
+  - `_rmsnorm_reg` (rows of up to BLOCK * PER = 4096): each thread loads its PER elements into registers
+    with every load in flight at once, reduces, and writes from registers: one read, one write.
+  - `_rmsnorm_kernel` (longer rows): pass 1 streams the row with four loads in flight per thread; pass 2
+    reads it again, from L1/L2 (the same block read it microseconds before), not device memory.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import math
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, uint32
 
 from kernels import arrays
 from kernels.arrays import FLOAT_IO, HostSync
 from kernels.launch import kernel
-from kernels.reduce import BLOCK, block_sum
+from kernels.reduce import BLOCK, PER, ROW_JIT, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.rowcases import row_cases
 
@@ -69,11 +71,45 @@ def _rmsnorm_kernel(x, w, out, eps):  # type: ignore[no-untyped-def]
         row += cuda.gridDim.x
 
 
+@cuda.jit(**ROW_JIT)
+def _rmsnorm_reg(x, w, out, eps):  # type: ignore[no-untyped-def]
+    smem = cuda.shared.array(BLOCK, float32)
+    v = cuda.local.array(PER, float32)
+    tid = cuda.threadIdx.x
+    rows = x.shape[0]
+    n = x.shape[1]
+    full = n >= BLOCK * PER
+    row = cuda.blockIdx.x
+    while row < rows:
+        # 1-d row views and uint32 column indices: no negative-index wraparound code and one running
+        # address per array instead of PER precomputed 64-bit ones (171 -> 34 registers for rmsnorm)
+        xr = x[row]
+        orow = out[row]
+        acc = float32(0.0)
+        if full:  # no bounds checks: PER independent loads issue back to back
+            for k in range(PER):
+                v[k] = float32(xr[uint32(tid + k * BLOCK)])
+        else:
+            for k in range(PER):
+                j = uint32(tid + k * BLOCK)
+                v[k] = float32(xr[j]) if j < n else float32(0.0)
+        for k in range(PER):
+            acc += v[k] * v[k]
+        total = block_sum(acc, smem)
+        inv = float32(1.0) / math.sqrt(total / float32(n) + eps)
+        for k in range(PER):
+            j = uint32(tid + k * BLOCK)
+            if j < n:
+                orow[j] = v[k] * inv * float32(w[j])
+        row += cuda.gridDim.x
+
+
 _SIGS = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[:, ::1], float32)",
 }
 _KERNELS = {dt: kernel(_rmsnorm_kernel, sig) for dt, sig in _SIGS.items()}
+_REG = {dt: kernel(_rmsnorm_reg, sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
 
 
@@ -85,15 +121,12 @@ def rmsnorm(x: Any, weight: Any, out: Any = None, *, eps: float = 1e-6, stream: 
     arrays.check_dtype(xo, FLOAT_IO)
     arrays.check_nonempty(xo)
     arrays.check_contiguous(xo)
-    arrays.check_same_dtype(wo, xo)
-    arrays.check_shape(wo, (xo.shape[-1],), "x's last dimension")
-    arrays.check_contiguous(wo)
+    arrays.check_vector(wo, xo, xo.shape[-1], "x's last dimension")
     e = arrays.check_positive("eps", eps)
     oo = arrays.output("out", out, sync, xo.shape, xo.dtype)
     xr = arrays.as_rows(xo)
-    _KERNELS[xo.dtype].launch(
-        min(xr.shape[0], MAX_GRID), BLOCK, (xr, wo, arrays.as_rows(oo), e), stream=stream
-    )
+    k = (_REG if xr.shape[1] <= BLOCK * PER else _KERNELS)[xo.dtype]
+    k.launch(min(xr.shape[0], MAX_GRID), BLOCK, (xr, wo, arrays.as_rows(oo), e), stream=stream)
     return arrays.finish(sync, oo, out, xo)
 
 
@@ -147,6 +180,10 @@ SPEC = register(
         **row_cases(),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=tuple((f"rmsnorm_{dt.name}", _rmsnorm_kernel, sig) for dt, sig in _SIGS.items()),
+        ptx_kernels=tuple(
+            (f"rmsnorm_{kind}_{dt.name}", fn, sig)
+            for kind, fn in (("reg", _rmsnorm_reg), ("stream", _rmsnorm_kernel))
+            for dt, sig in _SIGS.items()
+        ),
     )
 )

@@ -51,3 +51,19 @@ def test_fast_path_host_overhead_below_dispatcher():  # type: ignore[no-untyped-
     fast = per_call(lambda: rmsnorm.rmsnorm(x, w, out))
     slow = per_call(lambda: rmsnorm._rmsnorm_kernel[4, 256](x, w, out, np.float32(1e-6)))
     assert fast < slow, (fast, slow)
+
+
+def test_parameter_block_follows_numba_abi():  # type: ignore[no-untyped-def]
+    # numba-cuda's _Kernel._prepare_args flattens an array into meminfo, parent, nitems, itemsize, data,
+    # shape..., strides...; scalars follow as their own parameters. Built and packed with no GPU.
+    k = launch.Kernel(rmsnorm._rmsnorm_kernel, "void(float16[:, ::1], float32[::1], float64, float32)")
+    k.build_plan()
+    x = arrays.Operand("x", 0xABC000, (3, 5), (10, 2), np.dtype(np.float16), None)
+    w = arrays.Operand("w", 0xDEF000, (7,), (4,), np.dtype(np.float32), None)
+    k.pack((x, w, 2.5, 0.25))
+    blk = list(k._block)
+    assert blk[:9] == [0, 0, 15, 2, 0xABC000, 3, 5, 10, 2]
+    assert blk[9:16] == [0, 0, 7, 4, 0xDEF000, 7, 4]
+    assert np.frombuffer(bytes(k._block), np.float64)[16] == 2.5
+    assert k._scalars[0].value == 0.25
+    assert len(k._params) == 9 + 7 + 1 + 1
