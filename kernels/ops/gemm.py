@@ -457,11 +457,16 @@ def _bytes(c: Case) -> float:
     return float((m * k + k * n) * np.dtype(c.dtype).itemsize + 4 * m * n)
 
 
-def _ptx_kernels() -> tuple[tuple[str, Any, str], ...]:
-    out = []
+def ptx_kernels(op: str, has_bias: bool, has_res: bool, out_same_dtype: bool) -> tuple[tuple[Any, ...], ...]:
+    """Offline-PTX entries (kernels.ptx) for the kernels an op runs: portable and simt per input dtype, and
+    the aligned tensor-core kernel (linked CUDA C: the 4th item names the file)."""
+    out: list[tuple[Any, ...]] = []
     for dt in (F32, F16):
-        out.append((f"gemm_portable_{dt.name}", _portable(False, False), _sig(dt, F32)))
-        out.append((f"gemm_simt_{dt.name}", _simt(False, False), _sig(dt, F32)))
+        o = dt if out_same_dtype else F32
+        out.append((f"{op}_portable_{dt.name}", _portable(has_bias, has_res), _sig(dt, o)))
+        out.append((f"{op}_simt_{dt.name}", _simt(has_bias, has_res), _sig(dt, o)))
+    mma_kernel = mma.dispatchers(mma.DEFAULT)[(out_same_dtype, True)]
+    out.append((f"{op}_mma_float16", mma_kernel, mma.KERNEL_SIG, (mma.CU_FILE,)))
     return tuple(out)
 
 
@@ -482,6 +487,6 @@ SPEC = register(
         cupy=_cupy,
         bound="compute",
         path=path_for,
-        ptx_kernels=() if SIMULATED else _ptx_kernels(),
+        ptx_kernels=() if SIMULATED else ptx_kernels("gemm", False, False, False),
     )
 )
