@@ -10,14 +10,17 @@ import fnmatch
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import tarfile
+import zlib
 
 from ansible.module_utils.solfleet_layout import VERIFY_DIR, NodeError
 
 MANIFEST = "MANIFEST.json"
 CHUNK = 1 << 20
+SPACE_MARGIN = 64 << 20  # never fill a node's disk to the last byte with a release
 # Stack pins the node checks; manifest key -> distribution name on the node. Driver/CUDA pins belong to
 # provision (platform changes roll out separately) and are not compared here.
 STACK_DISTS = {"numba": "numba", "numba_cuda": "numba-cuda", "numpy": "numpy"}
@@ -70,17 +73,33 @@ def safe_unpack(tar_path: str, dest: str) -> None:
     except (OSError, tarfile.TarError) as exc:
         raise NodeError("unpack_check", "refused", f"cannot open artifact {tar_path}: {exc}") from None
     with archive:
-        members = archive.getmembers()
+        try:
+            members = archive.getmembers()
+        except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+            raise NodeError(
+                "unpack_check", "refused", f"artifact {tar_path} is not a valid gzip tar: {exc}"
+            ) from None
         for member in members:
             problem = _member_problem(member)
             if problem:
                 raise NodeError(
                     "unpack_check", "refused", f"artifact member {member.name!r} refused: {problem}"
                 )
+        # A tarball can expand far beyond its compressed size: check the space before writing a byte.
+        need = sum(m.size for m in members if m.isfile())
+        free = shutil.disk_usage(os.path.dirname(dest)).free
+        if need > free - SPACE_MARGIN:
+            raise NodeError(
+                "unpack_check",
+                "refused",
+                f"artifact unpacks to {need >> 20} MiB but {os.path.dirname(dest)} has {free >> 20} MiB free"
+                f" (keeping {SPACE_MARGIN >> 20} MiB spare)",
+            )
         os.makedirs(dest, mode=0o755)
         try:
             _write_members(archive, members, dest)
-        except OSError as exc:  # duplicate member, a file where a directory is expected, disk full...
+        # duplicate member, a file where a directory is expected, disk full, a truncated stream...
+        except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
             raise NodeError("unpack_check", "refused", f"cannot unpack artifact: {exc}") from None
 
 

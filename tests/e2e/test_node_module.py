@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -377,3 +379,47 @@ def test_tampered_previous_release_is_refused_but_never_removed(
     assert os.readlink(node_on_v1 / "current") == f"releases/{V2}"
     assert os.readlink(node_on_v1 / "previous") == f"releases/{V1}"
     assert (node_on_v1 / "releases" / V1).is_dir(), "previous must never be removed"
+
+
+def test_truncated_artifact_refused_when_no_sha256_was_given(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    truncated = tmp_path / "solfleet-ops-2.0.0.tar.gz"
+    truncated.write_bytes(built[V2].read_bytes()[: built[V2].stat().st_size // 2])
+    result = run_play(
+        tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, truncated, solfleet_artifact_sha256="")
+    )
+    assert_refused_and_unchanged(result, node_on_v1, "unpack_check", "artifact")
+    assert result.results["n1"]["outcome"] == "refused"
+
+
+def test_second_deploy_waits_for_the_node_lock(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    fd = os.open(node_on_v1 / ".lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    pushed = node_on_v1 / "artifacts" / built[V2].name
+
+    def release_once_the_module_waits() -> None:
+        # The push lands just before the module starts and asks for the lock: hold it 1.5 s more, then let go.
+        deadline = time.monotonic() + 120
+        while not pushed.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.5)
+        os.close(fd)
+
+    releaser = threading.Thread(target=release_once_the_module_waits)
+    releaser.start()
+    try:
+        result = run_play(
+            tmp_path,
+            "deploy.yml",
+            {"n1": node_on_v1},
+            **deploy_vars(V2, built[V2], solfleet_lock_timeout_s=60),
+        )
+    finally:
+        releaser.join()
+    assert result.status == "successful", result.messages
+    # one failed try + one 0.2 s poll at least: the module did find the lock taken and waited for it
+    assert result.results["n1"]["phases"]["lock_wait"] >= 0.2
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V2}"
