@@ -309,9 +309,21 @@ def _fast(path: str, has_bias: bool, has_res: bool, in_dt: np.dtype, out_dt: np.
     return kernel(make(has_bias, has_res), _sig(in_dt, out_dt))
 
 
+_RESOLVED: dict[tuple[str, np.dtype], str] = {}  # (path, input dtype) -> path, for paths that can run here
+
+
 def resolve_path(path: str, in_dtype: np.dtype) -> str:
     """The path `path` means here: "auto" -> portable under the simulator, mma for fp16 on tensor cores,
     simt otherwise. An explicit path that cannot run here raises ValueError."""
+    hit = _RESOLVED.get((path, in_dtype))
+    if hit is not None:
+        return hit
+    resolved = _resolve_path(path, in_dtype)
+    _RESOLVED[(path, in_dtype)] = resolved
+    return resolved
+
+
+def _resolve_path(path: str, in_dtype: np.dtype) -> str:
     if path not in PATHS:
         raise ValueError(f"path: {path!r} is not a matmul path; allowed: {', '.join(PATHS)}")
     if path == "auto":
@@ -347,7 +359,7 @@ def run_matmul(
         )  # fmt: skip
         return
     # absent epilogue operands: the kernel is compiled without the read, any array of the right type will do
-    bias_op = bias if bias is not None else out.reshaped((m * n,))
+    bias_op = bias if bias is not None else _placeholder_1d(out.dtype)
     res_op = res if res is not None else out
     kern = _fast(path, bias is not None, res is not None, a.dtype, out.dtype)
     if path == "portable":
@@ -359,8 +371,26 @@ def run_matmul(
     kern.launch(grid, block, (a, b, bias_op, res_op, out, m, n, k), stream=stream)
 
 
+@cache
+def _placeholder_1d(dtype: np.dtype) -> Operand:
+    return arrays.empty_like_device("bias", (1,), dtype)
+
+
 def check_matmul_operands(a: Operand, b: Operand, a_name: str = "a", b_name: str = "b") -> None:
-    """dtype, contiguity and inner-dimension checks shared by gemm and o_proj (a may be N-d: rows x K)."""
+    """dtype, contiguity and inner-dimension checks shared by gemm and o_proj (a may be N-d: rows x K).
+    One comparison chain on the hot path (host overhead); the detailed checks and messages on a miss."""
+    dt = a.dtype
+    if (
+        (dt is F32 or dt is F16)
+        and b.dtype is dt
+        and len(b.shape) == 2
+        and a.shape[-1] == b.shape[0]
+        and 0 not in a.shape
+        and 0 not in b.shape
+        and a.strides == arrays.c_strides(a.shape, dt.itemsize)
+        and b.strides == arrays.c_strides(b.shape, dt.itemsize)
+    ):
+        return
     arrays.check_dtype(a, FLOAT_IO)
     arrays.check_same_dtype(b, a)
     arrays.check_ndim(b, (2,))
