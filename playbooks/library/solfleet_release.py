@@ -20,7 +20,7 @@ from ansible.module_utils.solfleet_artifact import (
     safe_unpack,
     sha256_file,
 )
-from ansible.module_utils.solfleet_kernels import run_kernels, verify_summary
+from ansible.module_utils.solfleet_kernels import KernelsRun, run_kernels, verify_summary
 from ansible.module_utils.solfleet_layout import (
     PARTIAL_SUFFIX,
     VERIFY_DIR,
@@ -91,7 +91,7 @@ class Deployment:
     def journal(self, event: str, version: str, detail: str) -> None:
         self.layout.journal(event, version, self.p["rollout_id"], detail)
 
-    def kernels(self, command: str, release: str, args: list[str], timeout_s: int, phase: str):
+    def kernels(self, command: str, release: str, args: list[str], timeout_s: int, phase: str) -> KernelsRun:
         return run_kernels(
             python=self.p["python"],
             release=release,
@@ -121,6 +121,14 @@ class Deployment:
             prior_previous = self.layout.link_version("previous")
             release = self.layout.release_dir(version)
             if os.path.isdir(release) and not self.layout.is_verified(version):
+                if version in (prior_current, prior_previous):
+                    # Links must never dangle: refuse rather than remove what current/previous point at.
+                    raise NodeError(
+                        "unpack_check",
+                        "refused",
+                        f"releases/{version} is current or previous but"
+                        " has no passing verify/verify.json; inspect the node",
+                    )
                 # A crash between rename and verify leaves an unverified release: never trust it, redo it.
                 self.layout.remove_release_tree(release)
             fresh = not self.layout.is_verified(version)  # unpacked (and stack-checked) by this run
