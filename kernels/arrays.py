@@ -145,7 +145,9 @@ def _extractor_for(t: type) -> _Extract | None:
     mod = t.__module__ or ""
     if SIMULATED and mod.startswith("numba.cuda.simulator"):
         ex = _from_sim
-    elif mod.startswith("numba.cuda") and hasattr(t, "gpu_data"):
+    elif mod.startswith("numba.cuda") and hasattr(t, "device_ctypes_pointer"):
+        # (a class-level attribute: `gpu_data` is set per instance, so hasattr on the type misses it and
+        # sent numba arrays down the slower generic __cuda_array_interface__ path in the 2026-11-29 runs)
         ex = _from_numba
     elif mod.startswith("cupy") and hasattr(t, "data"):
         ex = _from_cupy

@@ -67,3 +67,21 @@ def test_parameter_block_follows_numba_abi():  # type: ignore[no-untyped-def]
     assert np.frombuffer(bytes(k._block), np.float64)[16] == 2.5
     assert k._scalars[0].value == 0.25
     assert len(k._params) == 9 + 7 + 1 + 1
+
+
+def test_numba_device_arrays_take_the_direct_extractor():  # type: ignore[no-untyped-def]
+    # checked in a subprocess without the simulator: the real DeviceNDArray class is what matters
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from numba.cuda.cudadrv.devicearray import DeviceNDArray\n"
+        "from kernels import arrays\n"
+        "ex = arrays._extractor_for(DeviceNDArray)\n"
+        "assert ex is arrays._from_numba, ex\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                       check=False)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
