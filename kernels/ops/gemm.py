@@ -2,11 +2,12 @@
 
 This module owns the matmul kernels; `o_proj` reuses them with its fused epilogue (bias, residual).
 
-Floors (H200): FLOPs 2*M*N*K; bytes (M*K + K*N) * itemsize + 4*M*N. 4096^3: 137 GFLOP over 0.27 GB fp32 ->
-2.05 ms at the 66.9 TFLOP/s fp32 FMA peak vs 0.07 ms at 4.1 TB/s: compute-bound by ~30x. fp16 inputs on
-tensor cores: ~0.2 ms at cuBLAS's ~700 TFLOP/s, still compute-bound.
+Floors (H200): FLOPs 2*M*N*K; bytes (M*K + K*N) * itemsize + 4*M*N. 4096^3: 137 GFLOP over 0.20 GB fp32 ->
+2.05 ms at the 66.9 TFLOP/s fp32 FMA peak vs 0.05 ms at 4.1 TB/s: compute-bound by ~40x. fp16 inputs on
+tensor cores: ~0.19 ms at cuBLAS's ~740 TFLOP/s, still compute-bound. Measured on the H200 (see
+benchmarks/notes-matmul.md): simt 28.3 TFLOP/s (0.55x cuBLAS SGEMM), mma 385 TFLOP/s (0.52x cuBLAS).
 
-Three paths, one contract (`PATHS`):
+Four paths, one contract (`PATHS`):
   - "portable": 16x16 shared-memory tiles, one output per thread. Pure numba, runs under the CUDA simulator
     and on any GPU; correctness first.
   - "simt": register-blocked CUDA-core kernel. A block of 256 threads owns a 128 x 128 tile of C; each thread
@@ -15,7 +16,8 @@ Three paths, one contract (`PATHS`):
     shared buffers (double buffering: slice t+1 is fetched into registers while slice t is multiplied).
     Per k step a thread issues 4 ld.shared.v4 and 64 FFMA. numba has no vector loads, so `_lds4` is a
     small intrinsic that emits one 16-byte shared load.
-  - "simt_wide": the same with an 8 x 16 tile per thread (block 128 x 256), fewer shared loads per FFMA.
+  - "simt_wide": the same with an 8 x 16 tile per thread (block 128 x 256), fewer shared loads per FFMA but
+    198 registers, so one block per SM: measured 2-10% slower than "simt", kept as an explicit path.
   - "mma": fp16 inputs on tensor cores (mma.sync m16n8k16, fp32 accumulate) through linked CUDA C
     (kernels/ops/cuda/). Not available under the simulator, which cannot link CUDA C.
 "auto" picks portable under the simulator, mma for fp16 where tensor cores exist, simt otherwise.
