@@ -16,7 +16,15 @@ from fleet.inventory import write_private_data_dir
 from fleet.ledger import Ledger
 from fleet.plan import plan_rollback, plan_rollout, select_nodes
 from fleet.rollout import deploy, rollback
-from fleet.spec import FleetSpec, check_version, embedded_fleet, load_spec, resolve_work_dir
+from fleet.spec import (
+    FleetSpec,
+    Node,
+    check_controller_files,
+    check_version,
+    embedded_fleet,
+    load_spec,
+    resolve_work_dir,
+)
 from fleet.status import fleet_status
 from fleet.workdir import ledger_path
 
@@ -98,6 +106,18 @@ def _confirm(args: argparse.Namespace, what: str) -> None:
         raise UsageError(f"{what}: not confirmed; nothing was changed")
 
 
+def _preflight(spec: FleetSpec, nodes: list[Node], *, dry_run: bool) -> list[str]:
+    """Controller-side files must exist before a real run (exit 2 otherwise); a dry run only notes it, so
+    a plan can be previewed on a machine without the fleet's keys."""
+    try:
+        check_controller_files(spec, nodes)
+    except UsageError as exc:
+        if not dry_run:
+            raise
+        return [f"a real run would stop here: {exc}"]
+    return []
+
+
 def _build(args: argparse.Namespace) -> int:
     spec = _spec(args)
     result = artifact.build(spec=spec, version=check_version(args.version), out_dir=Path(args.out))
@@ -133,9 +153,10 @@ def _deploy(args: argparse.Namespace) -> int:
         raise UsageError(f"--artifact: {path} holds version {manifest.get('version')!r}, not {version!r}")
     sha = artifact.sha256_file(path)
     nodes = select_nodes(spec.nodes, args.limit)
+    preflight = _preflight(spec, nodes, dry_run=args.dry_run)
     kind = "stage" if args.stage else "deploy"
     plan = plan_rollout(nodes, spec.rollout, version=version, kind=kind)
-    notes = []
+    notes = preflight
     if manifest.get("stack_id") != spec.stack_id:
         notes.append(
             f"artifact stack {manifest.get('stack')} differs from the spec's {dict(spec.stack)}; "
@@ -164,9 +185,13 @@ def _deploy(args: argparse.Namespace) -> int:
 def _rollback(args: argparse.Namespace) -> int:
     spec = _spec(args)
     to = check_version(args.to, field="--to") if args.to else None
-    plan = plan_rollback(select_nodes(spec.nodes, args.limit), spec.rollout, to=to)
+    nodes = select_nodes(spec.nodes, args.limit)
+    notes = _preflight(spec, nodes, dry_run=args.dry_run)
+    plan = plan_rollback(nodes, spec.rollout, to=to)
     out = report.console()
-    report.print_plan(out, plan, fleet=spec.name, header=f"rollback to {to or 'each node`s previous'}")
+    report.print_plan(
+        out, plan, fleet=spec.name, header=f"rollback to {to or 'each node`s previous'}", notes=notes
+    )
     if args.dry_run:
         out.print("dry run: nothing was changed")
         return 0
@@ -179,6 +204,7 @@ def _rollback(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     spec = _spec(args)
     selected = select_nodes(spec.nodes, args.limit)
+    check_controller_files(spec, selected)
     live = report.live_factory(sys.stderr.isatty() and not args.json)
     nodes = fleet_status(spec, selected, progress=live("status", [n.name for n in selected]))
     if args.json:

@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import metadata
@@ -401,3 +401,28 @@ def _resolve_pin(key: str, value: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         raise SpecError(f"stack.{key}", value, f"`auto` needs {dist} installed on the controller") from None
+
+
+def check_controller_files(spec: FleetSpec, nodes: Sequence[Node]) -> None:
+    """Before anything runs against `nodes`: the files the controller itself must read exist (SSH key,
+    known_hosts), and a local node's interpreter exists here. Otherwise SSH would report each node as
+    merely unreachable, halfway through a rollout; this names the field instead and exits 2."""
+    index = {n.name: i for i, n in enumerate(spec.nodes)}
+    for node in nodes:
+        where = f"nodes[{index[node.name]}]"
+        for key in ("private_key_file", "known_hosts_file"):
+            path = getattr(node.ssh, key)
+            if node.connection is Connection.SSH and path is not None and not os.access(path, os.R_OK):
+                raise SpecError(
+                    f"{where}.ssh.{key} (or defaults.ssh.{key})",
+                    path,
+                    "expected a readable file on this controller",
+                    source=str(spec.source),
+                )
+        if node.connection is Connection.LOCAL and not os.access(node.python, os.X_OK):
+            raise SpecError(
+                f"{where}.python (or defaults.python)",
+                node.python,
+                "a local node's interpreter must exist and be executable here",
+                source=str(spec.source),
+            )

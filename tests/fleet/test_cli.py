@@ -108,3 +108,23 @@ def test_fleet_option_is_accepted_after_the_command(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "gpu-b02" in (tmp_path / "r" / "inventory" / "hosts.yml").read_text()
+
+
+def test_missing_controller_files_stop_a_real_run_before_anything(
+    tmp_path: Path, fake_artifact: Path
+) -> None:
+    from fleet.spec import embedded_fleet
+
+    spec = tmp_path / "fleet.yml"
+    spec.write_text(
+        embedded_fleet()
+        .read_text()
+        .replace('/local-fleet/n2"}', '/local-fleet/n2", python: /nonexistent/bin/python3}')
+    )
+    work = tmp_path / "work"
+    proc = solfleet("--fleet", str(spec), "deploy", "--version", "1.0.0", "--yes", cwd=tmp_path, work=work)
+    assert proc.returncode == 2
+    assert "nodes[1].python (or defaults.python): '/nonexistent/bin/python3' is not allowed" in proc.stderr
+    assert not work.exists()
+    dry = solfleet("--fleet", str(spec), "deploy", "--version", "1.0.0", "--dry-run", cwd=tmp_path, work=work)
+    assert dry.returncode == 0 and "a real run would stop here" in dry.stdout

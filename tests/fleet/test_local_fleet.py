@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,17 +71,21 @@ def two_versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return base / "dist" / "solfleet-ops-1.0.0.tar.gz", base / "dist" / "solfleet-ops-2.0.0.tar.gz"
 
 
-def broken_spec(path: Path, on_failure: str) -> Path:
-    """The embedded fleet, but n3's interpreter does not exist: n3 fails its first task in batch 1,
-    after the canary n1 (and n2, in the same batch) may already have activated."""
+def policy_spec(path: Path, on_failure: str) -> Path:
+    """The embedded fleet with another `rollout.on_failure`."""
     from fleet.spec import embedded_fleet
 
-    text = embedded_fleet().read_text()
-    text = text.replace('/local-fleet/n3"}', '/local-fleet/n3", python: /nonexistent/bin/python3}')
-    text = text.replace("on_failure: rollback_fleet", f"on_failure: {on_failure}")
-    assert "/nonexistent/" in text and f"on_failure: {on_failure}" in text
+    text = embedded_fleet().read_text().replace("on_failure: rollback_fleet", f"on_failure: {on_failure}")
+    assert f"on_failure: {on_failure}" in text
     path.write_text(text)
     return path
+
+
+def break_node(root: Path) -> None:
+    """A real fault on one node: its artifacts dir is a plain file, so the push there fails. n3 is in
+    batch 1, after the canary n1 and next to n2, which may both have activated by then."""
+    shutil.rmtree(root / "artifacts")
+    (root / "artifacts").write_text("not a directory\n")
 
 
 @pytest.mark.parametrize("policy", ["rollback_fleet", "halt"])
@@ -100,7 +105,8 @@ def test_failed_batch_policy(tmp_path: Path, two_versions: tuple[Path, Path], po
         work=work,
     )
     assert first.returncode == 0, first.stdout + first.stderr
-    spec = broken_spec(tmp_path / "broken.yml", policy)
+    spec = policy_spec(tmp_path / "fleet.yml", policy)
+    break_node(work / "local-fleet" / "n3")
     second = solfleet(
         "--fleet",
         str(spec),
@@ -116,7 +122,7 @@ def test_failed_batch_policy(tmp_path: Path, two_versions: tuple[Path, Path], po
         work=work,
     )
     assert second.returncode == 1, second.stdout + second.stderr
-    assert "batch 1 failed (1 > max_failures 0): n3: push:" in second.stdout
+    assert "batch 1 failed (1 > max_failures 0): n3: " in second.stdout
 
     def current(node: str) -> str:
         return os.readlink(work / "local-fleet" / node / "current")
