@@ -29,8 +29,11 @@ def plot(report: dict[str, Any], path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 5.5))
     ax.loglog(xs, np.minimum(xs * bw, fp) if fp else xs * bw, "k-", lw=1.5,
               label=f"roof: {bw:.2f} TB/s copy, {fp:.1f} TFLOP/s fp32")  # fmt: skip
-    for r, x in zip(rows, ai, strict=True):
-        ax.loglog([x], [r["tflops"]], "o", label=f"{r['op']} {r['dtype']} ({r.get('sol', 0) or 0:.2f} SOL)")
+    colors = plt.get_cmap("tab20").colors
+    for i, (r, x) in enumerate(zip(rows, ai, strict=True)):
+        marker = "o" if r["dtype"] == "float32" else "s"  # one colour per point: tab20 has 20
+        ax.loglog([x], [r["tflops"]], marker, color=colors[i % len(colors)],
+                  label=f"{r['op']} {r['dtype']} ({r.get('sol', 0) or 0:.2f} SOL)")  # fmt: skip
         if r.get("cupy", {}).get("tflops"):
             ax.loglog([x], [r["cupy"]["tflops"]], "x", color="gray")
     ax.set_xlabel("arithmetic intensity (FLOP / byte of the floor)")

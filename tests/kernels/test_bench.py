@@ -65,3 +65,21 @@ def test_bench_json_on_gpu(tmp_path):  # type: ignore[no-untyped-def]
         assert set(r) >= keys
         assert r["ok"] and r["p10_us"] <= r["median_us"] <= r["p90_us"]
         assert r["cupy"]["median_us"] > 0 and r["ratio_vs_cupy"] > 0
+
+
+def test_roofline_plot_from_a_report(tmp_path):  # type: ignore[no-untyped-def]
+    pytest.importorskip("matplotlib")
+    from kernels.roofline import plot
+
+    rep = {
+        "device": {"name": "X"}, "peaks": {"mem_gbs": 4000.0, "fp32_tflops": 60.0},
+        "results": [
+            {"op": "residual_add", "dtype": "float32", "flops": 1e6, "bytes": 12e6, "median_us": 3.5,
+             "tflops": 0.29, "sol": 0.86, "cupy": {"tflops": 0.2}},
+            {"op": "gemm", "dtype": "float32", "flops": 1e12, "bytes": 2e8, "median_us": 2e4, "tflops": 50.0,
+             "sol": 0.8},
+            {"op": "cast", "dtype": "float32", "ok": False, "error": "not timed"},
+        ],
+    }  # fmt: skip
+    out = plot(rep, tmp_path / "roofline.png")
+    assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
