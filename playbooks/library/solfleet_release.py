@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.solfleet_artifact import (
@@ -68,12 +69,12 @@ ARTIFACT_RECORD = "artifact.json"  # in releases/V/verify/: which artifact sha25
 class Deployment:
     """One run of the module on one node: the inputs, the layout, and the contract result being built."""
 
-    def __init__(self, params: dict) -> None:
+    def __init__(self, params: dict[str, Any]) -> None:
         self.p = params
         self.layout = NodeLayout(params["root"], params["node"], params["simulated"])
         self.phases: dict[str, float] = {}
         self.changed = False
-        self.result: dict = {
+        self.result: dict[str, Any] = {
             "node": params["node"],
             "version": params["version"] or params["rollback_to"] or None,
             "outcome": None,
@@ -103,7 +104,7 @@ class Deployment:
             phase=phase,
         )
 
-    def finish_state(self) -> dict:
+    def finish_state(self) -> dict[str, Any]:
         state = self.layout.state()
         self.result.update(current=state["current"], previous=state["previous"], releases=state["releases"])
         return self.result
@@ -176,7 +177,7 @@ class Deployment:
         except (OSError, ValueError, AttributeError):
             return None
 
-    def _recheck_existing(self, version: str, release: str, prior_current: str | None) -> dict:
+    def _recheck_existing(self, version: str, release: str, prior_current: str | None) -> dict[str, Any]:
         """An already verified release: same artifact, every file still matches; else refuse activation."""
         start = time.monotonic()
         recorded = self._artifact_record(release)
@@ -212,7 +213,7 @@ class Deployment:
         self.timed("unpack_check", start)
         return manifest
 
-    def _stage(self, version: str, release: str) -> dict:
+    def _stage(self, version: str, release: str) -> dict[str, Any]:
         start = time.monotonic()
         artifact = self.p["artifact"]
         if not os.path.isfile(artifact):
@@ -276,7 +277,9 @@ class Deployment:
         )
         self.timed("verify", start)
 
-    def _activate(self, version: str, prior_current: str | None, manifest: dict, stack_checked: bool) -> None:
+    def _activate(
+        self, version: str, prior_current: str | None, manifest: dict[str, Any], stack_checked: bool
+    ) -> None:
         start = time.monotonic()
         if not stack_checked:
             # Staged by an earlier run: the stack may have changed since, so check it right before the switch.
@@ -438,6 +441,7 @@ def main() -> None:
             changed=bool(deployment and deployment.changed),
             solfleet=result,
         )
+    assert deployment is not None  # fail_json above exits; this is for the type checker
     result = deployment.finish_state()
     module.exit_json(
         changed=deployment.changed, msg=f"solfleet: {params['node']}: {result['message']}", solfleet=result

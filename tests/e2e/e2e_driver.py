@@ -117,9 +117,8 @@ class E2EFleet:
 
     def last_operation(self) -> sqlite3.Row:
         with self.ledger() as conn:
-            row = conn.execute(
-                "SELECT * FROM operations ORDER BY started DESC, rowid DESC LIMIT 1"
-            ).fetchone()
+            query = "SELECT * FROM operations ORDER BY started DESC, rowid DESC LIMIT 1"
+            row: sqlite3.Row | None = conn.execute(query).fetchone()
         assert row is not None, "the ledger holds no operation"
         return row
 

@@ -251,6 +251,6 @@ class SshdFleet:
             "gates": {"correctness": "required"},
         }
 
-    def write_spec(self, path: Path, **kwargs: object) -> Path:
-        path.write_text(yaml.safe_dump(self.spec(**kwargs), sort_keys=False))
+    def write_spec(self, path: Path, *, fleet: str = "e2e", keep_releases: int = 3) -> Path:
+        path.write_text(yaml.safe_dump(self.spec(fleet=fleet, keep_releases=keep_releases), sort_keys=False))
         return path
