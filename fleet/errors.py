@@ -3,7 +3,9 @@ exit code; anything else reaching the CLI is a bug and gets a traceback."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -65,7 +67,14 @@ class RunnerError(FleetError):
 
 
 class Interrupted(FleetError):
+    """Ctrl-C. `progress`: host -> the runner's HostProgress of the interrupted run (typed loosely here to
+    keep errors.py free of imports)."""
+
     exit_code = ExitCode.INTERRUPTED
+
+    def __init__(self, message: str, *, progress: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.progress = progress or {}
 
 
 def _short(value: object) -> str:

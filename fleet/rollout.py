@@ -108,6 +108,24 @@ def host_record(step: str, hp: HostProgress) -> HostRecord:
     )
 
 
+def _interrupted_record(step: str, hp: HostProgress | None, host: str) -> HostRecord:
+    """A host of an interrupted run: its module's answer when it gave one, else where it was."""
+    if hp is not None and hp.solfleet.get("outcome"):
+        return host_record(step, hp)
+    task = hp.task if hp is not None else ""
+    return HostRecord(
+        step=step,
+        host=host,
+        outcome="interrupted",
+        changed=False,
+        version_before=None,
+        version_after=None,
+        failed_phase=_phase_of_task(task) if task else "not_started",
+        message=f"interrupted in {task!r}; the node journal says how far it got" if task else "not started",
+        phases={},
+    )
+
+
 def _phase_of_task(task: str | None) -> str:
     """`solfleet | Push artifact` -> `push`: a failure before the node module ran still names a phase."""
     if not task:
@@ -141,15 +159,23 @@ class Operation:
     ) -> StepResult:
         ident = f"{len(self.report.steps):02d}-{re.sub(r'[^a-z0-9]+', '-', step.lower()).strip('-')}"
         started = time.monotonic()
-        result = runner.run_playbook(
-            private_data_dir=self.pdd,
-            playbook=playbook,
-            hosts=hosts,
-            extravars=extravars,
-            ident=ident,
-            timeout_s=self.spec.timeouts.run_s,
-            progress=self.progress(f"{self.plan.kind} {self.plan.version or ''} {step}".strip(), hosts),
-        )
+        try:
+            result = runner.run_playbook(
+                private_data_dir=self.pdd,
+                playbook=playbook,
+                hosts=hosts,
+                extravars=extravars,
+                ident=ident,
+                timeout_s=self.spec.timeouts.run_s,
+                progress=self.progress(f"{self.plan.kind} {self.plan.version or ''} {step}".strip(), hosts),
+            )
+        except Interrupted as exc:
+            # Ansible is stopped, but a node-side module already running finishes its step under its lock
+            # (the node journal is the truth); the ledger says which hosts were mid-step, and in what.
+            ledger.record_hosts(
+                self.op_id, [_interrupted_record(step, exc.progress.get(h), h) for h in hosts]
+            )
+            raise
         records = tuple(host_record(step, result.hosts[h]) for h in hosts)
         ledger.record_hosts(self.op_id, list(records))  # committed per step: a crash later loses nothing
         out = StepResult(step=step, hosts=tuple(hosts), records=records, seconds=time.monotonic() - started)

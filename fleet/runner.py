@@ -205,7 +205,8 @@ def run_playbook(
         cancel.set()
         thread.join(timeout=30)
         raise Interrupted(
-            f"interrupted during {playbook}; hosts may be mid-step (see the node journals)"
+            f"interrupted during {playbook}; hosts may be mid-step (see the node journals)",
+            progress=state,
         ) from None
     status = str(runner.status)
     if all(h.status in (HostStatus.PENDING, HostStatus.RUNNING) for h in state.values()):

@@ -126,3 +126,17 @@ def test_a_refusal_reported_by_the_node_module_wins_over_rescued_stats() -> None
         "1.0.0",
     )
     assert rec.message == "kernels/ops/add.py: sha256 mismatch"
+
+
+def test_interrupted_hosts_keep_what_the_node_already_said() -> None:
+    from fleet.rollout import _interrupted_record
+
+    events = recorded("deploy-batch-n3-fails.jsonl")
+    stats_at = next(i for i, e in enumerate(events) if e["event"] == "playbook_on_stats")
+    mid = fold(events[:stats_at], ["n2", "n3"])  # as if Ctrl-C came just before the end
+    assert _interrupted_record("batch 1", mid["n2"], "n2").outcome == "activated"  # the module had answered
+    mid["n3"].solfleet = {}
+    busy = HostProgress(host="n4", status=HostStatus.RUNNING, task="solfleet | Push artifact")
+    rec = _interrupted_record("batch 1", busy, "n4")
+    assert (rec.outcome, rec.failed_phase) == ("interrupted", "push") and "Push artifact" in rec.message
+    assert _interrupted_record("batch 1", None, "n5").failed_phase == "not_started"
