@@ -285,6 +285,8 @@ def check_positive(name: str, value: float) -> float:
 
 def as_rows(op: Operand) -> Operand:
     """View an N-d (N >= 1) C-contiguous array as 2-d (rows, last dim), the layout the row kernels take."""
+    if len(op.shape) == 2:
+        return op
     n = op.shape[-1]
     return op.reshaped((op.size // n if n else 0, n))
 

@@ -54,6 +54,7 @@ class Kernel:
 
     `launch(grid, block, args, shared=0, stream=0)`: `args` follow the signature; array slots take an
     `Operand`, scalar slots a Python number. The caller has validated shapes: nothing is re-checked here.
+    A 1-d array slot accepts a C-contiguous operand of any shape, seen flat.
     """
 
     def __init__(self, dispatcher: Any, sig: str) -> None:
@@ -123,8 +124,14 @@ class Kernel:
                 shape = a.shape
                 blk[at + 4] = a.ptr
                 if ndim == 1:
-                    blk[at + 2] = blk[at + 5] = shape[0]
-                    blk[at + 6] = a.strides[0]
+                    # a 1-d slot takes any C-contiguous operand as flat (the launchers checked contiguity):
+                    # elementwise launchers pass N-d arrays without building reshaped views per call
+                    if len(shape) == 1:
+                        blk[at + 2] = blk[at + 5] = shape[0]
+                        blk[at + 6] = a.strides[0]
+                    else:
+                        blk[at + 2] = blk[at + 5] = a.size
+                        blk[at + 6] = a.dtype.itemsize
                 elif ndim == 2:
                     blk[at + 2] = shape[0] * shape[1]
                     blk[at + 5] = shape[0]
@@ -157,7 +164,7 @@ class Kernel:
         if not self._ready:
             self._prepare()
         if USE_DISPATCHER:
-            dev = [a.dev if isinstance(a, Operand) else a for a in args]
+            dev = [_dispatchable(a, t) for a, t in zip(args, self.argtypes, strict=True)]
             self.dispatcher[grid, block, stream, shared](*dev)
             return
         self.pack(args)
@@ -174,6 +181,15 @@ class Kernel:
         rc = self._launch(self._func, gx, gy, gz, bx, by, bz, shared, hs, self._params, None)
         if rc != 0:
             raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {self.sig}")
+
+
+def _dispatchable(a: Any, t: Any) -> Any:
+    """What numba's dispatcher takes for one argument: the operand's array, seen flat for a 1-d slot."""
+    if not isinstance(a, Operand):
+        return a
+    if isinstance(t, types.Array) and t.ndim == 1 and len(a.shape) != 1:
+        return a.flat().dev
+    return a.dev
 
 
 def _stream_handle(stream: Any) -> int:

@@ -66,7 +66,7 @@ def cast(x: Any, out: Any = None, *, stream: int = 0) -> Any:
     oo = arrays.output("out", out, sync, xo.shape, F16)
     n = xo.size
     grid = max(1, min(MAX_GRID, (n + THREADS * UNROLL - 1) // (THREADS * UNROLL)))
-    _KERNEL.launch(grid, THREADS, (xo.reshaped((n,)), oo.reshaped((n,))), stream=stream)
+    _KERNEL.launch(grid, THREADS, (xo, oo), stream=stream)  # 1-d slots see the operands flat
     return arrays.finish(sync, oo, out, xo)
 
 

@@ -86,8 +86,8 @@ def residual_add(x: Any, r: Any, out: Any = None, *, stream: int = 0) -> Any:
 
 def _launch(xo: Operand, ro: Operand, oo: Operand, stream: int = 0) -> None:
     dt = xo.dtype
-    x1 = xo.flat()
-    _KERNELS[dt].launch(grid_for(x1.shape[0], UNROLL[dt]), THREADS, (x1, ro.flat(), oo.flat()), stream=stream)
+    # 1-d kernel slots take the N-d operands as flat (kernels.launch)
+    _KERNELS[dt].launch(grid_for(xo.size, UNROLL[dt]), THREADS, (xo, ro, oo), stream=stream)
 
 
 # --- registry ---------------------------------------------------------------------------------------------

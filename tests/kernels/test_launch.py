@@ -85,3 +85,11 @@ def test_numba_device_arrays_take_the_direct_extractor():  # type: ignore[no-unt
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                        check=False)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_one_d_slot_takes_nd_operand_flat():  # type: ignore[no-untyped-def]
+    k = launch.Kernel(rmsnorm._rmsnorm_kernel, "void(float32[::1])")
+    k.build_plan()
+    x = arrays.Operand("x", 0x1000, (3, 5, 7), (140, 28, 4), np.dtype(np.float32), None)
+    k.pack((x,))
+    assert list(k._block) == [0, 0, 105, 4, 0x1000, 105, 4]
