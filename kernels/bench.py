@@ -6,7 +6,8 @@ device-side copies that are used in rotation, so no timed call finds its inputs 
 before every call, outside the timed region. Each call is bracketed by its own pair of CUDA events on the
 launch stream, after `WARMUP` untimed calls (compilation, module load). Reported: median, p10 and p90 of
 the per-call times, achieved TFLOP/s and GB/s from the op's FLOP and byte floors, and SOL = achieved /
-binding peak (memory ops: the measured copy bandwidth; compute ops: the fp32 FMA peak).
+binding peak (memory ops: the measured copy bandwidth; compute ops: the fp32 FMA peak, or the dense fp16
+tensor-core peak for a case that ran on tensor cores, path "mma").
 With `--compare cupy` the op's CuPy provider runs in the same process on the same buffers (wrapped with
 no copy), is timed the same way, its result is checked against the same reference, and
 `ratio = cupy median / our median` (> 1: ours is faster).
@@ -117,9 +118,9 @@ def bench_case(
         "flops": flops, "bytes": nbytes, **st,
         "tflops": round(flops / sec / 1e12, 3), "gbs": round(nbytes / sec / 1e9, 1),
     }  # fmt: skip
-    row["sol"] = _sol(spec, row, peaks)
     if spec.path is not None:
         row["path"] = spec.path(case)
+    row["sol"] = _sol(spec, row, peaks)
     last = sets[(WARMUP + iters - 1) % len(sets)]
     err = _check(problem.reference, last)
     row["rel_err"], row["ok"] = err, err is not None and err <= spec.tolerance[case.dtype]
@@ -135,7 +136,9 @@ def bench_case(
 def _sol(spec: OpSpec, row: dict[str, Any], peaks: dict[str, Any]) -> float | None:
     if spec.bound == "memory":
         return round(row["gbs"] / peaks["mem_gbs"], 3) if peaks.get("mem_gbs") else None
-    return round(row["tflops"] / peaks["fp32_tflops"], 3) if peaks.get("fp32_tflops") else None
+    # tensor-core cases are scored against the tensor-core peak: against the fp32 FMA peak they would read > 1
+    key = "fp16_tensor_tflops" if row.get("path") == "mma" else "fp32_tflops"
+    return round(row["tflops"] / peaks[key], 3) if peaks.get(key) else None
 
 
 def _bench_cupy(

@@ -25,6 +25,9 @@ from numba import cuda, float32
 from kernels.arrays import SIMULATED
 
 FP32_LANES_PER_SM = 128  # Volta .. Hopper: 4 sub-partitions x 32 fp32 lanes
+# Dense fp16 tensor-core FLOP per clock per SM with fp32 accumulation: 2048 on Ampere (cc 8.x), 4096 on Hopper
+# (cc 9.0): 132 SMs x 4096 x 1.83 GHz is the H100/H200 datasheet's 989 TFLOP/s. Absent for other GPUs.
+TENSOR_FP16_FLOP_PER_CLK_PER_SM = {8: 2048, 9: 4096}
 COPY_BYTES = 1 << 30  # 1 GiB source: far past any L2, a few hundred microseconds per copy
 
 
@@ -194,6 +197,8 @@ def peaks(*, remeasure: bool = False) -> dict[str, Any]:
     vers = versions()
     clock = dev["clock_mhz"]
     fp32 = None if clock is None else dev["sm_count"] * FP32_LANES_PER_SM * 2 * clock * 1e6 / 1e12
+    tc_rate = TENSOR_FP16_FLOP_PER_CLK_PER_SM.get(int(str(dev["compute_capability"]).split(".")[0]))
+    fp16_tc = None if clock is None or tc_rate is None else dev["sm_count"] * tc_rate * clock * 1e6 / 1e12
     path = cache_dir() / f"copy-bw-{_cache_key(dev, vers)}.json"
     bw: dict[str, Any] | None = None
     if path.exists() and not remeasure:
@@ -213,6 +218,7 @@ def peaks(*, remeasure: bool = False) -> dict[str, Any]:
     mem = max(float(v) for k, v in bw.items() if k != "measured_at")
     return {
         "fp32_tflops": None if fp32 is None else round(fp32, 2),
+        "fp16_tensor_tflops": None if fp16_tc is None else round(fp16_tc, 1),
         "mem_gbs": round(mem, 1),
         "copy_gbs": {k: round(float(v), 1) for k, v in bw.items() if k != "measured_at"},
         "copy_measured_at": bw.get("measured_at"),

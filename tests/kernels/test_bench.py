@@ -25,6 +25,11 @@ def test_stats_and_sol():  # type: ignore[no-untyped-def]
     row = {"gbs": 3000.0, "tflops": 1.0}
     assert bench._sol(spec, row, {"mem_gbs": 4000.0, "fp32_tflops": 60.0}) == 0.75
     assert bench._sol(spec, row, {"mem_gbs": None}) is None
+    gemm = select("gemm")[0]
+    peaks = {"mem_gbs": 4000.0, "fp32_tflops": 60.0, "fp16_tensor_tflops": 1000.0}
+    assert bench._sol(gemm, {"tflops": 30.0, "path": "simt"}, peaks) == 0.5
+    # a tensor-core case is scored against the tensor-core peak, not the fp32 FMA peak
+    assert bench._sol(gemm, {"tflops": 400.0, "path": "mma"}, peaks) == 0.4
 
 
 def test_table_renders_every_row():  # type: ignore[no-untyped-def]
