@@ -16,13 +16,6 @@ def _gpu_present() -> bool:
 
 if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _gpu_present():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    # pytest imported numba.core.config already (pyproject's filterwarnings names a numba warning class),
-    # and numba.cuda reads its settings from there: re-read the environment before numba.cuda loads
+    # if something imported numba.core.config already, numba.cuda would read the old settings from it
     if "numba.core.config" in sys.modules:
         sys.modules["numba.core.config"].reload_config()
-
-
-def pytest_configure(config):  # type: ignore[no-untyped-def]
-    # numba-cuda 0.30 raises its own NumbaPerformanceWarning class (numba.cuda.core.errors), not the
-    # numba.core one pyproject.toml ignores: tiny verification grids warn on a real GPU by design
-    config.addinivalue_line("filterwarnings", "ignore:.*will likely result in GPU under-utilization")
