@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from kernels.arrays import SIMULATED
+from kernels.reduce import BLOCK, PER
 from kernels.registry import Case
+from kernels.vector import AUTO_VECTOR, VEC_BYTES
 
 _DTYPES = ("float32", "float16")
 
@@ -21,3 +26,16 @@ def row_cases() -> dict[str, tuple[Case, ...]]:
         "verify_cases": _cases([("odd", 37, 1001), ("wide-odd", 129, 5003), ("narrow", 1031, 64)]),
         "bench_cases": _cases([("16384x4096", 16384, 4096)]),
     }
+
+
+def row_path(case: Case) -> str:
+    """The kernel a row op's "auto" launcher takes for `case` on this machine (verify/bench record it):
+    "vector" (16-byte loads; device allocations are 256-byte aligned, so only the row length decides),
+    "register" (rows of <= BLOCK * PER, scalar loads) or "stream" (longer rows)."""
+    n = case.params["cols"]
+    dt = np.dtype(case.dtype)
+    if n > BLOCK * PER:
+        return "stream"
+    if not SIMULATED and dt in AUTO_VECTOR and (n * dt.itemsize) % VEC_BYTES == 0:
+        return "vector"
+    return "register"

@@ -5,6 +5,8 @@ Floors per row of n: 8n FLOP; bytes = 2 * n * itemsize (x read once, out written
 Kernels, one block of 256 threads per row, as rmsnorm:
   - `_layernorm_reg` (rows of up to BLOCK * PER = 4096): the row sits in registers, so the variance is the
     exact two-pass E[(x - mean)^2] at the cost of one more block reduction, no extra memory traffic.
+  - `_layernorm_vec` (v3, same rows when x, weight, bias, out are 16-byte aligned and a row is a multiple
+    of 16 bytes): the register kernel with 16-byte loads and stores (kernels.vector).
   - `_layernorm_kernel` (longer rows): pass 1 accumulates the sum and the sum of squares of (x - k) with
     k = x[i, 0]: shifting by a sample of the row keeps var = E[(x-k)^2] - E[x-k]^2 free of the catastrophic
     cancellation the unshifted formula suffers when |mean| >> std, in a single read of the row. Pass 2
@@ -24,7 +26,8 @@ from kernels.arrays import FLOAT_IO, HostSync
 from kernels.launch import kernel
 from kernels.reduce import BLOCK, PER, ROW_JIT, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import row_cases
+from kernels.rowcases import row_cases, row_path
+from kernels.vector import WIDTH, choose, ldg_into, make_row_io, stg_from, vector_ok
 
 
 @cuda.jit
@@ -121,19 +124,69 @@ def _layernorm_reg(x, w, b, out, eps):  # type: ignore[no-untyped-def]
         row += cuda.gridDim.x
 
 
+def _make_vec(width: int):  # type: ignore[no-untyped-def]
+    load_row, col_of = make_row_io(width, BLOCK, PER)
+
+    @cuda.jit(**ROW_JIT)
+    def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        v = cuda.local.array(PER, float32)
+        tw = cuda.local.array(width, float32)
+        tb = cuda.local.array(width, float32)
+        rows = x.shape[0]
+        n = x.shape[1]
+        fn = float32(n)
+        row = cuda.blockIdx.x
+        while row < rows:
+            orow = out[row]
+            load_row(v, x[row], n, float32(0.0))
+            s = float32(0.0)
+            for e in range(PER):
+                s += v[e]
+            mean = block_sum(s, smem) / fn
+            q2 = float32(0.0)
+            for q in range(PER // width):
+                if col_of(q) < n:  # padding lanes hold 0, not the mean: leave them out of the variance
+                    for e in range(width):
+                        d = v[q * width + e] - mean
+                        q2 += d * d
+            rstd = float32(1.0) / math.sqrt(block_sum(q2, smem) / fn + eps)
+            for q in range(PER // width):
+                col = col_of(q)
+                if col < n:
+                    ldg_into(tw, 0, w, col)
+                    ldg_into(tb, 0, b, col)
+                    for e in range(width):
+                        tw[e] = (v[q * width + e] - mean) * rstd * tw[e] + tb[e]
+                    stg_from(orow, col, tw, 0)
+            row += cuda.gridDim.x
+
+    return k
+
+
 _SIGS = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[::1], float16[:, ::1], float32)",
 }
 _KERNELS = {dt: kernel(_layernorm_kernel, sig) for dt, sig in _SIGS.items()}
 _REG = {dt: kernel(_layernorm_reg, sig) for dt, sig in _SIGS.items()}
+_VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
+_VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
 
 
 def layernorm(
-    x: Any, weight: Any, bias: Any, out: Any = None, *, eps: float = 1e-5, stream: int = 0
+    x: Any,
+    weight: Any,
+    bias: Any,
+    out: Any = None,
+    *,
+    eps: float = 1e-5,
+    stream: int = 0,
+    path: str = "auto",
 ) -> Any:
-    """Row-wise layer norm over the last dimension of x (any ndim >= 1), weight and bias [x.shape[-1]]."""
+    """Row-wise layer norm over the last dimension of x (any ndim >= 1), weight and bias [x.shape[-1]].
+    `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER)."""
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     wo = arrays.operand("weight", weight, sync)
@@ -146,7 +199,9 @@ def layernorm(
     e = arrays.check_positive("eps", eps)
     oo = arrays.output("out", out, sync, xo.shape, xo.dtype)
     xr = arrays.as_rows(xo)
-    k = (_REG if xr.shape[1] <= BLOCK * PER else _KERNELS)[xo.dtype]
+    n = xr.shape[1]
+    ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, bo.ptr, oo.ptr), n * xo.dtype.itemsize)
+    k = (_VEC if choose(path, xo.dtype, ok) else _REG if n <= BLOCK * PER else _KERNELS)[xo.dtype]
     k.launch(min(xr.shape[0], MAX_GRID), BLOCK, (xr, wo, bo, arrays.as_rows(oo), e), stream=stream)
     return arrays.finish(sync, oo, out, xo)
 
@@ -212,6 +267,8 @@ SPEC = register(
             (f"layernorm_{kind}_{dt.name}", fn, sig)
             for kind, fn in (("reg", _layernorm_reg), ("stream", _layernorm_kernel))
             for dt, sig in _SIGS.items()
-        ),
+        )
+        + tuple((f"layernorm_vec_{dt.name}", _VEC_FNS[dt], sig) for dt, sig in _SIGS.items()),
+        path=row_path,
     )
 )

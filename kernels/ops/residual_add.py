@@ -1,9 +1,13 @@
 """residual_add: out = x + r, elementwise, any shape (C-contiguous), fp32 or fp16 I/O.
 
 Floors per element: 1 FLOP; bytes = 3 * itemsize (two reads, one write). Pure bandwidth.
-Kernel: the arrays are seen as flat; one block per contiguous tile, each thread keeps UNROLL independent
-element pairs in flight (numba has no 16-byte vector loads, so memory-level parallelism has to come from
-independent scalar loads). fp16 adds in fp32 and rounds once.
+Kernels: the arrays are seen as flat; one block per contiguous tile.
+  - scalar (v2): each thread keeps UNROLL independent element pairs in flight, one scalar load each.
+  - vector (v3): each thread loads VEC_UNROLL 16-byte vectors per operand (kernels.vector: 8 halves or 4
+    floats per `ld.global.v4.b32`), so fp16 moves 512 B per warp instruction instead of 64 B. Needs 16-byte
+    aligned pointers (device allocations are 256-aligned); the last partial tile is done in scalar.
+`path="auto"` takes the vector kernel for fp16 on a GPU when aligned (kernels.vector.choose); both stay
+selectable so they can be timed side by side. fp16 adds in fp32 and rounds once.
 """
 
 from __future__ import annotations
@@ -18,10 +22,15 @@ from kernels.arrays import FLOAT_IO, HostSync, Operand
 from kernels.launch import kernel
 from kernels.reduce import BLOCK
 from kernels.registry import Case, OpSpec, Problem, register
+from kernels.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_from, vector_ok
 
 THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.reduce)
 # elements per thread: fp16 loads carry half the bytes, so twice as many are kept in flight
 UNROLL = {np.dtype(np.float32): 4, np.dtype(np.float16): 8}
+# 16-byte vectors per operand per thread in the vector kernel: 2 x 16 B x 2 inputs = 64 B in flight per
+# thread, twice the scalar kernels' 32 B (Little's law at 4.1 TB/s x ~1 us wants ~30 KB per SM: 8 blocks of
+# 256 threads hold 128 KB, so latency is covered with room to spare)
+VEC_UNROLL = 2
 
 
 def _make_kernel(unroll: int):  # type: ignore[no-untyped-def]
@@ -56,12 +65,48 @@ def _make_kernel(unroll: int):  # type: ignore[no-untyped-def]
     return k
 
 
+def _make_vec_kernel(width: int, vunroll: int):  # type: ignore[no-untyped-def]
+    """Tiles of THREADS x vunroll vectors: thread `tid`'s vector u covers elements
+    base + (u * THREADS + tid) * width ... + width - 1, so a warp's 32 vectors are 512 contiguous bytes."""
+    per = width * vunroll
+
+    @cuda.jit
+    def k(x, r, out):  # type: ignore[no-untyped-def]
+        a = cuda.local.array(per, float32)
+        b = cuda.local.array(per, float32)
+        n = x.shape[0]
+        tid = cuda.threadIdx.x
+        tile = THREADS * per
+        chunk = cuda.blockIdx.x
+        while chunk * tile < n:
+            base = chunk * tile
+            if base + tile <= n:
+                for u in range(vunroll):
+                    ldg_into(a, u * width, x, base + (u * THREADS + tid) * width)
+                for u in range(vunroll):
+                    ldg_into(b, u * width, r, base + (u * THREADS + tid) * width)
+                for e in range(per):
+                    a[e] += b[e]
+                for u in range(vunroll):
+                    stg_from(out, base + (u * THREADS + tid) * width, a, u * width)
+            else:  # the last, partial tile: one element per thread per step
+                i = base + tid
+                while i < n:
+                    out[i] = float32(x[i]) + float32(r[i])
+                    i += THREADS
+            chunk += cuda.gridDim.x
+
+    return k
+
+
 _SIGS = {
     np.dtype(np.float32): "void(float32[::1], float32[::1], float32[::1])",
     np.dtype(np.float16): "void(float16[::1], float16[::1], float16[::1])",
 }
 _DISPATCHERS = {dt: _make_kernel(UNROLL[dt]) for dt in _SIGS}
 _KERNELS = {dt: kernel(_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
+_VEC_DISPATCHERS = {dt: _make_vec_kernel(WIDTH[dt], VEC_UNROLL) for dt in _SIGS}
+_VEC = {dt: kernel(_VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
 
 
@@ -70,8 +115,9 @@ def grid_for(n: int, unroll: int) -> int:
     return max(1, min(MAX_GRID, (n + THREADS * unroll - 1) // (THREADS * unroll)))
 
 
-def residual_add(x: Any, r: Any, out: Any = None, *, stream: int = 0) -> Any:
-    """out = x + r. Returns `out` (a new device array when None; a numpy array when the inputs are numpy)."""
+def residual_add(x: Any, r: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> Any:
+    """out = x + r. Returns `out` (a new device array when None; a numpy array when the inputs are numpy).
+    `path`: "auto", "scalar" or "vector" (kernels.vector.choose)."""
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     ro = arrays.operand("r", r, sync)
@@ -80,14 +126,18 @@ def residual_add(x: Any, r: Any, out: Any = None, *, stream: int = 0) -> Any:
     arrays.check_nonempty(xo)
     arrays.check_like(ro, xo, "same as x")
     oo = arrays.output("out", out, sync, xo.shape, xo.dtype)
-    _launch(xo, ro, oo, stream)
+    _launch(xo, ro, oo, stream, path)
     return arrays.finish(sync, oo, out, xo)
 
 
-def _launch(xo: Operand, ro: Operand, oo: Operand, stream: int = 0) -> None:
+def _launch(xo: Operand, ro: Operand, oo: Operand, stream: int = 0, path: str = "auto") -> None:
     dt = xo.dtype
     # 1-d kernel slots take the N-d operands as flat (kernels.launch)
-    _KERNELS[dt].launch(grid_for(xo.size, UNROLL[dt]), THREADS, (xo, ro, oo), stream=stream)
+    if choose(path, dt, vector_ok((xo.ptr, ro.ptr, oo.ptr), 0)):
+        grid = grid_for(xo.size, VEC_UNROLL * WIDTH[dt])
+        _VEC[dt].launch(grid, THREADS, (xo, ro, oo), stream=stream)
+    else:
+        _KERNELS[dt].launch(grid_for(xo.size, UNROLL[dt]), THREADS, (xo, ro, oo), stream=stream)
 
 
 # --- registry ---------------------------------------------------------------------------------------------
@@ -137,6 +187,10 @@ SPEC = register(
         bench_cases=_cases([("16384x4096", 16384, 4096)]),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=tuple((f"residual_add_{dt.name}", _DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
+        ptx_kernels=(
+            *((f"residual_add_{dt.name}", _DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
+            *((f"residual_add_vec_{dt.name}", _VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
+        ),
+        path=lambda c: "vector" if not arrays.SIMULATED and np.dtype(c.dtype) in AUTO_VECTOR else "scalar",
     )
 )
