@@ -10,7 +10,26 @@ Kernels, all on one stream, no host round trip between them:
      loads in flight), a block reduction, then one float64 atomic add per block;
   3. `_scale` per array: one block per tile; every thread reads the accumulator, derives the coefficient
      itself and returns at once when there is nothing to clip (no traffic); block 0 writes the norm.
-One launch per array: with many small arrays the op is launch-bound (see notes-memory.md).
+That is the v2 "split" path: 1 + 2 x count launches. The v3 "fused" path does it all in one launch:
+  clip_grad_norm in ONE launch (v3): every array's sum of squares, a grid-wide barrier, then every array's
+  scaling, in one persistent kernel over up to SLOTS arrays. The v2 path (kernels/ops/clip_grad_norm.py,
+  "split") takes 1 + 2 x count launches, each ending in a tail: 17 for 8 arrays, 0.66 / 0.43 of copy.
+
+  Why a software barrier: the norm must be complete before any element is scaled. numba's grid group sync
+  needs a cooperative launch through its dispatcher (28 us of host overhead, FACTS.md); the fast launch path
+  (kernels.launch) does a plain cuLaunchKernel. So the grid is sized to be co-resident (SMs x
+  FUSED_BLOCKS_PER_SM, capped by the occupancy query) and thread 0 of each block arrives on a device counter:
+  the last block to arrive resets the counter and bumps a generation word; the others spin on an atomic read
+  of the generation. The state lives on the device between calls, so a call needs no memset launch:
+    bar[0]  arrivals in this call (the last arrival puts it back to 0)
+    bar[1]  generation: the number of completed calls (read by every block before it arrives)
+    acc[gen & 1]  this call's float64 sum of squares; block 0 zeroes acc[1 - (gen & 1)] for the next call
+      (nobody reads it any more: the previous call's readers finished with their kernel).
+  Scaling walks arrays and tiles in reverse order: the data read last by the sum of squares is still in L2
+  (50 MB on the H200) and is scaled first.
+  The CUDA simulator runs blocks one after another, so a spinning block would wait forever: under it the
+  grid is one block (the barrier's arithmetic still runs). Calls on several streams at once must not share
+  this state: they pass `workspace`, which selects the split path.
 """
 
 from __future__ import annotations
@@ -20,15 +39,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32, float64
+from numba import cuda, float32, float64, int32
 
 from kernels import arrays
-from kernels.arrays import FLOAT_IO, HostSync, Operand
+from kernels.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
 from kernels.launch import Kernel, kernel, sm_count
 from kernels.reduce import BLOCK, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
+from kernels.vector import AUTO_VECTOR, WIDTH, ldg_into, stg_from, vector_ok
 
 BLOCKS_PER_SM = 8
+PATHS = ("auto", "split", "fused", "fused_vector")
 CLIP_EPS = 1e-6
 MAX_GRID = 2**31 - 1
 
@@ -130,6 +151,208 @@ _SCALE: dict[np.dtype, Kernel] = {dt: kernel(_scale[dt], s) for dt, s in _SCALE_
 _workspace: Operand | None = None
 
 
+# --- v3: one fused launch ------------------------------------------------------------------------------
+
+SLOTS = 8  # arrays per fused launch; more than that takes the split path
+FUSED_BLOCKS_PER_SM = 4
+_FUSED_JIT: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, FUSED_BLOCKS_PER_SM)}
+# scalar loads in flight per thread (sum of squares, scale) and 16-byte vectors per thread
+FUSED_UNROLL = {F32: (8, 8), F16: (16, 16)}
+FUSED_VEC_UNROLL = (4, 2)
+
+
+def _parts(unroll_sq: int, unroll_sc: int, vec: bool, width: int) -> tuple[Any, Any]:
+    """Device helpers over one array: `sumsq(g, s, v)` adds this block's share of sum(g^2) to s, and
+    `scale(g, c, v)` multiplies this block's share by c. A block's share: tiles blockIdx, blockIdx + grid,
+    ... (scale: the same tiles counted from the end)."""
+    if vec:
+        tile_sq = BLOCK * unroll_sq * width
+        tile_sc = BLOCK * unroll_sc * width
+    else:
+        tile_sq = BLOCK * unroll_sq
+        tile_sc = BLOCK * unroll_sc
+
+    @cuda.jit(device=True, inline="always")
+    def sumsq(g, s, v):  # type: ignore[no-untyped-def]
+        n = g.shape[0]
+        tid = cuda.threadIdx.x
+        chunk = cuda.blockIdx.x
+        while chunk * tile_sq < n:
+            base = chunk * tile_sq
+            if base + tile_sq <= n:
+                if vec:
+                    for u in range(unroll_sq):
+                        ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
+                    for e in range(unroll_sq * width):
+                        s += v[e] * v[e]
+                else:
+                    for u in range(unroll_sq):
+                        v[u] = float32(g[base + u * BLOCK + tid])
+                    for u in range(unroll_sq):
+                        s += v[u] * v[u]
+            else:
+                i = base + tid
+                while i < n:
+                    t = float32(g[i])
+                    s += t * t
+                    i += BLOCK
+            chunk += cuda.gridDim.x
+        return s
+
+    @cuda.jit(device=True, inline="always")
+    def scale(g, c, v):  # type: ignore[no-untyped-def]
+        n = g.shape[0]
+        tid = cuda.threadIdx.x
+        chunk = (n + tile_sc - 1) // tile_sc - 1 - cuda.blockIdx.x
+        while chunk >= 0:
+            base = chunk * tile_sc
+            if base + tile_sc <= n:
+                if vec:
+                    for u in range(unroll_sc):
+                        ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
+                    for e in range(unroll_sc * width):
+                        v[e] *= c
+                    for u in range(unroll_sc):
+                        stg_from(g, base + (u * BLOCK + tid) * width, v, u * width)
+                else:
+                    for u in range(unroll_sc):
+                        v[u] = float32(g[base + u * BLOCK + tid])
+                    for u in range(unroll_sc):
+                        g[base + u * BLOCK + tid] = v[u] * c
+            else:
+                i = base + tid
+                while i < n:
+                    g[i] = float32(g[i]) * c
+                    i += BLOCK
+            chunk -= cuda.gridDim.x
+
+    return sumsq, scale
+
+
+def _make_fused(unroll_sq: int, unroll_sc: int, vec: bool, width: int):  # type: ignore[no-untyped-def]
+    sumsq, scale = _parts(unroll_sq, unroll_sc, vec, width)
+    nv = max(unroll_sq, unroll_sc) * (width if vec else 1)
+
+    @cuda.jit(**_FUSED_JIT)
+    def k(g0, g1, g2, g3, g4, g5, g6, g7, acc, bar, norm_out, max_norm):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        gen_s = cuda.shared.array(1, int32)
+        tot_s = cuda.shared.array(1, float64)
+        v = cuda.local.array(nv, float32)
+        tid = cuda.threadIdx.x
+        if tid == 0:
+            gen_s[0] = cuda.atomic.add(bar, 1, 0)  # atomic read: never a stale cached value
+        cuda.syncthreads()
+        gen = gen_s[0]
+        slot = gen & 1
+        if tid == 0 and cuda.blockIdx.x == 0:
+            acc[1 - slot] = 0.0
+        s = float32(0.0)
+        s = sumsq(g0, s, v)
+        s = sumsq(g1, s, v)
+        s = sumsq(g2, s, v)
+        s = sumsq(g3, s, v)
+        s = sumsq(g4, s, v)
+        s = sumsq(g5, s, v)
+        s = sumsq(g6, s, v)
+        s = sumsq(g7, s, v)
+        total = block_sum(s, smem)
+        if tid == 0:
+            cuda.atomic.add(acc, slot, float64(total))
+            cuda.threadfence()  # this block's partial is visible before it counts as arrived
+            if cuda.atomic.add(bar, 0, 1) == cuda.gridDim.x - 1:
+                bar[0] = 0  # nobody touches the count again in this call
+                cuda.threadfence()
+                cuda.atomic.add(bar, 1, 1)  # release every spinning block
+            else:
+                while cuda.atomic.add(bar, 1, 0) == gen:
+                    pass
+            cuda.threadfence()
+            tot_s[0] = cuda.atomic.add(acc, slot, 0.0)  # every partial is in: read it coherently
+        cuda.syncthreads()
+        norm = math.sqrt(tot_s[0])
+        if tid == 0 and cuda.blockIdx.x == 0:
+            norm_out[0] = float32(norm)
+        coef = max_norm / (norm + CLIP_EPS)
+        if coef >= 1.0:
+            return
+        c = float32(coef)
+        scale(g7, c, v)
+        scale(g6, c, v)
+        scale(g5, c, v)
+        scale(g4, c, v)
+        scale(g3, c, v)
+        scale(g2, c, v)
+        scale(g1, c, v)
+        scale(g0, c, v)
+
+    return k
+
+
+def _sig(dt: np.dtype) -> str:
+    a = f"{dt.name}[::1]"
+    return f"void({', '.join([a] * SLOTS)}, float64[::1], int32[::1], float32[::1], float64)"
+
+
+FUSED_SIGS = {dt: _sig(dt) for dt in (F32, F16)}
+FUSED_FNS = {
+    (dt, vec): _make_fused(*(FUSED_VEC_UNROLL if vec else FUSED_UNROLL[dt]), vec, WIDTH[dt])
+    for dt in FUSED_SIGS
+    for vec in (False, True)
+}
+_FUSED: dict[tuple[np.dtype, bool], Kernel] = {
+    key: kernel(d, FUSED_SIGS[key[0]]) for key, d in FUSED_FNS.items()
+}
+_state: dict[str, Operand] = {}
+_fgrid: dict[tuple[np.dtype, bool], int] = {}
+
+
+def _device_state(dt: np.dtype) -> tuple[Operand, Operand, Operand]:
+    """(acc float64[2], bar int32[2], an empty array of dt for unused slots), made once, zeroed."""
+    if "acc" not in _state:
+        for name, shape, dtype in (("acc", (2,), np.float64), ("bar", (2,), np.int32)):
+            dev = cuda.to_device(np.zeros(shape, dtype))
+            ptr = 0 if SIMULATED else int(dev.device_ctypes_pointer.value or 0)
+            dt_ = np.dtype(dtype)
+            _state[name] = Operand(name, ptr, shape, (dt_.itemsize,), dt_, dev, None, dev)
+    key = f"empty_{dt.name}"
+    if key not in _state:
+        # one element, never read (length 0 is what the kernel sees): a real allocation keeps pointers valid
+        dev = cuda.device_array(1, dtype=dt)
+        ptr = 0 if SIMULATED else int(dev.device_ctypes_pointer.value or 0)
+        _state[key] = Operand(key, ptr, (0,), (dt.itemsize,), dt, dev[:0], None, dev[:0])
+    return _state["acc"], _state["bar"], _state[key]
+
+
+def fused_grid(dt: np.dtype, vec: bool) -> int:
+    """Co-resident blocks: SMs x FUSED_BLOCKS_PER_SM, capped by the occupancy query; 1 under the simulator."""
+    key = (dt, vec)
+    if key not in _fgrid:
+        if SIMULATED:
+            _fgrid[key] = 1
+        else:
+            want = sm_count() * FUSED_BLOCKS_PER_SM
+            fits = FUSED_FNS[key].compile(FUSED_SIGS[dt]).max_cooperative_grid_blocks(BLOCK)
+            _fgrid[key] = max(1, min(want, int(fits)))
+    return _fgrid[key]
+
+
+def _launch_fused(flat: list[Operand], norm_out: Operand, max_norm: float, vec: bool, stream: int) -> None:
+    """One fused launch over `flat` (1 <= len <= SLOTS contiguous 1-d operands of one dtype)."""
+    dt = flat[0].dtype
+    acc, bar, empty = _device_state(dt)
+    slots = flat + [empty] * (SLOTS - len(flat))
+    args = (*slots, acc, bar, norm_out, max_norm)
+    _FUSED[(dt, vec)].launch(fused_grid(dt, vec), BLOCK, args, stream=stream)
+
+
+_FUSED_PTX = tuple(
+    (f"clip_grad_norm_fused{'_vec' if vec else ''}_{dt.name}", FUSED_FNS[(dt, vec)], FUSED_SIGS[dt])
+    for dt in FUSED_SIGS
+    for vec in (False, True)
+)
+
+
 def _accumulator() -> Operand:
     """One float64 device scalar, reused by every call: calls on one stream are ordered, so reuse is safe;
     callers running clip_grad_norm on several streams at once pass their own `workspace`."""
@@ -150,12 +373,18 @@ def clip_grad_norm(
     norm_out: Any = None,
     workspace: Any = None,
     stream: int = 0,
+    path: str = "auto",
 ) -> Any:
     """Clip `grads` (fp32 or fp16 arrays, one dtype) in place to a global L2 norm of `max_norm`.
 
     Returns the norm before clipping as a Python float, or, when `norm_out` (a float32 device array of one
     element) is given, writes it there and returns `norm_out` without waiting for the device.
+    `path`: "auto" (fused for up to SLOTS arrays and no `workspace`, with 16-byte loads for fp16 on a GPU when
+    every array is 16-byte aligned; split otherwise), "split" (v2: 1 + 2 x count launches), "fused" (one
+    launch, scalar loads) or "fused_vector" (one launch, 16-byte loads).
     """
+    if path not in PATHS:
+        raise ValueError(f"path: {path!r} is not a path; expected one of: {', '.join(PATHS)}")
     if isinstance(grads, (str, bytes)) or not isinstance(grads, Sequence) or len(grads) == 0:
         raise ValueError(f"grads: expected a non-empty list of arrays, got {type(grads).__name__}")
     mx = arrays.check_positive("max_norm", max_norm)
@@ -178,6 +407,11 @@ def clip_grad_norm(
         arrays.check_shape(acc, (1,), "one float64")
     dt = ops[0].dtype
     flat = [op.reshaped((op.size,)) for op in ops]
+    chosen = _choose_path(path, flat, workspace is not None)
+    if chosen != "split":
+        _launch_fused(flat, no, mx, chosen == "fused_vector", stream)
+        sync.finish()
+        return float(no.dev.copy_to_host()[0]) if norm_out is None else norm_out
     _ZERO.launch(1, 1, (acc,), stream=stream)
     sumsq, su = _SUMSQ[dt], SUMSQ_UNROLL[dt]
     cap = sm_count() * BLOCKS_PER_SM  # persistent: one atomic per block, ~1000 per array at most
@@ -190,6 +424,22 @@ def clip_grad_norm(
     if norm_out is None:
         return float(no.dev.copy_to_host()[0])
     return norm_out
+
+
+def _choose_path(path: str, flat: list[Operand], has_workspace: bool) -> str:
+    fits = len(flat) <= SLOTS and not has_workspace
+    aligned = vector_ok((f.ptr for f in flat), 0)
+    if path == "auto":
+        if not fits:
+            return "split"
+        vec = aligned and not SIMULATED and flat[0].dtype in AUTO_VECTOR
+        return "fused_vector" if vec else "fused"
+    if path != "split" and not fits:
+        why = "a workspace was given" if has_workspace else f"{len(flat)} arrays (at most {SLOTS})"
+        raise ValueError(f"path: {path!r} cannot run here: {why}; use 'auto' or 'split'")
+    if path == "fused_vector" and not aligned:
+        raise ValueError("path: 'fused_vector' needs 16-byte aligned arrays; use 'auto' or 'fused'")
+    return path
 
 
 def reference(grads: list[np.ndarray], max_norm: float) -> tuple[float, list[np.ndarray]]:
@@ -241,6 +491,13 @@ def _cupy(a: dict[str, Any]) -> None:
     a["norm"][0] = total
 
 
+def _case_path(c: Case) -> str:
+    """What "auto" runs for a registry case (device allocations are 256-byte aligned)."""
+    if c.params["count"] > SLOTS:
+        return "split"
+    return "fused_vector" if not SIMULATED and np.dtype(c.dtype) in AUTO_VECTOR else "fused"
+
+
 def _elems(c: Case) -> int:
     count, elems = c.params["count"], c.params["elems"]
     return count * elems + 7 * count * (count - 1) // 2
@@ -278,6 +535,8 @@ SPEC = register(
             ("clip_grad_norm_zero", _zero, _ZERO_SIG),
             *((f"clip_grad_norm_sumsq_{dt.name}", _sumsq[dt], s) for dt, s in _SUMSQ_SIGS.items()),
             *((f"clip_grad_norm_scale_{dt.name}", _scale[dt], s) for dt, s in _SCALE_SIGS.items()),
+            *_FUSED_PTX,
         ),
+        path=_case_path,
     )
 )
