@@ -61,3 +61,44 @@ def test_validation_errors():  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("case", op.SPEC.bench_cases, ids=case_id)
 def test_bench_shapes(case):  # type: ignore[no-untyped-def]
     assert_case_passes(op.SPEC, case)
+
+
+@needs_device
+@pytest.mark.parametrize("path", ["split", "fused", "fused_vector"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_every_path(path, dtype):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng()
+    # odd sizes: whole tiles, scalar tails shorter than a vector, and one array longer than a vector tile
+    grads = [(rng.standard_normal(n) * 0.1).astype(dtype) for n in (101, 7, 4104, 33)]
+    before = [g.copy() for g in grads]
+    full = float(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in before)))
+    norm, scaled = op.reference(before, full / 3.0)  # clips: scale ~ 1/3, not exact in binary
+    got = op.clip_grad_norm(grads, full / 3.0, path=path)
+    assert abs(got - norm) / norm < 1e-5
+    tol = 1e-6 if dtype == "float32" else 1e-3
+    for g, s in zip(grads, scaled, strict=True):
+        assert np.linalg.norm(g - s) / np.linalg.norm(s) < tol
+
+
+@needs_device
+def test_fused_state_survives_repeated_calls():  # type: ignore[no-untyped-def]
+    # the fused kernel keeps its accumulator and barrier on the device between calls (generation parity):
+    # every call must see only its own sum of squares
+    g = cuda.to_device(np.full(1000, 0.5, np.float32))
+    for k in range(5):
+        got = op.clip_grad_norm([g], 1e9, path="fused")
+        assert abs(got - np.sqrt(250.0)) < 1e-4, (k, got)
+
+
+@needs_device
+def test_path_selection_and_errors():  # type: ignore[no-untyped-def]
+    many = [np.full(3, 1.0, np.float32) for _ in range(op.SLOTS + 1)]
+    got = op.clip_grad_norm(many, 1.0)  # auto: more than SLOTS arrays take the split path
+    assert abs(got - np.sqrt(3.0 * (op.SLOTS + 1))) < 1e-4
+    with pytest.raises(ValueError, match=rf"path: 'fused' cannot run here: {op.SLOTS + 1} arrays \(at most"):
+        op.clip_grad_norm(many, 1.0, path="fused")
+    ws = cuda.device_array(1, np.float64)
+    with pytest.raises(ValueError, match="path: 'fused' cannot run here: a workspace was given"):
+        op.clip_grad_norm([np.ones(3, np.float32)], 1.0, workspace=ws, path="fused")
+    with pytest.raises(ValueError, match="path: 'fast' is not a path; expected one of: auto, split"):
+        op.clip_grad_norm([np.ones(3, np.float32)], 1.0, path="fast")
