@@ -155,6 +155,7 @@ _workspace: Operand | None = None
 
 SLOTS = 8  # arrays per fused launch; more than that takes the split path
 FUSED_BLOCKS_PER_SM = 4
+SPIN_LIMIT = 1 << 22  # atomic reads of the generation word, >= ~1 s
 _FUSED_JIT: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, FUSED_BLOCKS_PER_SM)}
 # scalar loads in flight per thread (sum of squares, scale) and 16-byte vectors per thread
 FUSED_UNROLL = {F32: (8, 8), F16: (16, 16)}
@@ -265,8 +266,11 @@ def _make_fused(unroll_sq: int, unroll_sc: int, vec: bool, width: int):  # type:
                 cuda.threadfence()
                 cuda.atomic.add(bar, 1, 1)  # release every spinning block
             else:
-                while cuda.atomic.add(bar, 1, 0) == gen:
-                    pass
+                # bounded: if the grid were ever not co-resident the call finishes with a wrong norm (that
+                # verify reports) instead of hanging the GPU; a real wait is one block's share, ~100 us
+                spins = 0
+                while cuda.atomic.add(bar, 1, 0) == gen and spins < SPIN_LIMIT:
+                    spins += 1
             cuda.threadfence()
             tot_s[0] = cuda.atomic.add(acc, slot, 0.0)  # every partial is in: read it coherently
         cuda.syncthreads()
