@@ -24,7 +24,7 @@ from numba import cuda, float32, uint32
 from kernels import arrays
 from kernels.arrays import FLOAT_IO, HostSync
 from kernels.launch import kernel
-from kernels.reduce import BLOCK, PER, ROW_JIT, block_sum
+from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.rowcases import row_cases, row_path
 from kernels.vector import WIDTH, choose, ldg_into, make_row_io, stg_from, vector_ok
@@ -127,7 +127,7 @@ def _layernorm_reg(x, w, b, out, eps):  # type: ignore[no-untyped-def]
 def _make_vec(width: int):  # type: ignore[no-untyped-def]
     load_row, col_of = make_row_io(width, BLOCK, PER)
 
-    @cuda.jit(**ROW_JIT)
+    @cuda.jit(**VEC_ROW_JIT)
     def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(BLOCK, float32)
         v = cuda.local.array(PER, float32)
