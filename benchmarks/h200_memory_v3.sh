@@ -53,7 +53,7 @@ def inputs(name, case):  # device-side random inputs: no host generation, no flo
     dt, P = case.dtype, case.params
     rnd = lambda *s: cp.random.standard_normal(s, dtype=cp.float32).astype(dt)
     if name == "clip_grad_norm":
-        g = [rnd(P["elems"] + 7 * k) * 0.1 for k in range(P["count"])]
+        g = [(rnd(P["elems"] + 7 * k) * 0.1).astype(dt) for k in range(P["count"])]
         tot = float(cp.sqrt(sum(cp.sum(x.astype(cp.float32) ** 2) for x in g)))
         return {"g": g, "max_norm": tot / 2, "norm": cp.zeros(1, cp.float32)}, ("g",)
     m, n = P["rows"], P["cols"]
