@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32, float64, int32
+from numba import cuda, float32, float64, int32, int64
 
 from kernels import arrays
 from kernels.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
@@ -204,7 +204,8 @@ def _parts(unroll_sq: int, unroll_sc: int, vec: bool, width: int) -> tuple[Any, 
     def scale(g, c, v):  # type: ignore[no-untyped-def]
         n = g.shape[0]
         tid = cuda.threadIdx.x
-        chunk = (n + tile_sc - 1) // tile_sc - 1 - cuda.blockIdx.x
+        # signed on purpose: the walk ends below 0 (blockIdx/gridDim are uint32)
+        chunk = (n + tile_sc - 1) // tile_sc - 1 - int64(cuda.blockIdx.x)
         while chunk >= 0:
             base = chunk * tile_sc
             if base + tile_sc <= n:
@@ -225,7 +226,7 @@ def _parts(unroll_sq: int, unroll_sc: int, vec: bool, width: int) -> tuple[Any, 
                 while i < n:
                     g[i] = float32(g[i]) * c
                     i += BLOCK
-            chunk -= cuda.gridDim.x
+            chunk -= int64(cuda.gridDim.x)
 
     return sumsq, scale
 
