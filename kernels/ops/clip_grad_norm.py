@@ -384,8 +384,8 @@ def clip_grad_norm(
 
     Returns the norm before clipping as a Python float, or, when `norm_out` (a float32 device array of one
     element) is given, writes it there and returns `norm_out` without waiting for the device.
-    `path`: "auto" (fused for up to SLOTS arrays and no `workspace`, with 16-byte loads for fp16 on a GPU when
-    every array is 16-byte aligned; split otherwise), "split" (v2: 1 + 2 x count launches), "fused" (one
+    `path`: "auto" (fp16 on a GPU, up to SLOTS 16-byte aligned arrays, no `workspace`: fused_vector; split
+    otherwise: the faster of the two measured on the H200 for each case), "split" (v2: 1 + 2 x count launches), "fused" (one
     launch, scalar loads) or "fused_vector" (one launch, 16-byte loads).
     """
     if path not in PATHS:
@@ -435,10 +435,11 @@ def _choose_path(path: str, flat: list[Operand], has_workspace: bool) -> str:
     fits = len(flat) <= SLOTS and not has_workspace
     aligned = vector_ok((f.ptr for f in flat), 0)
     if path == "auto":
-        if not fits:
-            return "split"
-        vec = aligned and not SIMULATED and flat[0].dtype in AUTO_VECTOR
-        return "fused_vector" if vec else "fused"
+        # Measured on the H200 (benchmarks/notes-memory.md, v3 run): one launch with 16-byte loads beats the
+        # split path for fp16 (169 vs 221 us); for fp32 the scalar fused path lost to split in the bench
+        # (329 vs 290 us), so everything but aligned fp16 on a GPU stays on split.
+        vec = fits and aligned and not SIMULATED and flat[0].dtype in AUTO_VECTOR
+        return "fused_vector" if vec else "split"
     if path != "split" and not fits:
         why = "a workspace was given" if has_workspace else f"{len(flat)} arrays (at most {SLOTS})"
         raise ValueError(f"path: {path!r} cannot run here: {why}; use 'auto' or 'split'")
@@ -498,9 +499,8 @@ def _cupy(a: dict[str, Any]) -> None:
 
 def _case_path(c: Case) -> str:
     """What "auto" runs for a registry case (device allocations are 256-byte aligned)."""
-    if c.params["count"] > SLOTS:
-        return "split"
-    return "fused_vector" if not SIMULATED and np.dtype(c.dtype) in AUTO_VECTOR else "fused"
+    vec = c.params["count"] <= SLOTS and not SIMULATED and np.dtype(c.dtype) in AUTO_VECTOR
+    return "fused_vector" if vec else "split"
 
 
 def _elems(c: Case) -> int:
