@@ -385,8 +385,8 @@ def clip_grad_norm(
     Returns the norm before clipping as a Python float, or, when `norm_out` (a float32 device array of one
     element) is given, writes it there and returns `norm_out` without waiting for the device.
     `path`: "auto" (fp16 on a GPU, up to SLOTS 16-byte aligned arrays, no `workspace`: fused_vector; split
-    otherwise: the faster of the two measured on the H200 for each case), "split" (v2: 1 + 2 x count launches), "fused" (one
-    launch, scalar loads) or "fused_vector" (one launch, 16-byte loads).
+    otherwise: the faster of the two measured on the H200 for each case), "split" (v2: 1 + 2 x count
+    launches), "fused" (one launch, scalar loads) or "fused_vector" (one launch, 16-byte loads).
     """
     if path not in PATHS:
         raise ValueError(f"path: {path!r} is not a path; expected one of: {', '.join(PATHS)}")
