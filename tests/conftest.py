@@ -8,6 +8,8 @@ import glob
 import os
 import sys
 
+import pytest
+
 
 def _gpu_present() -> bool:
     # no numba.cuda import here (it would freeze the simulator switch): the driver's device nodes tell
@@ -19,3 +21,15 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _gpu_present():
     # if something imported numba.core.config already, numba.cuda would read the old settings from it
     if "numba.core.config" in sys.modules:
         sys.modules["numba.core.config"].reload_config()
+
+
+def pytest_sessionstart(session):  # type: ignore[no-untyped-def]
+    # A machine that shows a GPU but cannot use it must not pass by skipping every device test.
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and _gpu_present():
+        from numba import cuda
+
+        if not cuda.is_available():
+            raise pytest.UsageError(
+                "a GPU device node exists but CUDA is not usable here (driver/runtime?); "
+                "fix it, or run the simulator explicitly with NUMBA_ENABLE_CUDASIM=1"
+            )
