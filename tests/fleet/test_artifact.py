@@ -121,6 +121,8 @@ def test_ptx_targets_follow_the_spec(tree: Path, spec, tmp_path: Path) -> None:
     """Without kernels/ptx.py in the tree the build still packages the kernels and says PTX is missing."""
     manifest = build(spec=spec, version="1.2.0", out_dir=tmp_path / "out", root=tree).manifest
     (target,) = manifest["targets"]
+    assert spec.compute_capabilities == tuple(sorted({n.gpu.cc for n in spec.nodes if n.gpu}))
+    assert (target["cc"],) == spec.compute_capabilities  # the embedded fleet's one cc, "9.0"
     assert target["ptx_status"].startswith("unavailable") and target["kernels"] == []
 
 

@@ -105,7 +105,8 @@ def test_a_live_running_operation_is_left_alone(tmp_path: Path) -> None:
         first.begin(op_id="r-live", kind="deploy", version="1.0.0", fleet="f", plan={})
         with Ledger(path) as second:  # same pid, still alive
             assert second.operations()[0].status == "running"
-    assert os.getpid()
+    (pid,) = sqlite3.connect(path).execute("SELECT pid FROM operations WHERE id='r-live'").fetchone()
+    assert pid == os.getpid()  # the row names this live process, which is why it was left alone
 
 
 def test_ctrl_c_during_an_operation_marks_it_interrupted(tmp_path: Path) -> None:

@@ -204,6 +204,7 @@ def test_cli_exits_2_and_touches_nothing(spec_file, tmp_path: Path, kind, path, 
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("solfleet: error: "), proc.stderr
+    assert f"{path}: " in lines[0], proc.stderr  # the line names the bad field
     assert proc.stdout == ""
     assert not work.exists() and not (tmp_path / "dist").exists()
 
