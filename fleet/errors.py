@@ -61,9 +61,15 @@ class HostsUnreachable(FleetError):
 
 
 class RunnerError(FleetError):
-    """ansible-runner could not run the playbook at all (not a host failure)."""
+    """ansible-runner could not run the playbook, or stopped it (job timeout, runner error): not a host
+    failure. `progress`: host -> the runner's HostProgress when the run had started (what each host had
+    answered by then), else empty."""
 
     exit_code = ExitCode.RUNNER
+
+    def __init__(self, message: str, *, progress: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.progress = progress or {}
 
 
 class Interrupted(FleetError):

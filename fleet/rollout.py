@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet import runner
-from fleet.errors import ExitCode, FleetError, Interrupted
+from fleet.errors import ExitCode, FleetError, Interrupted, RunnerError
 from fleet.inventory import write_private_data_dir
 from fleet.ledger import HostRecord, Ledger, OpStatus, new_operation_id
 from fleet.plan import Batch, Plan
@@ -27,8 +27,9 @@ from fleet.workdir import controller_lock, ledger_path, run_dir
 
 DEPLOY_PLAYBOOK = "deploy.yml"
 ROLLBACK_PLAYBOOK = "rollback.yml"
-# node-module outcomes that mean "this host did not end where it was asked to"
-FAILED_OUTCOMES = {"refused", "verify_failed", "health_failed", "failed", "not_run"}
+# node-module outcomes that mean "this host did not end where it was asked to"; `not_finished`: ansible-runner
+# stopped the run (job timeout) while the host was mid-step, before its module answered
+FAILED_OUTCOMES = {"refused", "verify_failed", "health_failed", "failed", "not_run", "not_finished"}
 PHASES = ("push", "unpack_check", "verify", "activate", "health")
 
 ProgressFactory = Callable[[str, list[str]], ProgressSink | None]
@@ -108,20 +109,29 @@ def host_record(step: str, hp: HostProgress) -> HostRecord:
     )
 
 
-def _interrupted_record(step: str, hp: HostProgress | None, host: str) -> HostRecord:
-    """A host of an interrupted run: its module's answer when it gave one, else where it was."""
+def _interrupted_record(
+    step: str, hp: HostProgress | None, host: str, *, outcome: str = "interrupted"
+) -> HostRecord:
+    """A host of a run cut short (Ctrl-C: `interrupted`; stopped by ansible-runner: `not_finished`): its
+    module's answer when it gave one, else where it was."""
     if hp is not None and hp.solfleet.get("outcome"):
         return host_record(step, hp)
     task = hp.task if hp is not None else ""
+    ended = hp is not None and hp.status in (HostStatus.FAILED, HostStatus.UNREACHABLE)
+    if outcome != "interrupted" and hp is not None and ended:
+        return host_record(step, hp)  # its events already said how it ended
+    if not task:
+        outcome = "interrupted" if outcome == "interrupted" else "not_run"
+    what = outcome.replace("_", " ")
     return HostRecord(
         step=step,
         host=host,
-        outcome="interrupted",
+        outcome=outcome,
         changed=False,
         version_before=None,
         version_after=None,
         failed_phase=_phase_of_task(task) if task else "not_started",
-        message=f"interrupted in {task!r}; the node journal says how far it got" if task else "not started",
+        message=f"{what} in {task!r}; the node journal says how far it got" if task else "not started",
         phases={},
     )
 
@@ -139,6 +149,25 @@ def _counted_failures(step: StepResult, policy: UnreachablePolicy) -> list[HostR
     if policy is UnreachablePolicy.FAIL:
         failed = failed + step.unreachable
     return failed
+
+
+class StepAborted(RunnerError):
+    """ansible-runner stopped a step (job timeout, runner error): each host is already in the ledger, and
+    `step` holds those records so deploy can apply its failure policy to what did happen."""
+
+    def __init__(self, message: str, *, step: StepResult) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+@dataclass(frozen=True)
+class BatchFailure:
+    """Why scheduling stopped: `failed` are the batch's counted failures; `runner_error` is set when
+    ansible-runner stopped the batch before its end."""
+
+    batch: Batch
+    failed: list[HostRecord]
+    runner_error: str = ""
 
 
 class Operation:
@@ -176,6 +205,17 @@ class Operation:
                 self.op_id, [_interrupted_record(step, exc.progress.get(h), h) for h in hosts]
             )
             raise
+        except RunnerError as exc:
+            # A timed-out batch still did things: hosts that answered (activated) before the run was
+            # stopped are recorded with that answer, so the failure policy can act on them.
+            cut = tuple(
+                _interrupted_record(step, exc.progress.get(h), h, outcome="not_finished") for h in hosts
+            )
+            ledger.record_hosts(self.op_id, list(cut))
+            seconds = time.monotonic() - started
+            aborted = StepResult(step=step, hosts=tuple(hosts), records=cut, seconds=seconds)
+            self.report.steps.append(aborted)
+            raise StepAborted(str(exc), step=aborted) from exc
         records = tuple(host_record(step, result.hosts[h]) for h in hosts)
         ledger.record_hosts(self.op_id, list(records))  # committed per step: a crash later loses nothing
         out = StepResult(step=step, hosts=tuple(hosts), records=records, seconds=time.monotonic() - started)
@@ -236,19 +276,23 @@ def deploy(
 
     def body(ledger: Ledger) -> None:
         activated: dict[str, str | None] = {}  # host -> the version it had before this rollout
-        failed_batch: Batch | None = None
+        failure: BatchFailure | None = None
         all_failed: list[HostRecord] = []
         for batch in plan.batches:
-            step = op.run_step(ledger, batch.name, list(batch.hosts), DEPLOY_PLAYBOOK, extravars)
+            runner_error = ""
+            try:
+                step = op.run_step(ledger, batch.name, list(batch.hosts), DEPLOY_PLAYBOOK, extravars)
+            except StepAborted as exc:  # a stopped batch is a failed one: the failure policy still runs
+                step, runner_error = exc.step, str(exc)
             for r in step.records:
                 if r.outcome == "activated":
                     activated[r.host] = r.version_before
             counted = _counted_failures(step, spec.rollout.unreachable)
             all_failed += step.failures + step.unreachable
-            if len(counted) > batch.max_failures:
-                failed_batch = batch
+            if runner_error or len(counted) > batch.max_failures:
+                failure = BatchFailure(batch=batch, failed=counted, runner_error=runner_error)
                 break
-        _conclude_deploy(op, ledger, spec, plan, activated, failed_batch, all_failed)
+        _conclude_deploy(op, ledger, plan, activated, failure, all_failed)
 
     return op.execute(body)
 
@@ -262,14 +306,15 @@ def _describe(records: list[HostRecord]) -> str:
 def _conclude_deploy(
     op: Operation,
     ledger: Ledger,
-    spec: FleetSpec,
     plan: Plan,
     activated: dict[str, str | None],
-    failed_batch: Batch | None,
+    failure: BatchFailure | None,
     failed: list[HostRecord],
 ) -> None:
+    """`failed`: every failure of every batch run (for the within-max_failures message); the reason a batch
+    stopped scheduling names only that batch's own failures."""
     report = op.report
-    if failed_batch is None:
+    if failure is None:
         if not failed:
             report.status, report.exit_code = OpStatus.SUCCEEDED, ExitCode.OK
             return
@@ -282,13 +327,19 @@ def _conclude_deploy(
         return
     scheduled = {h for s in report.steps for h in s.hosts}
     skipped = [h for h in plan.hosts if h not in scheduled]
-    reason = f"{failed_batch.name} failed ({len(failed)} > max_failures {failed_batch.max_failures}): "
-    reason += _describe(failed)
+    failed_batch, batch_failed = failure.batch, failure.failed
+    if failure.runner_error:
+        reason = f"{failed_batch.name} failed: {failure.runner_error}"
+        reason += f"; {_describe(batch_failed)}" if batch_failed else ""
+        report.exit_code = ExitCode.RUNNER  # docs/cli.md: exit 4, after the failure policy has run
+    else:
+        limit = failed_batch.max_failures
+        reason = f"{failed_batch.name} failed ({len(batch_failed)} > max_failures {limit}): "
+        reason += _describe(batch_failed)
+        only_unreachable = all(r.outcome == "unreachable" for r in batch_failed)
+        report.exit_code = ExitCode.UNREACHABLE if only_unreachable else ExitCode.OPERATION_FAILED
     if skipped:
         reason += f"; not scheduled: {', '.join(skipped)}"
-    report.exit_code = (
-        ExitCode.UNREACHABLE if all(r.outcome == "unreachable" for r in failed) else ExitCode.OPERATION_FAILED
-    )
     policy = plan.on_failure
     undo = undo_targets(policy, activated, failed_batch)
     kept = len(activated) - len(undo)
@@ -349,13 +400,16 @@ def _undo(op: Operation, ledger: Ledger, hosts: dict[str, str | None]) -> bool:
         )
         all_ok = False
     for prior, members in sorted(groups.items()):
-        step = op.run_step(
-            ledger,
-            f"undo to {prior}",
-            members,
-            ROLLBACK_PLAYBOOK,
-            {"solfleet_rollback_to": prior, "solfleet_rollout_id": op.op_id},
-        )
+        try:
+            step = op.run_step(
+                ledger,
+                f"undo to {prior}",
+                members,
+                ROLLBACK_PLAYBOOK,
+                {"solfleet_rollback_to": prior, "solfleet_rollout_id": op.op_id},
+            )
+        except StepAborted as exc:  # recorded; the other prior versions still get their undo run
+            step = exc.step
         if any(r.outcome not in ("rolled_back", "unchanged") for r in step.records):
             all_ok = False
     return all_ok

@@ -209,7 +209,8 @@ def run_playbook(
             progress=state,
         ) from None
     status = str(runner.status)
-    if all(h.status in (HostStatus.PENDING, HostStatus.RUNNING) for h in state.values()):
+    stopped = status in ("timeout", "error")
+    if not stopped and all(h.status in (HostStatus.PENDING, HostStatus.RUNNING) for h in state.values()):
         # no playbook_on_stats and no host event: ansible-playbook itself failed (bad syntax, bad args)
         raise RunnerError(
             f"{playbook} did not run (ansible-runner {status}, rc {runner.rc}); "
@@ -218,10 +219,13 @@ def run_playbook(
     for h in state.values():
         if h.status in (HostStatus.PENDING, HostStatus.RUNNING):
             h.status = HostStatus.NOT_RUN  # the run ended without a final word on this host
-    if status in ("timeout", "error"):
+    if stopped:
+        # checked before "did not run": a stopped run has no playbook_on_stats either, yet hosts may have
+        # answered (activated) before it was stopped, and the caller records them from `progress`
         raise RunnerError(
             f"ansible-runner {status} running {playbook} on {', '.join(hosts)} "
-            f"(limit {timeout_s}s); artifacts: {private_data_dir / 'artifacts' / ident}"
+            f"(limit {timeout_s}s); artifacts: {private_data_dir / 'artifacts' / ident}",
+            progress=state,
         )
     return RunResult(
         ident=ident,

@@ -1,0 +1,179 @@
+"""The failure policy when a batch does not end normally. ansible-runner's job timeout is produced for real
+(a tiny playbook, connection local); the deploy-level tests script `runner.run_playbook`, the one boundary
+to Ansible, so the policy is checked against a real SQLite ledger without a minutes-long simulator deploy."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fleet import runner
+from fleet.errors import ExitCode, RunnerError
+from fleet.ledger import Ledger
+from fleet.plan import plan_rollout
+from fleet.rollout import _interrupted_record, deploy
+from fleet.runner import HostProgress, HostStatus, RunResult
+from fleet.spec import embedded_fleet, load_spec
+from fleet.workdir import ledger_path
+
+HANGING_PLAY = """
+- name: answer on n1, then hang everywhere
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: solfleet | Activate release
+      ansible.builtin.debug:
+        var: solfleet
+      vars:
+        solfleet: {outcome: activated, current: "2.0.0", previous: "1.0.0", simulated: true}
+      when: inventory_hostname == "n1"
+    - name: solfleet | Verify release
+      ansible.builtin.command: sleep 30
+      changed_when: false
+"""
+
+
+def test_a_timed_out_run_carries_what_each_host_had_answered(tmp_path: Path) -> None:
+    pdd = tmp_path / "pdd"
+    (pdd / "project").mkdir(parents=True)
+    (pdd / "inventory").mkdir()
+    (pdd / "project" / "hang.yml").write_text(HANGING_PLAY)
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = {"all": {"hosts": {"n1": local, "n2": local}}}
+    (pdd / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    started = time.monotonic()
+    with pytest.raises(RunnerError, match=r"ansible-runner timeout running hang\.yml") as caught:
+        runner.run_playbook(
+            private_data_dir=pdd,
+            playbook="hang.yml",
+            hosts=["n1", "n2"],
+            extravars={},
+            ident="t",
+            timeout_s=4,
+        )
+    assert time.monotonic() - started < 25  # stopped by the timeout, not by the 30 s task
+    progress = caught.value.progress
+    assert set(progress) == {"n1", "n2"}
+    n1 = _interrupted_record("batch 1", progress["n1"], "n1", outcome="not_finished")
+    assert (n1.outcome, n1.version_before, n1.version_after) == ("activated", "1.0.0", "2.0.0")
+    n2 = _interrupted_record("batch 1", progress["n2"], "n2", outcome="not_finished")
+    assert (n2.outcome, n2.failed_phase) == ("not_finished", "verify_release")
+    assert "Verify release" in n2.message
+
+
+def answered(host: str, outcome: str, *, before: str, after: str) -> HostProgress:
+    """A host whose node module answered (the `solfleet` result a real run folds from its events)."""
+    prior = {"activated": before, "rolled_back": before}.get(outcome)
+    return HostProgress(
+        host=host,
+        status=HostStatus.CHANGED if outcome in ("activated", "rolled_back") else HostStatus.OK,
+        changed=1 if outcome in ("activated", "rolled_back") else 0,
+        solfleet={"outcome": outcome, "current": after, "previous": prior, "simulated": True},
+    )
+
+
+class ScriptedRunner:
+    """Stands in for `runner.run_playbook`: `script` maps a step's hosts to what that run does."""
+
+    def __init__(self, script: Mapping[tuple[str, ...], Any]) -> None:
+        self.script = script
+        self.calls: list[tuple[str, tuple[str, ...], dict[str, Any]]] = []
+
+    def __call__(self, **kw: Any) -> RunResult:
+        hosts = tuple(kw["hosts"])
+        self.calls.append((kw["playbook"], hosts, dict(kw["extravars"])))
+        what = self.script[(kw["playbook"], hosts)]
+        if isinstance(what, Exception):
+            raise what
+        return RunResult(
+            ident=kw["ident"],
+            playbook=kw["playbook"],
+            status="successful",
+            rc=0,
+            hosts=what,
+            artifacts=kw["private_data_dir"],
+            seconds=0.1,
+        )
+
+
+def timed_out_batch_1() -> RunnerError:
+    """n2 activated, then the job timeout stopped the run while n3 was verifying."""
+    n3 = HostProgress(host="n3", status=HostStatus.NOT_RUN, task="solfleet | Verify release")
+    return RunnerError(
+        "ansible-runner timeout running deploy.yml on n2, n3 (limit 60s); artifacts: x",
+        progress={"n2": answered("n2", "activated", before="1.0.0", after="2.0.0"), "n3": n3},
+    )
+
+
+def run_deploy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_failure: str, script: Mapping, max_failures: int = 0
+) -> tuple:
+    """Deploy 2.0.0 to the embedded fleet (with this on_failure and max_failures) through `script`."""
+    text = embedded_fleet().read_text().replace("on_failure: rollback_fleet", f"on_failure: {on_failure}")
+    text = text.replace("max_failures: 0", f"max_failures: {max_failures}")
+    (tmp_path / "fleet.yml").write_text(text)
+    spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+    plan = plan_rollout(list(spec.nodes), spec.rollout, version="2.0.0")
+    scripted = ScriptedRunner(script)
+    monkeypatch.setattr(runner, "run_playbook", scripted)
+    result = deploy(spec, plan, artifact=tmp_path / "a.tar.gz", artifact_sha256="0" * 64)
+    with Ledger(ledger_path(spec)) as ledger:
+        (op,) = ledger.operations()
+        rows = {(h.step, h.host): h for h in ledger.host_outcomes(op.id)}
+    return result, op, rows, scripted
+
+
+CANARY_OK = {("deploy.yml", ("n1",)): {"n1": answered("n1", "activated", before="1.0.0", after="2.0.0")}}
+
+
+def test_a_timed_out_batch_is_recorded_and_rolled_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    undo = {h: answered(h, "rolled_back", before="2.0.0", after="1.0.0") for h in ("n1", "n2")}
+    script = {
+        **CANARY_OK,
+        ("deploy.yml", ("n2", "n3")): timed_out_batch_1(),
+        ("rollback.yml", ("n1", "n2")): undo,
+    }
+    result, op, rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
+    assert result.exit_code is ExitCode.RUNNER  # still exit 4, but only after the failure policy ran
+    assert op.status == "rolled_back" and result.status == "rolled_back"
+    assert op.message.startswith("batch 1 failed: ansible-runner timeout running deploy.yml")
+    assert "returned 2 host(s) to their prior versions" in op.message
+    # the stopped batch is in the ledger, each host with what it had done
+    n2, n3 = rows[("batch 1", "n2")], rows[("batch 1", "n3")]
+    assert (n2.outcome, n2.version_before, n2.version_after) == ("activated", "1.0.0", "2.0.0")
+    assert (n3.outcome, n3.failed_phase) == ("not_finished", "verify_release")
+    # both hosts this rollout activated (canary n1, and n2 before the timeout) went back to 1.0.0
+    assert scripted.calls[-1][:2] == ("rollback.yml", ("n1", "n2"))
+    assert scripted.calls[-1][2]["solfleet_rollback_to"] == "1.0.0"
+    assert rows[("undo to 1.0.0", "n1")].outcome == rows[("undo to 1.0.0", "n2")].outcome == "rolled_back"
+
+
+def test_a_timed_out_batch_under_halt_leaves_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = {**CANARY_OK, ("deploy.yml", ("n2", "n3")): timed_out_batch_1()}
+    result, op, rows, scripted = run_deploy(tmp_path, monkeypatch, "halt", script)
+    assert result.exit_code is ExitCode.RUNNER and op.status == "failed"
+    assert "on_failure=halt left 2 activated host(s)" in op.message
+    assert [c[0] for c in scripted.calls] == ["deploy.yml", "deploy.yml"]
+    assert rows[("batch 1", "n3")].outcome == "not_finished"
+
+
+def test_the_failure_message_counts_the_failed_batch_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Canary n1 fails within max_failures 1; batch 1 then fails 2 > 1: the message says 2, not 3."""
+    refused = {h: answered(h, "refused", before="1.0.0", after="1.0.0") for h in ("n1", "n2", "n3")}
+    script = {
+        ("deploy.yml", ("n1",)): {"n1": refused["n1"]},
+        ("deploy.yml", ("n2", "n3")): {"n2": refused["n2"], "n3": refused["n3"]},
+    }
+    result, op, _rows, _calls = run_deploy(tmp_path, monkeypatch, "halt", script, max_failures=1)
+    assert result.exit_code is ExitCode.OPERATION_FAILED
+    assert op.message.startswith("batch 1 failed (2 > max_failures 1): n2: ")
