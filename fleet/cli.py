@@ -25,7 +25,7 @@ from fleet.spec import (
     load_spec,
     resolve_work_dir,
 )
-from fleet.status import fleet_status
+from fleet.status import fleet_status, status_exit_code
 from fleet.workdir import ledger_path
 
 
@@ -211,7 +211,7 @@ def _status(args: argparse.Namespace) -> int:
         print(report.status_json(nodes))
     else:
         report.print_status(report.console(), nodes)
-    return int(ExitCode.UNREACHABLE) if any(not n.reachable for n in nodes) else 0
+    return int(status_exit_code(nodes))
 
 
 def _history(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fleet import runner
+from fleet.errors import ExitCode
 from fleet.inventory import write_private_data_dir
 from fleet.ledger import Ledger, new_operation_id
 from fleet.runner import HostStatus, ProgressSink
@@ -41,6 +42,16 @@ def drift_of(current: str | None, desired: str | None, *, reachable: bool) -> st
     if desired is None:
         return "no_record"
     return "in_sync" if current == desired else "drift"
+
+
+def status_exit_code(nodes: list[NodeStatus]) -> ExitCode:
+    """1 when a reachable node returned no state (its status task failed: the answer is missing, not "in
+    sync"); 3 when the only problem is unreachable nodes; else 0. Same precedence as deploy's exit codes."""
+    if any(n.reachable and n.error for n in nodes):
+        return ExitCode.OPERATION_FAILED
+    if any(not n.reachable for n in nodes):
+        return ExitCode.UNREACHABLE
+    return ExitCode.OK
 
 
 def fleet_status(

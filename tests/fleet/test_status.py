@@ -1,0 +1,67 @@
+"""`solfleet status` exit codes: a node that answered nothing is not "fine". The real CLI runs status.yml
+with Ansible (connection local) against the embedded fleet; the fault is real (a journal that is a
+directory makes the node's status module fail)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from fleet.errors import ExitCode
+from fleet.status import NodeStatus, status_exit_code
+
+
+def solfleet(*args: str, work: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SOLFLEET_WORK"}
+    return subprocess.run(
+        [sys.executable, "-m", "fleet.cli", "--work-dir", str(work), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_status_exits_1_when_a_reachable_node_returns_no_state(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    journal = work / "local-fleet" / "n1" / "journal.jsonl"
+    journal.mkdir(parents=True)  # the node's status module cannot read it: the task fails
+    broken = solfleet("status", "--json", work=work, cwd=tmp_path)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    nodes = {n["name"]: n for n in json.loads(broken.stdout)["nodes"]}
+    assert nodes["n1"]["reachable"] is True and nodes["n1"]["current"] is None
+    assert "Is a directory" in nodes["n1"]["error"]
+    assert nodes["n2"]["error"] == "" and nodes["n2"]["drift"] == "no_record"
+
+    journal.rmdir()
+    fixed = solfleet("status", "--json", work=work, cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert all(n["error"] == "" for n in json.loads(fixed.stdout)["nodes"])
+
+
+def node(name: str, *, reachable: bool = True, error: str = "") -> NodeStatus:
+    return NodeStatus(
+        name=name,
+        reachable=reachable,
+        current=None,
+        previous=None,
+        releases=[],
+        last_event=None,
+        simulated=True,
+        desired=None,
+        drift="unknown" if not reachable or error else "no_record",
+        error=error,
+    )
+
+
+def test_status_exit_code_precedence() -> None:
+    down = node("a", reachable=False, error="unreachable")
+    no_state = node("b", error="Task failed")
+    assert status_exit_code([node("c"), node("d")]) is ExitCode.OK
+    assert status_exit_code([node("c"), down]) is ExitCode.UNREACHABLE
+    assert status_exit_code([no_state, node("c")]) is ExitCode.OPERATION_FAILED
+    assert status_exit_code([down, no_state]) is ExitCode.OPERATION_FAILED  # like deploy: 3 only if alone
