@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -65,6 +68,27 @@ options:
 
 ARTIFACT_RECORD = "artifact.json"  # in releases/V/verify/: which artifact sha256 this release came from
 
+# What a controller Ctrl-C (or a dropped SSH session) delivers to the module: ansible-playbook's cancel, with
+# connection local, reaches this process as SIGINT/SIGHUP/SIGTERM.
+SHIELDED_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def uninterruptible() -> Iterator[None]:
+    """Ignore SHIELDED_SIGNALS for the locked section, then restore the previous handlers.
+
+    Dying between the switch of `current`, the restore after a failed health check and the journal line would
+    leave a node that says one thing and runs another. The section is still bounded: every subprocess in it
+    (verify, health) has its own timeout, and the lock wait has one; SIGKILL still works. Children inherit the
+    ignored dispositions, so a verify/health run is not cut short either (it ends at its timeout at worst).
+    """
+    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in SHIELDED_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
 
 class Deployment:
     """One run of the module on one node: the inputs, the layout, and the contract result being built."""
@@ -89,8 +113,8 @@ class Deployment:
     def timed(self, phase: str, start: float) -> None:
         self.phases[phase] = round(self.phases.get(phase, 0.0) + time.monotonic() - start, 3)
 
-    def journal(self, event: str, version: str, detail: str) -> None:
-        self.layout.journal(event, version, self.p["rollout_id"], detail)
+    def journal(self, event: str, version: str, detail: str, plain: bool = False) -> None:
+        self.layout.journal(event, version, self.p["rollout_id"], detail, plain=plain)
 
     def kernels(self, command: str, release: str, args: list[str], timeout_s: int, phase: str) -> KernelsRun:
         return run_kernels(
@@ -115,7 +139,7 @@ class Deployment:
         if not self.p["artifact"]:
             raise NodeError("input", "refused", "artifact (the pushed tarball's path on the node) is empty")
         self.layout.ensure_dirs()
-        with NodeLock(self.layout, self.p["lock_timeout_s"]) as lock:
+        with NodeLock(self.layout, self.p["lock_timeout_s"]) as lock, uninterruptible():
             self.phases["lock_wait"] = round(lock.waited_s, 3)
             self._remove_stale_partials()
             prior_current = self.layout.link_version("current")
@@ -285,9 +309,11 @@ class Deployment:
             # Staged by an earlier run: the stack may have changed since, so check it right before the switch.
             check_stack(manifest, self.p["python"])
             check_cc(manifest, self.p["gpu_cc"], self.p["simulated"])
-        self.layout.set_link("current", version)
+        # `previous` first, then `current`: a kill between the two renames leaves current on the old verified
+        # release (previous = current = old), never current on the new one with a stale previous behind it.
         if prior_current and prior_current != version:
             self.layout.set_link("previous", prior_current)
+        self.layout.set_link("current", version)
         self.changed = True
         self.journal("activated", version, f"current -> releases/{version} (was {prior_current or 'none'})")
         self.timed("activate", start)
@@ -346,7 +372,7 @@ class Deployment:
             check_version(wanted, "solfleet_rollback_to")
         if not os.path.isdir(self.layout.releases):
             raise NodeError("rollback", "refused", f"no releases under {self.layout.root}")
-        with NodeLock(self.layout, self.p["lock_timeout_s"]) as lock:
+        with NodeLock(self.layout, self.p["lock_timeout_s"]) as lock, uninterruptible():
             self.phases["lock_wait"] = round(lock.waited_s, 3)
             start = time.monotonic()
             current = self.layout.link_version("current")
@@ -356,9 +382,12 @@ class Deployment:
                 and current
                 and last_move
                 and last_move.get("event") == "rolled_back"
+                and last_move.get("plain") is True
                 and last_move.get("version") == current
             ):
-                # Re-running a plain rollback must not flip forward to what the last rollback left.
+                # Re-running a plain rollback must not flip forward to what the last plain rollback left. Only
+                # a plain one counts: after `--to X` or a health-failure restore, a plain rollback means "go
+                # to previous" and must do so.
                 self.result.update(
                     version=current, outcome="unchanged", message=f"already rolled back to {current}"
                 )
@@ -384,11 +413,18 @@ class Deployment:
                 raise NodeError(
                     "rollback", "refused", f"rollback target {target} failed its re-check: {exc.message}"
                 ) from None
+            # Unlike activation, `current` goes first: a rollback is run to leave the current release, and the
+            # target was just re-checked, so a kill between the renames leaves current on a verified release.
             self.layout.set_link("current", target)
             if current:
                 self.layout.set_link("previous", current)
             self.changed = True
-            self.journal("rolled_back", target, f"current -> releases/{target} (was {current or 'none'})")
+            self.journal(
+                "rolled_back",
+                target,
+                f"current -> releases/{target} (was {current or 'none'})",
+                plain=not wanted,
+            )
             self.result.update(outcome="rolled_back", message=f"rolled back {current or 'none'} -> {target}")
             self.timed("activate", start)
 

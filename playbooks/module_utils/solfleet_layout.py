@@ -23,7 +23,7 @@ VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
 PARTIAL_SUFFIX = ".partial"
 VERIFY_DIR = "verify"  # written by the node inside a release after the manifest check; not in MANIFEST files
 
-# Journal events that move `current`; the rollback no-op rule reads the last one of these.
+# Journal events that move `current`; the rollback no-op rule reads the last one of these (and its `plain`).
 MOVING_EVENTS = ("activated", "rolled_back")
 
 
@@ -165,8 +165,8 @@ class NodeLayout:
         shutil.rmtree(path)
 
     # -- journal -------------------------------------------------------------------------------------------
-    def journal(self, event: str, version: str, rollout_id: str, detail: str) -> dict:
-        line = {
+    def journal(self, event: str, version: str, rollout_id: str, detail: str, plain: bool = False) -> dict:
+        line: dict[str, object] = {
             "time": utc_now(),
             "event": event,
             "version": version,
@@ -175,6 +175,9 @@ class NodeLayout:
             "simulated": self.simulated,
             "detail": detail,
         }
+        if plain:
+            # Only a plain rollback (no target given) sets this: the rollback no-op rule keys on it.
+            line["plain"] = True
         # O_APPEND: one write per line, so concurrent readers never see half a record.
         fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

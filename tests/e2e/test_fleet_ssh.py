@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -116,10 +118,16 @@ def test_rollback_to_named_version(e2e: E2EFleet) -> None:
         assert e2e.link(node, "current") == V2
         assert e2e.link(node, "previous") == V1
     refused = e2e.cli("rollback", "--to", "9.9.9", "--yes")
-    assert refused.rc != 0, "rollback to a version no node has must fail"
+    # docs/cli.md: 1 = an operation failed on a host (the node refused the target)
+    assert refused.rc == 1, f"rollback to a version no node has must exit 1, got {refused.rc}"
     assert "9.9.9" in refused.output and "not a verified release" in refused.output, refused.output[-2000:]
     for node in NODES:
         assert e2e.link(node, "current") == V2, "a refused rollback moved current"
+    # `--to V2` was not a plain rollback, so the repeat no-op rule must not apply: plain goes to V2's previous
+    _assert_ok(e2e.cli("rollback", "--yes"), f"plain rollback after --to {V2}")
+    for node in NODES:
+        assert e2e.link(node, "current") == V1, "a plain rollback after --to was a no-op"
+        assert e2e.link(node, "previous") == V2
     _assert_ok(e2e.cli("rollback", "--to", V1, "--yes"), f"rollback --to {V1}")
     assert all(e2e.link(node, "current") == V1 for node in NODES)
 
@@ -182,7 +190,8 @@ def test_unreachable_node_fails_cleanly(e2e: E2EFleet) -> None:
         result = e2e.deploy(V4)
     finally:
         e2e.sshd.restart_node(down)
-    assert result.rc != 0, "a deploy with an unreachable node must not report success"
+    # docs/cli.md: 3 = the only failures were unreachable hosts
+    assert result.rc == 3, f"a deploy whose only failure is an unreachable node must exit 3, got {result.rc}"
     assert down in result.output and "unreachable" in result.output.lower(), result.output[-3000:]
     assert e2e.tree(down) == before, "the unreachable node's root changed"
     for node in NODES:
@@ -200,23 +209,29 @@ def test_unreachable_node_fails_cleanly(e2e: E2EFleet) -> None:
     assert rows.get(down) == "unreachable", rows
 
 
-BAD_SPECS = {
-    "unknown key": lambda s: s["defaults"].update(colour="blue"),
-    "duplicate node name": lambda s: s["nodes"].append(dict(s["nodes"][0])),
-    "relative root": lambda s: s["nodes"][0].update(root="relative/root"),
-    "root with ..": lambda s: s["nodes"][1].update(root="/tmp/../etc"),
-    "port out of range": lambda s: s["nodes"][0].update(port=70000),
-    "port wrong type": lambda s: s["nodes"][2].update(port="twenty-two"),
-    "bad connection": lambda s: s["defaults"].update(connection="telnet"),
-    "bad compute capability": lambda s: s["defaults"].update(gpu={"count": 1, "model": "H200", "cc": "nine"}),
-    "bad on_failure": lambda s: s["rollout"].update(on_failure="panic"),
+# mistake -> (how to make it, the field path and the bad value the one error line must name)
+BAD_SPECS: dict[str, tuple[Callable[[dict[str, Any]], None], str, str]] = {
+    "unknown key": (lambda s: s["defaults"].update(colour="blue"), "defaults.colour", "colour"),
+    "duplicate node name": (lambda s: s["nodes"].append(dict(s["nodes"][0])), "nodes[3].name", "node01"),
+    "relative root": (lambda s: s["nodes"][0].update(root="relative/root"), "nodes[0].root", "relative/root"),
+    "root with ..": (lambda s: s["nodes"][1].update(root="/tmp/../etc"), "nodes[1].root", "/tmp/../etc"),
+    "port out of range": (lambda s: s["nodes"][0].update(port=70000), "nodes[0].port", "70000"),
+    "port wrong type": (lambda s: s["nodes"][2].update(port="twenty-two"), "nodes[2].port", "twenty-two"),
+    "bad connection": (lambda s: s["defaults"].update(connection="telnet"), "defaults.connection", "telnet"),
+    "bad compute capability": (
+        lambda s: s["defaults"].update(gpu={"count": 1, "model": "H200", "cc": "nine"}),
+        "defaults.gpu.cc",
+        "nine",
+    ),
+    "bad on_failure": (lambda s: s["rollout"].update(on_failure="panic"), "rollout.on_failure", "panic"),
 }
 
 
 @pytest.mark.parametrize("mistake", sorted(BAD_SPECS))
 def test_bad_spec_exits_2_and_touches_no_node(e2e: E2EFleet, tmp_path: Path, mistake: str) -> None:
     spec = e2e.sshd.spec()
-    BAD_SPECS[mistake](spec)
+    mutate, field, value = BAD_SPECS[mistake]
+    mutate(spec)
     path = tmp_path / "bad.yml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     before = {node: e2e.tree(node) for node in NODES}
@@ -224,6 +239,9 @@ def test_bad_spec_exits_2_and_touches_no_node(e2e: E2EFleet, tmp_path: Path, mis
     assert result.rc == 2, f"{mistake}: exit {result.rc}\n{result.output[-2000:]}"
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, f"{mistake}: expected one line on stderr, got {lines}"
+    assert field in lines[0] and value in lines[0], (
+        f"{mistake}: the line must name {field} and {value!r}: {lines[0]}"
+    )
     assert {node: e2e.tree(node) for node in NODES} == before, f"{mistake}: a node was touched"
 
 

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -423,3 +424,95 @@ def test_second_deploy_waits_for_the_node_lock(
     # one failed try + one 0.2 s poll at least: the module did find the lock taken and waited for it
     assert result.results["n1"]["phases"]["lock_wait"] >= 0.2
     assert os.readlink(node_on_v1 / "current") == f"releases/{V2}"
+
+
+def _moves(root: Path) -> list[tuple[str, str, bool]]:
+    """(event, version, plain) of every journal line that moved `current`."""
+    lines = [json.loads(line) for line in (root / "journal.jsonl").read_text().splitlines()]
+    return [
+        (e["event"], e["version"], e.get("plain") is True)
+        for e in lines
+        if e["event"] in ("activated", "rolled_back")
+    ]
+
+
+def test_plain_rollback_after_rollback_to_goes_to_previous(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    second = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, built[V2]))
+    assert second.status == "successful", second.messages
+    plain = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to="")
+    assert plain.results["n1"]["outcome"] == "rolled_back", plain.messages
+    again = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to="")
+    assert again.results["n1"]["outcome"] == "unchanged", "a repeated plain rollback must not flip forward"
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V1}"
+    named = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to=V2)
+    assert named.results["n1"]["outcome"] == "rolled_back", named.messages
+    assert (os.readlink(node_on_v1 / "current"), os.readlink(node_on_v1 / "previous")) == (
+        f"releases/{V2}",
+        f"releases/{V1}",
+    )
+    # `--to V2` was an explicit move, not a plain rollback: a plain rollback now goes to V2's previous.
+    after = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to="")
+    assert after.status == "successful", after.messages
+    assert after.results["n1"]["outcome"] == "rolled_back", after.results["n1"]
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V1}"
+    assert os.readlink(node_on_v1 / "previous") == f"releases/{V2}"
+    assert _moves(node_on_v1)[-3:] == [
+        ("rolled_back", V1, True),
+        ("rolled_back", V2, False),
+        ("rolled_back", V1, True),
+    ]
+
+
+def test_signals_during_the_locked_section_do_not_interrupt_the_switch(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    def slow_health(d: Path) -> None:
+        path = d / "kernels" / "health.py"
+        path.write_text(
+            path.read_text()
+            + (
+                "\n\n_real_run = run\n\n\n"
+                "def run():  # injected by test_node_module: health takes long enough to be interrupted\n"
+                "    import time\n"
+                "    time.sleep(4)\n"
+                "    return _real_run()\n"
+            )
+        )
+
+    slow = repack(built[V2], tmp_path / "slow-health.tar.gz", slow_health)
+    journal = node_on_v1 / "journal.jsonl"
+    sent: list[str] = []
+
+    def interrupt_once_activated() -> None:
+        # A controller Ctrl-C reaches a connection-local module as SIGINT/SIGHUP/SIGTERM: send all three to
+        # the module (its pid is in .lock) after `current` was switched, while health still runs.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            moves = [json.loads(line) for line in journal.read_text().splitlines()]
+            if any((m["event"], m["version"]) == ("activated", V2) for m in moves):
+                break
+            time.sleep(0.05)
+        else:
+            return
+        pid = int((node_on_v1 / ".lock").read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        assert "AnsiballZ_solfleet_release" in cmdline, cmdline
+        for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+            os.kill(pid, sig)
+            sent.append(sig.name)
+            time.sleep(0.2)
+
+    sender = threading.Thread(target=interrupt_once_activated)
+    sender.start()
+    try:
+        result = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, slow))
+    finally:
+        sender.join()
+    assert sent == ["SIGHUP", "SIGINT", "SIGTERM"], f"the signals were not all sent: {sent}"
+    assert result.status == "successful", result.messages
+    assert result.results["n1"]["outcome"] == "activated"
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V2}"
+    assert os.readlink(node_on_v1 / "previous") == f"releases/{V1}"
+    assert _moves(node_on_v1)[-1] == ("activated", V2, False)
