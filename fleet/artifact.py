@@ -159,6 +159,7 @@ def build(*, spec: FleetSpec, version: str, out_dir: Path, root: Path | None = N
     root = root or project_root()
     files = package_files(root)
     prov = provenance(root, set(files))
+    out_dir.mkdir(parents=True, exist_ok=True)  # before the ~30 s of PTX: a bad --out fails at once
     targets, ptx_files = compile_targets(spec.compute_capabilities, root=root)
     files.update(ptx_files)
     manifest: dict[str, Any] = {
@@ -174,7 +175,6 @@ def build(*, spec: FleetSpec, version: str, out_dir: Path, root: Path | None = N
     }
     files[MANIFEST] = (json.dumps(manifest, sort_keys=True, indent=1) + "\n").encode()
     blob = tar_gz(files, mtime=prov.epoch)
-    out_dir.mkdir(parents=True, exist_ok=True)
     target = artifact_path(out_dir, version)
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_bytes(blob)

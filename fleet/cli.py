@@ -35,6 +35,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(ExitCode.USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type of `-n`: a count of rows; 0 or a negative count is a mistake, not "all"."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; expected N >= 1") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is not allowed; expected N >= 1")
+    return n
+
+
 def _parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument(
@@ -87,7 +98,9 @@ def _parser() -> argparse.ArgumentParser:
 
     h = sub.add_parser("history", parents=[common], help="recorded deploys and rollbacks")
     h.add_argument("--json", action="store_true")
-    h.add_argument("-n", type=int, default=20, metavar="N", help="most recent N operations (default 20)")
+    h.add_argument(
+        "-n", type=_at_least_one, default=20, metavar="N", help="most recent N operations (default 20)"
+    )
     return p
 
 
@@ -245,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("solfleet: interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
+    except OSError as exc:
+        # A controller-side path that cannot be made or written (--out, --work-dir, a full disk) is the
+        # user's to fix: one line naming the path, not a traceback.
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        print(f"solfleet: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
 
 
 if __name__ == "__main__":

@@ -128,3 +128,30 @@ def test_missing_controller_files_stop_a_real_run_before_anything(
     assert not work.exists()
     dry = solfleet("--fleet", str(spec), "deploy", "--version", "1.0.0", "--dry-run", cwd=tmp_path, work=work)
     assert dry.returncode == 0 and "a real run would stop here" in dry.stdout
+
+
+def test_unwritable_controller_paths_are_one_line_exit_2(tmp_path: Path) -> None:
+    """--out or --work-dir under a regular file: the path and the reason on one line, no traceback."""
+    plain = tmp_path / "plain-file"
+    plain.write_text("not a directory\n")
+    cases = [
+        (("render", "--out", str(plain / "rendered")), tmp_path / "w1", plain / "rendered"),
+        (("build", "--version", "1.0.0", "--out", str(plain / "dist")), tmp_path / "w2", plain / "dist"),
+        (("history",), plain / "work", plain / "work"),
+    ]
+    for argv, work, bad in cases:
+        proc = solfleet(*argv, cwd=tmp_path, work=work)
+        assert proc.returncode == 2, (argv, proc.stderr)
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"solfleet: error: {bad}") and line.endswith(": Not a directory"), line
+        assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("n", ["0", "-5", "x"])
+def test_history_n_must_be_at_least_one(tmp_path: Path, n: str) -> None:
+    work = tmp_path / "work"
+    proc = solfleet("history", "-n", n, cwd=tmp_path, work=work)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"argument -n: {n}" in line.replace("'", "") and "expected N >= 1" in line
+    assert not work.exists()
