@@ -175,6 +175,9 @@ def _deploy(args: argparse.Namespace) -> int:
             f"artifact stack {manifest.get('stack')} differs from the spec's {dict(spec.stack)}; "
             "nodes check their own versions against the artifact's pins"
         )
+    unchecked = spec.gates.not_enforced()
+    if unchecked:
+        notes.append(f"gates {'; '.join(unchecked)}: validated but not enforced yet (correctness only)")
     out = report.console()
     report.print_plan(
         out, plan, fleet=spec.name, notes=notes, header=f"{kind} {version} from {path} (sha256 {sha[:16]}..)"

@@ -51,6 +51,16 @@ class Gates:
     min_sol: Mapping[str, float] = field(default_factory=dict)
     max_regression_vs_previous: float | None = None
 
+    def not_enforced(self) -> list[str]:
+        """The performance gates this spec sets: validated, but no deploy checks them yet (the
+        progressive-rollout issue will). Only `correctness` is enforced, by the node refusing activation."""
+        unchecked = []
+        if self.min_sol:
+            unchecked.append("min_sol " + ", ".join(f"{op}={v:g}" for op, v in sorted(self.min_sol.items())))
+        if self.max_regression_vs_previous is not None:
+            unchecked.append(f"max_regression_vs_previous={self.max_regression_vs_previous:g}")
+        return unchecked
+
 
 @dataclass(frozen=True)
 class Timeouts:

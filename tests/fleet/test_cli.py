@@ -155,3 +155,27 @@ def test_history_n_must_be_at_least_one(tmp_path: Path, n: str) -> None:
     (line,) = proc.stderr.strip().splitlines()
     assert f"argument -n: {n}" in line.replace("'", "") and "expected N >= 1" in line
     assert not work.exists()
+
+
+def test_deploy_plan_says_performance_gates_are_not_enforced(tmp_path: Path, fake_artifact: Path) -> None:
+    from fleet.spec import embedded_fleet
+
+    work = tmp_path / "work"
+    plain = solfleet("deploy", "--version", "1.0.0", "--dry-run", cwd=tmp_path, work=work)
+    assert plain.returncode == 0, plain.stderr
+    assert "not enforced" not in plain.stdout  # the embedded fleet sets correctness only
+    spec = tmp_path / "fleet.yml"
+    text = embedded_fleet().read_text()
+    gates = "gates:\n  correctness: required\n"
+    assert gates in text
+    spec.write_text(
+        text.replace(gates, gates + "  min_sol: {sgemm: 0.5}\n  max_regression_vs_previous: 0.1\n")
+    )
+    gated = solfleet(
+        "--fleet", str(spec), "deploy", "--version", "1.0.0", "--dry-run", cwd=tmp_path, work=work
+    )
+    assert gated.returncode == 0, gated.stderr
+    assert "gates min_sol sgemm=0.5; max_regression_vs_previous=0.1: validated but not enforced" in " ".join(
+        gated.stdout.split()
+    )
+    assert not work.exists()
