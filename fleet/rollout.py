@@ -4,7 +4,8 @@ outcome in the ledger, and apply the failure policy. Prints nothing: the CLI ren
 Failure policy (docs/cli.md): batches run in order; a batch whose failures exceed its `max_failures` stops
 scheduling. `rollback_fleet` then returns every host this rollout activated to the version it had before
 (recorded per host from the node's own answer, so hosts on different prior versions each go back to theirs);
-`rollback_batch` does that for the failing batch only; `halt` leaves them."""
+`rollback_batch` does that for the failing batch only; `halt` leaves them. A batch that ansible-runner stops
+(job timeout) is recorded host by host and counts as failed, so the policy runs before the exit 4."""
 
 from __future__ import annotations
 
