@@ -151,10 +151,11 @@ class Deployment:
                     raise NodeError(
                         "unpack_check",
                         "refused",
-                        f"releases/{version} is current or previous but"
-                        " has no passing verify/verify.json; inspect the node",
+                        f"releases/{version} is current or previous but {self._unverified_why(version)};"
+                        " inspect the node",
                     )
-                # A crash between rename and verify leaves an unverified release: never trust it, redo it.
+                # A crash between rename and verify leaves an unverified release, and one that failed health
+                # after activation is marked failed: never trust either, unpack and verify it again.
                 self.layout.remove_release_tree(release)
             fresh = not self.layout.is_verified(version)  # unpacked (and stack-checked) by this run
             if not fresh:
@@ -187,6 +188,12 @@ class Deployment:
                 ) from exc
             self.result.update(outcome="activated", message=f"{version} activated")
             self._prune(version)
+
+    def _unverified_why(self, version: str) -> str:
+        failed = self.layout.failed_record(version)
+        if failed is not None:
+            return f"it failed after activation ({failed.get('reason', 'no reason recorded')})"
+        return "it has no passing verify/verify.json"
 
     def _remove_stale_partials(self) -> None:
         # Under the lock any .partial is left over from a run that died: no live run can own it.
@@ -334,9 +341,14 @@ class Deployment:
         if healthy:
             return
         # After activation: restore the prior release exactly (current and previous as they were), keep the
-        # failed release for inspection, and say so in the journal.
+        # failed release for inspection but mark it failed (its verify.json still says ok, and it must not
+        # count as verified: no rollback target, not in status' releases), and say so in the journal.
         self.layout.set_link("current", prior_current)
         self.layout.set_link("previous", prior_previous)
+        try:
+            self.layout.mark_failed(version, f"health after activation: {message}")
+        except OSError as exc:
+            message += f"; could not write releases/{version}/verify/failed.json: {exc}"
         self.journal("failed", version, f"health after activation: {message}")
         if prior_current:
             self.journal("rolled_back", prior_current, f"restored after {version} failed health")
@@ -401,10 +413,11 @@ class Deployment:
                 return
             release = self.layout.release_dir(target)
             if not self.layout.is_verified(target):
+                why = ": it failed after activation" if self.layout.failed_record(target) is not None else ""
                 raise NodeError(
                     "rollback",
                     "refused",
-                    f"{target} is not a verified release on this node"
+                    f"{target} is not a verified release on this node{why}"
                     f" (verified: {', '.join(self.layout.verified_releases()) or 'none'})",
                 )
             try:

@@ -22,6 +22,9 @@ import time
 VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
 PARTIAL_SUFFIX = ".partial"
 VERIFY_DIR = "verify"  # written by the node inside a release after the manifest check; not in MANIFEST files
+# In VERIFY_DIR: written when a release failed health after activation. Its verify.json still says ok (verify
+# did pass), so this record is what keeps it from counting as verified (rollback target, status, prune).
+FAILED_RECORD = "failed.json"
 
 # Journal events that move `current`; the rollback no-op rule reads the last one of these (and its `plain`).
 MOVING_EVENTS = ("activated", "rolled_back")
@@ -123,9 +126,39 @@ class NodeLayout:
             return None
         return data if isinstance(data, dict) else None
 
+    def failed_record(self, version: str) -> dict | None:
+        """The failure record of a release that failed after activation, or None when it never did."""
+        path = os.path.join(self.release_dir(version), VERIFY_DIR, FAILED_RECORD)
+        if not os.path.lexists(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            data = None
+        # An unreadable record still marks the release failed: its presence is what counts.
+        return data if isinstance(data, dict) else {"reason": f"unreadable {FAILED_RECORD}"}
+
+    def mark_failed(self, version: str, reason: str) -> None:
+        """Record that `version` failed after activation. The release is sealed read-only, so open its
+        verify/ dir for this one write and seal it again."""
+        verify_dir = os.path.join(self.release_dir(version), VERIFY_DIR)
+        mode = stat.S_IMODE(os.stat(verify_dir).st_mode)
+        os.chmod(verify_dir, mode | stat.S_IWUSR)
+        try:
+            path = os.path.join(verify_dir, FAILED_RECORD)
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump({"time": utc_now(), "reason": reason}, fh, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(path, 0o444)
+        finally:
+            os.chmod(verify_dir, mode)
+
     def is_verified(self, version: str) -> bool:
+        """Verify passed (verify.json ok) and the release did not fail after activation since."""
         record = self.verify_record(version)
-        return bool(record and record.get("ok") is True)
+        return bool(record and record.get("ok") is True) and self.failed_record(version) is None
 
     def release_names(self) -> list[str]:
         """Every complete (non-partial) release directory name, unsorted."""

@@ -105,8 +105,9 @@ class E2EFleet:
         return sorted(p.name for p in releases.iterdir()) if releases.is_dir() else []
 
     def verified(self, node: str, version: str) -> bool:
-        record = self.root(node) / "releases" / version / "verify" / "verify.json"
-        return record.is_file() and json.loads(record.read_text()).get("ok") is True
+        verify = self.root(node) / "releases" / version / "verify"
+        record, failed = verify / "verify.json", verify / "failed.json"  # failed: health after activation
+        return record.is_file() and json.loads(record.read_text()).get("ok") is True and not failed.exists()
 
     def ledger(self) -> sqlite3.Connection:
         paths = list((self.work / "fleets").glob("*/ledger.sqlite"))

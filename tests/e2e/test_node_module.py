@@ -300,6 +300,21 @@ def test_health_failure_after_activation_restores_prior_release(
     assert (node_on_v1 / "releases" / V2).is_dir(), "a release that failed after activation is kept"
     events = [json.loads(line)["event"] for line in (node_on_v1 / "journal.jsonl").read_text().splitlines()]
     assert events[-2:] == ["failed", "rolled_back"]
+    failed = json.loads((node_on_v1 / "releases" / V2 / "verify" / "failed.json").read_text())
+    assert failed["reason"].startswith("health after activation")
+
+    # Kept for inspection is not verified: no rollback target, not listed by status.
+    refused = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to=V2)
+    assert refused.status == "failed"
+    assert refused.results["n1"]["failed_phase"] == "rollback"
+    why = f"{V2} is not a verified release on this node: it failed after activation"
+    assert why in refused.messages["n1"]
+    assert "\n" not in refused.messages["n1"]
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V1}"
+    status = run_play(tmp_path, "status.yml", {"n1": node_on_v1})
+    assert status.status == "successful"
+    assert status.results["n1"]["releases"] == [V1]
+    assert status.results["n1"]["current"] == V1
 
 
 def test_lock_held_elsewhere_refuses(tmp_path: Path, built: dict[str, Path], node_on_v1: Path) -> None:
