@@ -83,7 +83,10 @@ def host_record(step: str, hp: HostProgress) -> HostRecord:
     current = sf.get("current")
     before: str | None
     if outcome in ("activated", "rolled_back"):
-        before = sf.get("previous")
+        # The node's own `prior_current` (None: it had no current, or a dangling one), not `previous`: when
+        # current was missing before the switch, `previous` is an older release this host was not running.
+        # A result without the key predates it (the recorded runs in tests/fleet/data): `previous` there.
+        before = sf["prior_current"] if "prior_current" in sf else sf.get("previous")
     elif outcome == "unreachable" or not sf:
         before = None
     else:

@@ -104,6 +104,9 @@ class Deployment:
             "outcome": None,
             "failed_phase": None,
             "message": "",
+            # What `current` pointed at when this run took the lock (None: absent or dangling). The controller
+            # undoes an activation to this, never to `previous`, which may predate a missing current.
+            "prior_current": None,
             "simulated": params["simulated"],
             "phases": self.phases,
             "verify": None,
@@ -144,6 +147,7 @@ class Deployment:
             self._remove_stale_partials()
             prior_current = self.layout.link_version("current")
             prior_previous = self.layout.link_version("previous")
+            self.result["prior_current"] = prior_current
             release = self.layout.release_dir(version)
             if os.path.isdir(release) and not self.layout.is_verified(version):
                 if version in (prior_current, prior_previous):
@@ -388,6 +392,7 @@ class Deployment:
             self.phases["lock_wait"] = round(lock.waited_s, 3)
             start = time.monotonic()
             current = self.layout.link_version("current")
+            self.result["prior_current"] = current
             last_move = self.layout.last_moving_event()
             if (
                 not wanted

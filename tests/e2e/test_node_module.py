@@ -531,3 +531,19 @@ def test_signals_during_the_locked_section_do_not_interrupt_the_switch(
     assert os.readlink(node_on_v1 / "current") == f"releases/{V2}"
     assert os.readlink(node_on_v1 / "previous") == f"releases/{V1}"
     assert _moves(node_on_v1)[-1] == ("activated", V2, False)
+
+
+def test_activation_reports_prior_current_not_a_stale_previous(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    """`current` gone (a hand-edited or half-provisioned node), `previous` still -> V1: the module must say it
+    ran nothing before, or the controller's undo would move it to V1, a release it was not running."""
+    os.symlink(f"releases/{V1}", node_on_v1 / "previous")
+    os.unlink(node_on_v1 / "current")
+    result = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, built[V2]))
+    assert result.status == "successful", result.messages
+    sf = result.results["n1"]
+    assert (sf["outcome"], sf["current"], sf["previous"]) == ("activated", V2, V1)
+    assert "prior_current" in sf and sf["prior_current"] is None
+    again = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to=V1)
+    assert (again.results["n1"]["outcome"], again.results["n1"]["prior_current"]) == ("rolled_back", V2)

@@ -31,7 +31,8 @@ HANGING_PLAY = """
       ansible.builtin.debug:
         var: solfleet
       vars:
-        solfleet: {outcome: activated, current: "2.0.0", previous: "1.0.0", simulated: true}
+        solfleet:
+          {outcome: activated, current: "2.0.0", previous: "1.0.0", prior_current: "1.0.0", simulated: true}
       when: inventory_hostname == "n1"
     - name: solfleet | Verify release
       ansible.builtin.command: sleep 30
@@ -67,14 +68,25 @@ def test_a_timed_out_run_carries_what_each_host_had_answered(tmp_path: Path) -> 
     assert "Verify release" in n2.message
 
 
-def answered(host: str, outcome: str, *, before: str, after: str) -> HostProgress:
-    """A host whose node module answered (the `solfleet` result a real run folds from its events)."""
-    prior = {"activated": before, "rolled_back": before}.get(outcome)
+def answered(
+    host: str, outcome: str, *, before: str | None, after: str, previous: str | None = None
+) -> HostProgress:
+    """A host whose node module answered (the `solfleet` result a real run folds from its events).
+    `before` is the node's current when the module took its lock (`prior_current`); `previous` defaults to it
+    for a switch, as on a node whose current existed."""
+    moved = outcome in ("activated", "rolled_back")
+    prior = (previous or before) if moved else None
     return HostProgress(
         host=host,
-        status=HostStatus.CHANGED if outcome in ("activated", "rolled_back") else HostStatus.OK,
-        changed=1 if outcome in ("activated", "rolled_back") else 0,
-        solfleet={"outcome": outcome, "current": after, "previous": prior, "simulated": True},
+        status=HostStatus.CHANGED if moved else HostStatus.OK,
+        changed=1 if moved else 0,
+        solfleet={
+            "outcome": outcome,
+            "current": after,
+            "previous": prior,
+            "prior_current": before,
+            "simulated": True,
+        },
     )
 
 
@@ -177,3 +189,26 @@ def test_the_failure_message_counts_the_failed_batch_only(
     result, op, _rows, _calls = run_deploy(tmp_path, monkeypatch, "halt", script, max_failures=1)
     assert result.exit_code is ExitCode.OPERATION_FAILED
     assert op.message.startswith("batch 1 failed (2 > max_failures 1): n2: ")
+
+
+def test_a_host_that_had_no_current_is_kept_not_moved_to_a_stale_previous(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Canary n1 had no `current` (its `previous` still named 0.9.0): undo keeps it on 2.0.0 and says so;
+    n2 goes back to the 1.0.0 it ran. Before prior_current, n1 was sent to 0.9.0."""
+    n1 = answered("n1", "activated", before=None, after="2.0.0", previous="0.9.0")
+    n2 = answered("n2", "activated", before="1.0.0", after="2.0.0")
+    n3 = answered("n3", "refused", before="1.0.0", after="1.0.0")
+    script = {
+        ("deploy.yml", ("n1",)): {"n1": n1},
+        ("deploy.yml", ("n2", "n3")): {"n2": n2, "n3": n3},
+        ("rollback.yml", ("n2",)): {"n2": answered("n2", "rolled_back", before="2.0.0", after="1.0.0")},
+    }
+    result, op, rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
+    assert result.exit_code is ExitCode.OPERATION_FAILED and op.status == "failed"
+    assert rows[("canary", "n1")].version_before is None
+    assert [c[:2] for c in scripted.calls if c[0] == "rollback.yml"] == [("rollback.yml", ("n2",))]
+    assert scripted.calls[-1][2]["solfleet_rollback_to"] == "1.0.0"
+    kept = rows[("undo", "n1")]
+    assert (kept.outcome, kept.version_after) == ("kept", "2.0.0")
+    assert rows[("undo to 1.0.0", "n2")].outcome == "rolled_back"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fleet.rollout import host_record
+from fleet.plan import Batch
+from fleet.rollout import host_record, undo_targets
 from fleet.runner import HostProgress, HostStatus, fold_event
 
 DATA = Path(__file__).parent / "data"
@@ -140,3 +141,47 @@ def test_interrupted_hosts_keep_what_the_node_already_said() -> None:
     rec = _interrupted_record("batch 1", busy, "n4")
     assert (rec.outcome, rec.failed_phase) == ("interrupted", "push") and "Push artifact" in rec.message
     assert _interrupted_record("batch 1", None, "n5").failed_phase == "not_started"
+
+
+def test_undo_target_is_the_nodes_prior_current_not_its_previous() -> None:
+    """An activation on a node whose `current` was missing: `previous` still names an older release, but the
+    host ran nothing before, so its record has no version_before and the undo keeps it (docs/cli.md)."""
+    sf = {
+        "node": "a",
+        "version": "2.0.0",
+        "outcome": "activated",
+        "failed_phase": None,
+        "message": "2.0.0 activated",
+        "prior_current": None,
+        "current": "2.0.0",
+        "previous": "0.9.0",
+        "phases": {"activate": 0.01},
+        "simulated": True,
+    }
+    moved = dict(sf, node="b", prior_current="1.0.0", previous="1.0.0")
+    events = [
+        {
+            "event": "runner_on_ok",
+            "event_data": {
+                "host": h,
+                "task": "solfleet | Unpack, check and activate",
+                "res": {"changed": True, "msg": f"solfleet: {h}: 2.0.0 activated", "solfleet": result},
+            },
+        }
+        for h, result in (("a", sf), ("b", moved))
+    ]
+    events.append(
+        {
+            "event": "playbook_on_stats",
+            "event_data": {"ok": {"a": 3, "b": 3}, "changed": {"a": 1, "b": 1}, "failures": {}, "dark": {}},
+        }
+    )
+    state = fold(events, ["a", "b"])
+    a, b = host_record("batch 1", state["a"]), host_record("batch 1", state["b"])
+    assert (a.outcome, a.version_before, a.version_after) == ("activated", None, "2.0.0")
+    assert (b.outcome, b.version_before, b.version_after) == ("activated", "1.0.0", "2.0.0")
+    batch = Batch(name="batch 1", hosts=("a", "b"), max_failures=0)
+    assert undo_targets("rollback_fleet", {r.host: r.version_before for r in (a, b)}, batch) == {
+        "a": None,
+        "b": "1.0.0",
+    }
