@@ -156,7 +156,11 @@ def print_status(out: Console, nodes: Sequence[NodeStatus]) -> None:
     for n in nodes:
         ev = n.last_event or {}
         last = f"{ev.get('event', '')} {ev.get('version', '')} {ev.get('time', '')}".strip() or "-"
-        drift = {"in_sync": "[green]in_sync[/]", "drift": "[red]drift[/]"}.get(n.drift, n.drift)
+        drift = {
+            "in_sync": "[green]in_sync[/]",
+            "drift": "[red]drift[/]",
+            "unverified": "[red]unverified[/]",
+        }.get(n.drift, n.drift)
         current = n.current or ("-" if n.reachable else f"[magenta]unreachable: {n.error}[/]")
         sim = " (simulated)" if n.simulated else ""
         t.add_row(

@@ -29,16 +29,26 @@ class NodeStatus:
     last_event: Mapping[str, Any] | None
     simulated: bool
     desired: str | None  # from the ledger: where the last deploy/rollback left (or should have left) it
-    drift: str  # in_sync | drift | no_record (ledger knows nothing) | unknown (node unreachable)
+    # unverified (current is not a verified release on the node) | in_sync | drift | no_record (ledger knows
+    # nothing) | unknown (node unreachable or no state)
+    drift: str
     error: str
+    current_verified: bool | None = None  # the node's answer; None when it gave none
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def drift_of(current: str | None, desired: str | None, *, reachable: bool) -> str:
+def drift_of(
+    current: str | None, desired: str | None, *, reachable: bool, current_verified: bool | None = None
+) -> str:
     if not reachable:
         return "unknown"
+    if current and current_verified is not True:
+        # Whatever the ledger says, a current release that is not verified (never was, or failed after
+        # activation) is the first thing an operator must hear. An answer without the field counts as not
+        # verified: the node module always sends it.
+        return "unverified"
     if desired is None:
         return "no_record"
     return "in_sync" if current == desired else "drift"
@@ -46,8 +56,9 @@ def drift_of(current: str | None, desired: str | None, *, reachable: bool) -> st
 
 def status_exit_code(nodes: list[NodeStatus]) -> ExitCode:
     """1 when a reachable node returned no state (its status task failed: the answer is missing, not "in
-    sync"); 3 when the only problem is unreachable nodes; else 0. Same precedence as deploy's exit codes."""
-    if any(n.reachable and n.error for n in nodes):
+    sync") or runs an unverified current; 3 when the only problem is unreachable nodes; else 0. Same
+    precedence as deploy's exit codes."""
+    if any(n.reachable and (n.error or n.drift == "unverified") for n in nodes):
         return ExitCode.OPERATION_FAILED
     if any(not n.reachable for n in nodes):
         return ExitCode.UNREACHABLE
@@ -79,6 +90,7 @@ def fleet_status(
         reachable = hp.status is not HostStatus.UNREACHABLE
         ok = reachable and bool(sf)
         current = sf.get("current") if ok else None
+        verified = sf.get("current_verified") if ok else None
         out.append(
             NodeStatus(
                 name=node.name,
@@ -89,8 +101,9 @@ def fleet_status(
                 last_event=sf.get("last_event") if ok else None,
                 simulated=bool(sf.get("simulated", node.simulated)),
                 desired=desired.get(node.name),
-                drift=drift_of(current, desired.get(node.name), reachable=ok),
+                drift=drift_of(current, desired.get(node.name), reachable=ok, current_verified=verified),
                 error="" if ok else (hp.message or f"no state returned ({hp.status.value})"),
+                current_verified=verified if isinstance(verified, bool) else None,
             )
         )
     return out

@@ -14,7 +14,8 @@ DOCUMENTATION = r"""
 module: solfleet_state
 short_description: Report a node's solfleet releases, links and last journal event; optionally run health
 description:
-  - I(mode=status) returns C(solfleet) = node, root, current, previous, releases, last_event, simulated.
+  - I(mode=status) returns C(solfleet) = node, root, current, current_verified, previous, releases,
+    last_event, simulated.
   - I(mode=health) also runs C(python -m kernels health --json) in C(<root>/current) and fails when unhealthy.
 options:
   mode: {description: "status or health", type: str, choices: [status, health], default: status}

@@ -245,10 +245,14 @@ class NodeLayout:
     # -- state ---------------------------------------------------------------------------------------------
     def state(self) -> dict:
         journal = self.read_journal()
+        current = self.link_version("current")
         return {
             "node": self.node,
             "root": self.root,
-            "current": self.link_version("current"),
+            "current": current,
+            # False when current is absent, never verified, or failed after activation (failed.json):
+            # status reports such a node as `unverified` rather than in sync.
+            "current_verified": bool(current) and self.is_verified(current),
             "previous": self.link_version("previous"),
             "releases": self.verified_releases(),
             "last_event": journal[-1] if journal else None,

@@ -144,6 +144,9 @@ def test_status_json_agrees_with_node_filesystems(e2e: E2EFleet) -> None:
         assert record["previous"] == e2e.link(node, "previous")
         on_disk = [v for v in e2e.releases(node) if e2e.verified(node, v)]
         assert sorted(record["releases"]) == sorted(on_disk)
+        current = record["current"]
+        assert record["current_verified"] is bool(current and e2e.verified(node, current))
+        assert record["drift"] != "unverified" or not record["current_verified"]
         last = e2e.journal(node)[-1]
         assert record["last_event"]["event"] == last["event"]
         assert record["last_event"]["version"] == last["version"]

@@ -314,7 +314,7 @@ def test_health_failure_after_activation_restores_prior_release(
     status = run_play(tmp_path, "status.yml", {"n1": node_on_v1})
     assert status.status == "successful"
     assert status.results["n1"]["releases"] == [V1]
-    assert status.results["n1"]["current"] == V1
+    assert status.results["n1"]["current"] == V1 and status.results["n1"]["current_verified"] is True
 
 
 def test_lock_held_elsewhere_refuses(tmp_path: Path, built: dict[str, Path], node_on_v1: Path) -> None:
