@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from kernels.arrays import SIMULATED
@@ -39,3 +41,13 @@ def row_path(case: Case) -> str:
     if not SIMULATED and dt in AUTO_VECTOR and (n * dt.itemsize) % VEC_BYTES == 0:
         return "vector"
     return "register"
+
+
+def row_ptx_kernels(
+    name: str, reg: Any, stream: Any, vec: dict[Any, Any], sigs: dict[Any, str]
+) -> tuple[tuple[str, Any, str], ...]:
+    """The offline-PTX list of a row op: its register-row, streaming and vector kernels for every dtype."""
+    kinds = (("reg", lambda dt: reg), ("stream", lambda dt: stream), ("vec", lambda dt: vec[dt]))
+    return tuple(
+        (f"{name}_{kind}_{dt.name}", fn(dt), sig) for kind, fn in kinds for dt, sig in sigs.items()
+    )

@@ -26,7 +26,7 @@ from kernels.arrays import FLOAT_IO, HostSync
 from kernels.launch import kernel
 from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import row_cases, row_path
+from kernels.rowcases import row_cases, row_path, row_ptx_kernels
 from kernels.vector import WIDTH, choose, ldg_into, make_row_io, stg_from, vector_ok
 
 
@@ -263,12 +263,7 @@ SPEC = register(
         **row_cases(),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=tuple(
-            (f"layernorm_{kind}_{dt.name}", fn, sig)
-            for kind, fn in (("reg", _layernorm_reg), ("stream", _layernorm_kernel))
-            for dt, sig in _SIGS.items()
-        )
-        + tuple((f"layernorm_vec_{dt.name}", _VEC_FNS[dt], sig) for dt, sig in _SIGS.items()),
+        ptx_kernels=row_ptx_kernels("layernorm", _layernorm_reg, _layernorm_kernel, _VEC_FNS, _SIGS),
         path=row_path,
     )
 )

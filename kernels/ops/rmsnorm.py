@@ -24,7 +24,7 @@ from kernels.arrays import FLOAT_IO, HostSync
 from kernels.launch import kernel
 from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import row_cases, row_path
+from kernels.rowcases import row_cases, row_path, row_ptx_kernels
 from kernels.vector import WIDTH, choose, ldg_into, make_row_io, stg_from, vector_ok
 
 
@@ -220,12 +220,7 @@ SPEC = register(
         **row_cases(),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=tuple(
-            (f"rmsnorm_{kind}_{dt.name}", fn, sig)
-            for kind, fn in (("reg", _rmsnorm_reg), ("stream", _rmsnorm_kernel))
-            for dt, sig in _SIGS.items()
-        )
-        + tuple((f"rmsnorm_vec_{dt.name}", _VEC_FNS[dt], sig) for dt, sig in _SIGS.items()),
+        ptx_kernels=row_ptx_kernels("rmsnorm", _rmsnorm_reg, _rmsnorm_kernel, _VEC_FNS, _SIGS),
         path=row_path,
     )
 )

@@ -27,7 +27,7 @@ from kernels.arrays import FLOAT_IO, HostSync
 from kernels.launch import kernel
 from kernels.reduce import BLOCK, NEG_INF, PER, ROW_JIT, VEC_ROW_JIT, block_max, block_max_sum, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import row_cases, row_path
+from kernels.rowcases import row_cases, row_path, row_ptx_kernels
 from kernels.vector import WIDTH, choose, make_row_io, stg_from, vector_ok
 
 
@@ -229,12 +229,7 @@ SPEC = register(
         **row_cases(),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=tuple(
-            (f"softmax_{kind}_{dt.name}", fn, sig)
-            for kind, fn in (("reg", _softmax_reg), ("stream", _softmax_kernel))
-            for dt, sig in _SIGS.items()
-        )
-        + tuple((f"softmax_vec_{dt.name}", _VEC_FNS[dt], sig) for dt, sig in _SIGS.items()),
+        ptx_kernels=row_ptx_kernels("softmax", _softmax_reg, _softmax_kernel, _VEC_FNS, _SIGS),
         path=row_path,
     )
 )
