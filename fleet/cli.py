@@ -95,6 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", parents=[common], help="what every node runs, and drift from the ledger")
     s.add_argument("--json", action="store_true")
     s.add_argument("--limit", metavar="HOSTS")
+    s.add_argument(
+        "--deep",
+        action="store_true",
+        help="also re-hash every file of each node's current release against its MANIFEST (reads it all)",
+    )
 
     h = sub.add_parser("history", parents=[common], help="recorded deploys and rollbacks")
     h.add_argument("--json", action="store_true")
@@ -222,7 +227,7 @@ def _status(args: argparse.Namespace) -> int:
     selected = select_nodes(spec.nodes, args.limit)
     check_controller_files(spec, selected)
     live = report.live_factory(sys.stderr.isatty() and not args.json)
-    nodes = fleet_status(spec, selected, progress=live("status", [n.name for n in selected]))
+    nodes = fleet_status(spec, selected, deep=args.deep, progress=live("status", [n.name for n in selected]))
     if args.json:
         print(report.status_json(nodes))
     else:

@@ -160,7 +160,10 @@ def print_status(out: Console, nodes: Sequence[NodeStatus]) -> None:
             "in_sync": "[green]in_sync[/]",
             "drift": "[red]drift[/]",
             "unverified": "[red]unverified[/]",
+            "tampered": "[red]tampered[/]",
         }.get(n.drift, n.drift)
+        if n.drift == "tampered" and n.current_check:
+            drift += f": {n.current_check}"
         current = n.current or ("-" if n.reachable else f"[magenta]unreachable: {n.error}[/]")
         sim = " (simulated)" if n.simulated else ""
         t.add_row(

@@ -29,21 +29,33 @@ class NodeStatus:
     last_event: Mapping[str, Any] | None
     simulated: bool
     desired: str | None  # from the ledger: where the last deploy/rollback left (or should have left) it
-    # unverified (current is not a verified release on the node) | in_sync | drift | no_record (ledger knows
-    # nothing) | unknown (node unreachable or no state)
+    # tampered (--deep: current's files no longer match its MANIFEST) | unverified (current is not a verified
+    # release on the node) | in_sync | drift | no_record (ledger knows nothing) | unknown (node unreachable
+    # or no state)
     drift: str
     error: str
     current_verified: bool | None = None  # the node's answer; None when it gave none
+    # --deep only: every file of current re-hashed against its MANIFEST just now; None when not checked
+    current_intact: bool | None = None
+    current_check: str | None = None  # what the re-hash found ("N files match ..." or the first mismatch)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def drift_of(
-    current: str | None, desired: str | None, *, reachable: bool, current_verified: bool | None = None
+    current: str | None,
+    desired: str | None,
+    *,
+    reachable: bool,
+    current_verified: bool | None = None,
+    current_intact: bool | None = None,
 ) -> str:
     if not reachable:
         return "unknown"
+    if current and current_intact is False:
+        # Bytes on disk differ from what was verified: the verify record no longer describes what runs.
+        return "tampered"
     if current and current_verified is not True:
         # Whatever the ledger says, a current release that is not verified (never was, or failed after
         # activation) is the first thing an operator must hear. An answer without the field counts as not
@@ -56,9 +68,9 @@ def drift_of(
 
 def status_exit_code(nodes: list[NodeStatus]) -> ExitCode:
     """1 when a reachable node returned no state (its status task failed: the answer is missing, not "in
-    sync") or runs an unverified current; 3 when the only problem is unreachable nodes; else 0. Same
-    precedence as deploy's exit codes."""
-    if any(n.reachable and (n.error or n.drift == "unverified") for n in nodes):
+    sync") or runs an unverified or (--deep) tampered current; 3 when the only problem is unreachable
+    nodes; else 0. Same precedence as deploy's exit codes."""
+    if any(n.reachable and (n.error or n.drift in ("unverified", "tampered")) for n in nodes):
         return ExitCode.OPERATION_FAILED
     if any(not n.reachable for n in nodes):
         return ExitCode.UNREACHABLE
@@ -66,8 +78,10 @@ def status_exit_code(nodes: list[NodeStatus]) -> ExitCode:
 
 
 def fleet_status(
-    spec: FleetSpec, nodes: list[Node], *, progress: ProgressSink | None = None
+    spec: FleetSpec, nodes: list[Node], *, deep: bool = False, progress: ProgressSink | None = None
 ) -> list[NodeStatus]:
+    """Every node's state; `deep` also has each node re-hash its current release (reads the whole release,
+    so it is opt-in)."""
     run_id = "s-" + new_operation_id()[2:]
     pdd = run_dir(spec, run_id)
     write_private_data_dir(spec, pdd)
@@ -75,7 +89,7 @@ def fleet_status(
         private_data_dir=pdd,
         playbook=STATUS_PLAYBOOK,
         hosts=[n.name for n in nodes],
-        extravars={},
+        extravars={"solfleet_status_deep": deep},
         ident="00-status",
         timeout_s=spec.timeouts.run_s,
         progress=progress,
@@ -91,6 +105,8 @@ def fleet_status(
         ok = reachable and bool(sf)
         current = sf.get("current") if ok else None
         verified = sf.get("current_verified") if ok else None
+        intact = sf.get("current_intact") if ok else None
+        intact = intact if isinstance(intact, bool) else None
         out.append(
             NodeStatus(
                 name=node.name,
@@ -101,9 +117,17 @@ def fleet_status(
                 last_event=sf.get("last_event") if ok else None,
                 simulated=bool(sf.get("simulated", node.simulated)),
                 desired=desired.get(node.name),
-                drift=drift_of(current, desired.get(node.name), reachable=ok, current_verified=verified),
+                drift=drift_of(
+                    current,
+                    desired.get(node.name),
+                    reachable=ok,
+                    current_verified=verified,
+                    current_intact=intact,
+                ),
                 error="" if ok else (hp.message or f"no state returned ({hp.status.value})"),
                 current_verified=verified if isinstance(verified, bool) else None,
+                current_intact=intact,
+                current_check=sf.get("current_check") if ok else None,
             )
         )
     return out

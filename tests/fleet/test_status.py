@@ -116,3 +116,50 @@ def test_unverified_current_outranks_the_ledger_and_fails_the_exit_code() -> Non
     )
     assert status_exit_code([node("c"), bad]) is ExitCode.OPERATION_FAILED
     assert status_exit_code([node("a", reachable=False, error="x"), bad]) is ExitCode.OPERATION_FAILED
+
+
+def test_status_deep_rehashes_current_and_reports_a_changed_file(tmp_path: Path) -> None:
+    """A verified current whose bytes changed after verification (hand edit, bad disk): plain status trusts
+    the verify record (in sync, exit 0); `status --deep` re-hashes current against its MANIFEST on the node
+    and says `tampered`, naming the file, exit 1."""
+    import hashlib
+
+    work = tmp_path / "work"
+    release = work / "local-fleet" / "n1" / "releases" / "1.0.0"
+    (release / "verify").mkdir(parents=True)
+    (release / "verify" / "verify.json").write_text(json.dumps({"ok": True}))
+    body = release / "kernels.py"
+    body.write_text("X = 1\n")
+    digest = hashlib.sha256(body.read_bytes()).hexdigest()
+    (release / "MANIFEST.json").write_text(json.dumps({"version": "1.0.0", "files": {"kernels.py": digest}}))
+    (release.parent.parent / "current").symlink_to("releases/1.0.0")
+
+    clean = solfleet("status", "--json", "--deep", "--limit", "n1", work=work, cwd=tmp_path)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    n1 = json.loads(clean.stdout)["nodes"][0]
+    assert (n1["current_intact"], n1["current_check"], n1["drift"]) == (
+        True,
+        "1 files match MANIFEST.json",
+        "no_record",
+    )
+
+    body.write_text("X = 2\n")
+    plain = solfleet("status", "--json", "--limit", "n1", work=work, cwd=tmp_path)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert json.loads(plain.stdout)["nodes"][0]["current_intact"] is None  # not asked: not checked
+
+    deep = solfleet("status", "--json", "--deep", "--limit", "n1", work=work, cwd=tmp_path)
+    assert deep.returncode == 1, deep.stdout + deep.stderr
+    n1 = json.loads(deep.stdout)["nodes"][0]
+    assert (n1["current_intact"], n1["drift"]) == (False, "tampered")
+    assert "sha256 mismatch for kernels.py" in n1["current_check"]
+    table = solfleet("status", "--deep", "--limit", "n1", work=work, cwd=tmp_path)
+    assert table.returncode == 1 and "tampered" in table.stdout and "kernels.py" in table.stdout, table.stdout
+
+
+def test_tampered_current_outranks_everything_but_unreachable() -> None:
+    assert (
+        drift_of("1.0.0", "1.0.0", reachable=True, current_verified=True, current_intact=False) == "tampered"
+    )
+    assert drift_of("1.0.0", "1.0.0", reachable=True, current_verified=True, current_intact=None) == "in_sync"
+    assert drift_of("1.0.0", "1.0.0", reachable=False, current_intact=False) == "unknown"
