@@ -43,7 +43,8 @@ description:
     checks every file against C(MANIFEST.json), the node's stack pins and compute capability, renames it to
     C(releases/V), runs C(python -m kernels verify --json) inside it, switches C(current) atomically, sets
     C(previous), runs C(python -m kernels health --json), journals every step and prunes old releases.
-  - I(mode=rollback) switches C(current) to I(rollback_to) or the node's C(previous).
+  - I(mode=rollback) switches C(current) to I(rollback_to) or the node's C(previous) after re-checking its
+    files, then runs health; an unhealthy node stays on the target and the task fails.
   - Everything runs under an flock on C(<root>/.lock). The result key C(solfleet) follows
     docs/node-contract.md on success and on failure.
 options:
@@ -443,8 +444,33 @@ class Deployment:
                 f"current -> releases/{target} (was {current or 'none'})",
                 plain=not wanted,
             )
-            self.result.update(outcome="rolled_back", message=f"rolled back {current or 'none'} -> {target}")
             self.timed("activate", start)
+            self._health_after_rollback(target, current)
+            self.result.update(outcome="rolled_back", message=f"rolled back {current or 'none'} -> {target}")
+
+    def _health_after_rollback(self, target: str, left: str | None) -> None:
+        """A rollback is checked like an activation, but a failure does not switch back: the release being
+        left is the one the operator is escaping, and the target is verified and re-checked. The node stays
+        on the target and the host fails with the health message, so the operator hears that the node (not
+        a release) is in trouble."""
+        start = time.monotonic()
+        try:
+            run = self.kernels(
+                "health", self.layout.link_path("current"), [], self.p["health_timeout_s"], "health"
+            )
+            message, healthy = run.message, run.ok
+        except NodeError as exc:
+            message, healthy = exc.message, False
+        self.timed("health", start)
+        if healthy:
+            return
+        self.journal("failed", target, f"health after rollback: {message}")
+        raise NodeError(
+            "health",
+            "health_failed",
+            f"rolled back {left or 'none'} -> {target}, but health fails: {message};"
+            f" node left on {target} (verified), previous {left or 'none'}",
+        )
 
 
 def main() -> None:

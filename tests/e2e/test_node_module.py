@@ -317,6 +317,58 @@ def test_health_failure_after_activation_restores_prior_release(
     assert status.results["n1"]["current"] == V1 and status.results["n1"]["current_verified"] is True
 
 
+def test_rollback_runs_health_and_an_unhealthy_node_stays_on_the_target(
+    tmp_path: Path, built: dict[str, Path]
+) -> None:
+    """Rollback checks health like an activation. V1's health here fails once <root>/unhealthy exists (a
+    node fault, not a release fault: V1 was healthy when it was activated). Rolling back from V2 must leave
+    the node on V1 (verified; switching back to V2 would undo the rollback the operator asked for), fail the
+    host with the health message, and journal the failure after the switch."""
+
+    def health_reads_a_node_marker(d: Path) -> None:
+        path = d / "kernels" / "health.py"
+        path.write_text(
+            path.read_text()
+            + (
+                "\n\n_real_run = run\n\n\n"
+                "def run():  # injected by test_node_module: unhealthy while <root>/unhealthy exists\n"
+                "    from pathlib import Path\n"
+                "    report = _real_run()\n"
+                "    if (Path(__file__).resolve().parents[3] / 'unhealthy').exists():\n"
+                "        report['ok'] = False\n"
+                "        report['checks'].append({'name': 'injected', 'ok': False, 'detail': 'marker'})\n"
+                "    return report\n"
+            )
+        )
+
+    v1 = repack(built[V1], tmp_path / "v1-marker-health.tar.gz", health_reads_a_node_marker)
+    root = tmp_path / "n1"
+    for version, artifact in ((V1, v1), (V2, built[V2])):
+        done = run_play(tmp_path, "deploy.yml", {"n1": root}, **deploy_vars(version, artifact))
+        assert done.status == "successful", done.messages
+    (root / "unhealthy").touch()
+
+    result = run_play(tmp_path, "rollback.yml", {"n1": root})
+    assert result.status == "failed"
+    assert result.results["n1"]["outcome"] == "health_failed"
+    assert result.results["n1"]["failed_phase"] == "health"
+    message = result.messages["n1"]
+    assert message.startswith("solfleet: n1: health: rolled back 2.0.0 -> 1.0.0, but health fails"), message
+    assert "node left on 1.0.0" in message
+    assert os.readlink(root / "current") == f"releases/{V1}"
+    assert os.readlink(root / "previous") == f"releases/{V2}"
+    assert not (root / "releases" / V1 / "verify" / "failed.json").exists(), "a node fault marks no release"
+    journal = [json.loads(line) for line in (root / "journal.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["version"]) for e in journal[-2:]] == [("rolled_back", V1), ("failed", V1)]
+    assert "health after rollback" in journal[-1]["detail"]
+
+    # Node fixed: health passes and the same rollback is a no-op that reports success.
+    (root / "unhealthy").unlink()
+    again = run_play(tmp_path, "rollback.yml", {"n1": root})
+    assert again.status == "successful", again.messages
+    assert again.results["n1"]["outcome"] == "unchanged"
+
+
 def test_lock_held_elsewhere_refuses(tmp_path: Path, built: dict[str, Path], node_on_v1: Path) -> None:
     fd = os.open(node_on_v1 / ".lock", os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
