@@ -37,7 +37,7 @@ from kernels.launch import kernel
 from kernels.ops.cuda import mma
 from kernels.registry import Case, OpSpec, Problem, register
 
-PATHS = ("auto", "portable", "simt", "simt_wide", "mma")
+PATHS = ("auto", "portable", "simt", "simt_wide", "simt2", "mma")
 # what "auto" runs for fp32 on a GPU (and fp16 without tensor cores); chosen from H200 measurements, see
 # benchmarks/notes-matmul.md
 SIMT_DEFAULT = "simt"
@@ -295,6 +295,303 @@ def _simt_wide(has_bias: bool, has_res: bool) -> Any:
     return simt_wide
 
 
+# --- simt2 path: generated, fully unrolled register-blocked kernel ----------------------------------------
+
+# memory-access intrinsics: raw element index, no wraparound/bounds code, explicit width -------------
+
+
+def _make_intrinsics() -> dict[str, Any]:
+    from llvmlite import ir
+    from numba.core import types
+    from numba.cuda.extending import intrinsic
+
+    f32 = ir.FloatType()
+
+    def _ptr(
+        context: Any, builder: Any, arr_ty: Any, arr: Any, idx_ty: Any, idx: Any, space: int, w: int
+    ) -> Any:
+        ary = context.make_array(arr_ty)(context, builder, arr)
+        i = context.cast(builder, idx, idx_ty, types.intp)
+        p = builder.addrspacecast(builder.gep(ary.data, [i]), ir.PointerType(f32, space))
+        return p if w == 1 else builder.bitcast(p, ir.PointerType(ir.VectorType(f32, w), space))
+
+    def make_load(space: int, w: int) -> Any:
+        @intrinsic
+        def ld(typingctx, arr, idx):  # type: ignore[no-untyped-def]
+            ret = types.float32 if w == 1 else types.UniTuple(types.float32, w)
+            sig = ret(arr, idx)
+
+            def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+                p = _ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], space, w)
+                v = builder.load(p, align=4 * w)
+                if w == 1:
+                    return v
+                vals = [builder.extract_element(v, ir.Constant(ir.IntType(32), e)) for e in range(w)]
+                return context.make_tuple(builder, sig.return_type, vals)
+
+            return sig, codegen
+
+        return ld
+
+    def store_codegen(space: int, w: int) -> Any:
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            p = _ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], space, w)
+            if w == 1:
+                builder.store(args[2], p, align=4)
+            else:
+                v = ir.Constant(ir.VectorType(f32, w), ir.Undefined)
+                for e in range(w):
+                    v = builder.insert_element(v, args[2 + e], ir.Constant(ir.IntType(32), e))
+                builder.store(v, p, align=4 * w)
+            return context.get_dummy_value()
+
+        return codegen
+
+    def make_store(space: int, w: int) -> Any:
+        if w == 1:
+
+            @intrinsic
+            def st1(typingctx, arr, idx, v0):  # type: ignore[no-untyped-def]
+                return types.void(arr, idx, types.float32), store_codegen(space, 1)
+
+            return st1
+
+        @intrinsic
+        def st4(typingctx, arr, idx, v0, v1, v2, v3):  # type: ignore[no-untyped-def]
+            return types.void(arr, idx, *([types.float32] * 4)), store_codegen(space, 4)
+
+        return st4
+
+    return {
+        "ldg1": make_load(1, 1), "ldg4": make_load(1, 4), "stg1": make_store(1, 1), "stg4": make_store(1, 4),
+        "lds4": make_load(3, 4), "sts1": make_store(3, 1), "sts4": make_store(3, 4),
+    }  # fmt: skip
+
+
+def _make_sim_helpers() -> dict[str, Any]:
+    """The same names as plain device functions for the CUDA simulator (it runs Python, not LLVM)."""
+
+    @cuda.jit(device=True)
+    def ld1(arr, i):  # type: ignore[no-untyped-def]
+        return arr[i]
+
+    @cuda.jit(device=True)
+    def ld4(arr, i):  # type: ignore[no-untyped-def]
+        return arr[i], arr[i + 1], arr[i + 2], arr[i + 3]
+
+    @cuda.jit(device=True)
+    def st1(arr, i, v):  # type: ignore[no-untyped-def]
+        arr[i] = v
+
+    @cuda.jit(device=True)
+    def st4(arr, i, v0, v1, v2, v3):  # type: ignore[no-untyped-def]
+        arr[i] = v0
+        arr[i + 1] = v1
+        arr[i + 2] = v2
+        arr[i + 3] = v3
+
+    return {"ldg1": ld1, "ldg4": ld4, "stg1": st1, "stg4": st4, "lds4": ld4, "sts1": st1, "sts4": st4}
+
+
+@cache
+def _helpers() -> dict[str, Any]:
+    return _make_sim_helpers() if SIMULATED else _make_intrinsics()
+
+
+def gen_source(
+    bk: int, vec: bool, has_bias: bool, has_res: bool, group: int = 8, dbuf: bool = True, layout: str = "4x8"
+) -> str:
+    """Python source of one simt2 kernel (see module notes)."""
+    BM = BN = 128
+    LDA = BM + 4  # padded A row: the transposed 4-float stores of two lanes with the same row hit other banks
+    nv = bk // 8  # 16-byte vectors per thread per slice, for A and for B
+    sa_sz = 2 * bk * LDA
+    sb_sz = 2 * bk * BN
+    L: list[str] = []
+    e = L.append
+    e("def simt2(a, b, bias, res, out, m, n, k):")
+    al = "" if SIMULATED else ", alignment=16"  # the simulator rejects the argument
+    e(f"    sa = cuda.shared.array({sa_sz}, float32{al})")
+    e(f"    sb = cuda.shared.array({sb_sz}, float32{al})")
+    e("    tid = cuda.threadIdx.x")
+    e("    lane = tid % 32")
+    e("    w = tid // 32")
+    if layout == "4x8":  # a warp is 4 row groups x 8 column groups: 4 + 8 distinct float4 per k step
+        e("    ty = (w // 2) * 4 + lane // 8")
+        e("    tx = (w % 2) * 8 + lane % 8")
+    else:  # "2x16", the simt kernel's layout: 2 + 16 distinct float4 per k step
+        e("    ty = tid // 16")
+        e("    tx = tid % 16")
+    # block -> tile, grouped along M so consecutive blocks share B column panels in L2
+    e(f"    gm = (m + {BM - 1}) // {BM}")
+    e(f"    gn = (n + {BN - 1}) // {BN}")
+    e("    pid = cuda.blockIdx.x")
+    if group > 1:
+        e(f"    gsize = {group} * gn")
+        e(f"    first = (pid // gsize) * {group}")
+        e(f"    rows_in = min(gm - first, {group})")
+        e("    bm = first + (pid % gsize) % rows_in")
+        e("    bn = (pid % gsize) // rows_in")
+    else:
+        e("    bm = pid // gn")
+        e("    bn = pid % gn")
+    e(f"    m0 = bm * {BM}")
+    e(f"    n0 = bn * {BN}")
+    # global-load plan: vector v = tid + 256 j; A: row v // (bk/4), k col (v % (bk/4)) * 4; B: k row v // 32,
+    # col (v % 32) * 4. Rows/cols past the matrix are clamped onto the last one: they load real memory and
+    # feed only outputs that are never stored, so the main loop carries no predicates.
+    for j in range(nv):
+        e(f"    va{j} = tid + {256 * j}")
+        e(f"    ar{j} = va{j} // {bk // 4}")
+        e(f"    ak{j} = (va{j} % {bk // 4}) * 4")
+        e(f"    ga{j} = min(m0 + ar{j}, m - 1) * k + ak{j}")
+        e(f"    br{j} = va{j} // 32")
+        e(f"    bc{j} = (va{j} % 32) * 4")
+        if vec:
+            e(f"    gb{j} = min(n0 + bc{j}, n - 4)")
+        else:
+            for q in range(4):
+                e(f"    gb{j}_{q} = min(n0 + bc{j} + {q}, n - 1)")
+    for i in range(8):
+        for j in range(8):
+            e(f"    c{i}_{j} = float32(0.0)")
+
+    def load_slice(ind: str, k0: str, checked: bool) -> None:
+        for j in range(nv):
+            # A: 4 consecutive k of one row
+            if vec:
+                if checked:
+                    e(f"{ind}if {k0} + ak{j} < k:")
+                    e(f"{ind}    xa{j}_0, xa{j}_1, xa{j}_2, xa{j}_3 = ldg4(a, ga{j} + {k0})")
+                    e(f"{ind}else:")
+                    for q in range(4):
+                        e(f"{ind}    xa{j}_{q} = float32(0.0)")
+                else:
+                    e(f"{ind}xa{j}_0, xa{j}_1, xa{j}_2, xa{j}_3 = ldg4(a, ga{j} + {k0})")
+            else:
+                for q in range(4):
+                    if checked:
+                        ld = f"ldg1(a, ga{j} + {k0} + {q})"
+                        e(f"{ind}xa{j}_{q} = {ld} if {k0} + ak{j} + {q} < k else float32(0.0)")
+                    else:
+                        e(f"{ind}xa{j}_{q} = ldg1(a, ga{j} + {k0} + {q})")
+            # B: 4 consecutive columns of one k row
+            e(f"{ind}rowb = ({k0} + br{j}) * n")
+            if checked:
+                e(f"{ind}if {k0} + br{j} < k:")
+                ind2 = ind + "    "
+            else:
+                ind2 = ind
+            if vec:
+                e(f"{ind2}xb{j}_0, xb{j}_1, xb{j}_2, xb{j}_3 = ldg4(b, rowb + gb{j})")
+            else:
+                for q in range(4):
+                    e(f"{ind2}xb{j}_{q} = ldg1(b, rowb + gb{j}_{q})")
+            if checked:
+                e(f"{ind}else:")
+                for q in range(4):
+                    e(f"{ind}    xb{j}_{q} = float32(0.0)")
+
+    def store_slice(ind: str, buf: str) -> None:
+        for j in range(nv):
+            for q in range(4):
+                e(f"{ind}sts1(sa, ({buf}) * {bk * LDA} + (ak{j} + {q}) * {LDA} + ar{j}, xa{j}_{q})")
+            xb = ", ".join(f"xb{j}_{q}" for q in range(4))
+            e(f"{ind}sts4(sb, ({buf}) * {bk * BN} + br{j} * {BN} + bc{j}, {xb})")
+
+    nfull = f"k // {bk}"
+    e(f"    nfull = {nfull}")
+    e(f"    nt = (k + {bk - 1}) // {bk}")
+    e("    if nfull > 0:")
+    load_slice("        ", "0", False)
+    e("    else:")
+    load_slice("        ", "0", True)
+    store_slice("    ", "0")
+    e("    cuda.syncthreads()")
+    e("    for t in range(nt):")
+    e("        cur = t % 2")
+    e(f"        oa = cur * {bk * LDA} + ty * 4")
+    e(f"        ob = cur * {bk * BN} + tx * 4")
+    e(f"        k1 = (t + 1) * {bk}")
+    e("        if t + 1 < nfull:")
+    load_slice("            ", "k1", False)
+    e("        elif t + 1 < nt:")
+    load_slice("            ", "k1", True)
+
+    def frag(s: int, kk: int) -> None:
+        e(f"        a{s}_0, a{s}_1, a{s}_2, a{s}_3 = lds4(sa, oa + {kk * LDA})")
+        e(f"        a{s}_4, a{s}_5, a{s}_6, a{s}_7 = lds4(sa, oa + {kk * LDA + 64})")
+        e(f"        b{s}_0, b{s}_1, b{s}_2, b{s}_3 = lds4(sb, ob + {kk * BN})")
+        e(f"        b{s}_4, b{s}_5, b{s}_6, b{s}_7 = lds4(sb, ob + {kk * BN + 64})")
+
+    frag(0, 0)
+    for kk in range(bk):
+        s = kk % 2 if dbuf else 0
+        if dbuf and kk + 1 < bk:
+            frag((kk + 1) % 2, kk + 1)
+        for i in range(8):
+            for j in range(8):
+                e(f"        c{i}_{j} += a{s}_{i} * b{s}_{j}")
+        if not dbuf and kk + 1 < bk:
+            frag(0, kk + 1)
+    e("        if t + 1 < nt:")
+    store_slice("            ", "1 - cur")
+    e("        cuda.syncthreads()")
+    # epilogue: 8 rows x two 4-wide column groups per thread
+    for i in range(8):
+        r = f"m0 + ty * 4 + {i % 4 + (i // 4) * 64}"
+        e(f"    r = {r}")
+        e("    if r < m:")
+        for h in range(2):
+            e(f"        cc = n0 + tx * 4 + {h * 64}")
+            vals = [f"c{i}_{h * 4 + q}" for q in range(4)]
+            if vec:
+                e("        if cc < n:")
+                e("            o = r * n + cc")
+                if has_bias:
+                    e("            y0, y1, y2, y3 = ldg4(bias, cc)")
+                    for q in range(4):
+                        e(f"            {vals[q]} += y{q}")
+                if has_res:
+                    e("            y0, y1, y2, y3 = ldg4(res, o)")
+                    for q in range(4):
+                        e(f"            {vals[q]} += y{q}")
+                e(f"            stg4(out, o, {', '.join(vals)})")
+            else:
+                for q in range(4):
+                    e(f"        if cc + {q} < n:")
+                    e(f"            v = {vals[q]}")
+                    if has_bias:
+                        e(f"            v += ldg1(bias, cc + {q})")
+                    if has_res:
+                        e(f"            v += ldg1(res, r * n + cc + {q})")
+                    e(f"            stg1(out, r * n + cc + {q}, v)")
+    return "\n".join(L) + "\n"
+
+
+SIMT2_THREADS = 256
+
+
+@cache
+def _simt2(
+    bk: int,
+    vec: bool,
+    has_bias: bool,
+    has_res: bool,
+    group: int = 8,
+    dbuf: bool = True,
+    min_blocks: int = 2,
+    layout: str = "4x8",
+) -> Any:
+    src = gen_source(bk, vec, has_bias, has_res, group, dbuf, layout)
+    ns: dict[str, Any] = {"cuda": cuda, "float32": float32, "min": min, **_helpers()}
+    exec(compile(src, f"<simt2 bk={bk} vec={vec} bias={has_bias} res={has_res}>", "exec"), ns)
+    opts: dict[str, Any] = (
+        {} if SIMULATED else {"launch_bounds": (SIMT2_THREADS, min_blocks)} if min_blocks else {}
+    )
+    return cuda.jit(**opts)(ns["simt2"])
+
+
 # --- launch ------------------------------------------------------------------------------------------------
 
 _NB = {F32: "float32", F16: "float16"}
@@ -332,8 +629,12 @@ def _resolve_path(path: str, in_dtype: np.dtype) -> str:
         if SIMULATED:
             return "portable"
         return "mma" if in_dtype == F16 and mma.available() else SIMT_DEFAULT
-    if SIMULATED and path != "portable":
-        raise ValueError(f"path: {path!r} needs a real GPU; under the simulator only 'portable' runs")
+    if path == "simt2" and in_dtype != F32:
+        raise ValueError(f"path: 'simt2' needs float32 inputs; got {in_dtype} inputs")
+    if SIMULATED and path not in ("portable", "simt2"):
+        raise ValueError(
+            f"path: {path!r} needs a real GPU; under the simulator only 'portable' and 'simt2' run"
+        )
     if path == "mma" and (in_dtype != F16 or not mma.available()):
         raise ValueError(
             f"path: 'mma' needs float16 inputs and tensor cores (cc >= 8.0); got {in_dtype} inputs"
@@ -360,6 +661,9 @@ def run_matmul(
             m=m, n=n, k=k, out_half=out.dtype == F16, stream=stream,
         )  # fmt: skip
         return
+    if path == "simt2":
+        launch_simt2(a, b, bias, res, out, stream)
+        return
     # absent epilogue operands: the kernel is compiled without the read, any array of the right type will do
     bias_op = bias if bias is not None else _placeholder_1d(out.dtype)
     res_op = res if res is not None else out
@@ -371,6 +675,33 @@ def run_matmul(
         bn = BN_WIDE if path == "simt_wide" else BN
         grid, block = ((n + bn - 1) // bn, (m + BM - 1) // BM), (SIMT_THREADS,)
     kern.launch(grid, block, (a, b, bias_op, res_op, out, m, n, k), stream=stream)
+
+
+SIG_FLAT = "void(float32[::1], float32[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64)"
+
+
+@cache
+def _fast2(vec: bool, has_bias: bool, has_res: bool) -> Any:
+    return kernel(_simt2(8, vec, has_bias, has_res, 8, True, 2, "4x8"), SIG_FLAT)
+
+
+def simt2_vec_ok(m: int, n: int, k: int, ptrs: tuple[int, ...]) -> bool:
+    """The 16-byte load/store variant needs K and N multiples of 4 (every row starts 16-byte aligned) and
+    16-byte aligned base pointers; otherwise the scalar variant of the same kernel runs."""
+    return n % 4 == 0 and k % 4 == 0 and all(p % 16 == 0 for p in ptrs)
+
+
+def launch_simt2(
+    a: Operand, b: Operand, bias: Operand | None, res: Operand | None, out: Operand, stream: int = 0
+) -> None:
+    m, k = a.shape
+    n = b.shape[1]
+    ptrs = (a.ptr, b.ptr, out.ptr) + ((bias.ptr,) if bias else ()) + ((res.ptr,) if res else ())
+    kern = _fast2(simt2_vec_ok(m, n, k, ptrs), bias is not None, res is not None)
+    bias_op = bias if bias is not None else _placeholder_1d(out.dtype)
+    res_op = res if res is not None else out
+    grid = ((m + 127) // 128) * ((n + 127) // 128)
+    kern.launch(grid, SIMT2_THREADS, (a, b, bias_op, res_op, out, m, n, k), stream=stream)
 
 
 @cache
