@@ -49,7 +49,7 @@ from kernels.registry import Case, OpSpec, Problem, register
 from kernels.vector import AUTO_VECTOR, WIDTH, ldg_into, stg_from, vector_ok
 
 BLOCKS_PER_SM = 8
-PATHS = ("auto", "split", "fused", "fused_vector")
+PATHS = ("auto", "split", "fused", "fused_vector", "two", "two_last", "one")
 CLIP_EPS = 1e-6
 MAX_GRID = 2**31 - 1
 
@@ -358,6 +358,342 @@ _FUSED_PTX = tuple(
 )
 
 
+# --- v4: balanced global tiles, per-block partials, two launches or one -------------------------------
+#
+# Why v3's one-launch path missed (notes-clip.md): every array's tiles were dealt out from block 0 again, so
+# the same blocks got the extra tile of every array; the barrier had every block poll one word with atomics
+# in a tight loop, next to the arrival counter; and the fp64 atomic accumulator needed double buffering.
+# v4 numbers the tiles of ALL arrays in one global sequence (array 0's tiles, then array 1's, ...) and deals
+# that sequence round-robin to the blocks, so no block has more than one tile more than another over the
+# whole call. Each block writes its fp32 partial to its own slot (no atomics, no zeroing); whoever needs the
+# total sums the slots in one fixed order, so every block derives the same norm (deterministic).
+#   "two": kernel 1 = sum of squares (persistent grid) -> partials; kernel 2 = every block sums the partials,
+#          then scales its tiles (persistent grid, tiles walked from the END of the sequence: what the norm
+#          pass read last is still in L2 and is scaled first).
+#   "two_last": kernel 1's last block to finish (an arrival counter it resets itself) sums the partials into
+#          one slot; kernel 2 has one block per tile (no per-block reduction to amortise).
+#   "one": both passes in one co-resident launch with a grid barrier whose waiters back off with nanosleep
+#          (no polling storm on the word the last arrival must write).
+# Tiles are BLOCK x unroll 16-byte vectors; each array's last partial tile is done in scalar code. Arrays
+# must start 16-byte aligned (`vector_ok`), otherwise "auto" takes the split path.
+
+V4_KINDS = ("two", "two_last", "one")
+V4_SPIN_NS = 256  # a waiting block sleeps this long between polls of the barrier generation
+BAR_GEN = 32  # the generation word sits 128 bytes after the arrival counter: another L2 line
+
+
+class V4Config:
+    """Unrolls (16-byte vectors per thread per tile) of the two passes and blocks per SM of their grids."""
+
+    __slots__ = ("u_sq", "u_sc", "bps_sq", "bps_sc")
+
+    def __init__(self, u_sq: int, u_sc: int, bps_sq: int, bps_sc: int) -> None:
+        self.u_sq, self.u_sc, self.bps_sq, self.bps_sc = u_sq, u_sc, bps_sq, bps_sc
+
+    def key(self) -> tuple[int, int, int, int]:
+        return (self.u_sq, self.u_sc, self.bps_sq, self.bps_sc)
+
+    def __repr__(self) -> str:
+        return f"V4Config(u_sq={self.u_sq}, u_sc={self.u_sc}, bps_sq={self.bps_sq}, bps_sc={self.bps_sc})"
+
+
+def _v4_parts(u_sq: int, u_sc: int, width: int) -> tuple[Any, Any, Any]:
+    """Device helpers over one array slot, for block b of a grid of G blocks:
+    ntiles(g, tile): tiles of `tile` elements covering g;
+    sq_one(g, b, G, e, acc, v): adds b's tiles of g to acc[0..u_sq) (e = global index of g's first tile;
+      b owns the global tiles t = b mod G); returns e + ntiles;
+    sc_one(g, b, G, end, T, c, v): scales b's tiles of g by c, highest first (g's tiles end at global index
+      `end` of T; walking backwards, b owns the tiles t = T - 1 - b mod G); returns end - ntiles."""
+    tq = BLOCK * u_sq * width
+    tc = BLOCK * u_sc * width
+
+    @cuda.jit(device=True, inline="always")
+    def ntiles(g, tile):  # type: ignore[no-untyped-def]
+        return (int64(g.shape[0]) + tile - 1) // tile
+
+    @cuda.jit(device=True, inline="always")
+    def sq_one(g, b, G, e, acc, v):  # type: ignore[no-untyped-def]
+        n = int64(g.shape[0])
+        tid = cuda.threadIdx.x
+        chunk = (b - e) % G
+        while chunk * tq < n:
+            base = chunk * tq
+            if base + tq <= n:
+                for u in range(u_sq):  # every load of the tile issues before the first use
+                    ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
+                for u in range(u_sq):  # one accumulator per vector: u_sq independent FMA chains
+                    for w in range(width):
+                        x = v[u * width + w]
+                        acc[u] += x * x
+            else:
+                i = base + tid
+                while i < n:
+                    x = float32(g[i])
+                    acc[0] += x * x
+                    i += BLOCK
+            chunk += G
+        return e + (n + tq - 1) // tq
+
+    @cuda.jit(device=True, inline="always")
+    def sc_one(g, b, G, end, T, c, v):  # type: ignore[no-untyped-def]
+        n = int64(g.shape[0])
+        tid = cuda.threadIdx.x
+        nt = (n + tc - 1) // tc
+        chunk = nt - 1 - (end - T + b) % G
+        while chunk >= 0:
+            base = chunk * tc
+            if base + tc <= n:
+                for u in range(u_sc):
+                    ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
+                for e in range(u_sc * width):
+                    v[e] *= c
+                for u in range(u_sc):
+                    stg_from(g, base + (u * BLOCK + tid) * width, v, u * width)
+            else:
+                i = base + tid
+                while i < n:
+                    g[i] = float32(g[i]) * c
+                    i += BLOCK
+            chunk -= G
+        return end - nt
+
+    return ntiles, sq_one, sc_one
+
+
+def _v4_kernels(u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int) -> dict[str, Any]:
+    """The v4 kernels for one dtype width and config: "norm" (partials only), "norm_last" (partials, then the
+    last block sums them into fin[0]), "scale" (sums `part`, scales) and "one" (all of it, one launch)."""
+    ntiles, sq_one, sc_one = _v4_parts(u_sq, u_sc, width)
+    tq = BLOCK * u_sq * width
+    tc = BLOCK * u_sc * width
+    nv = max(u_sq, u_sc) * width
+    jit_sq: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, bps_sq)}
+    jit_sc: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, bps_sc)}
+
+    @cuda.jit(device=True, inline="always")
+    def block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem):  # type: ignore[no-untyped-def]
+        """This block's sum of squares over its tiles of the eight slots, returned to every thread."""
+        v = cuda.local.array(nv, float32)
+        acc = cuda.local.array(u_sq, float32)
+        for u in range(u_sq):
+            acc[u] = float32(0.0)
+        b = int64(cuda.blockIdx.x)
+        G = int64(cuda.gridDim.x)
+        e = int64(0)
+        e = sq_one(g0, b, G, e, acc, v)
+        e = sq_one(g1, b, G, e, acc, v)
+        e = sq_one(g2, b, G, e, acc, v)
+        e = sq_one(g3, b, G, e, acc, v)
+        e = sq_one(g4, b, G, e, acc, v)
+        e = sq_one(g5, b, G, e, acc, v)
+        e = sq_one(g6, b, G, e, acc, v)
+        e = sq_one(g7, b, G, e, acc, v)
+        s = float32(0.0)
+        for u in range(u_sq):
+            s += acc[u]
+        return block_sum(s, smem)
+
+    @cuda.jit(device=True, inline="always")
+    def sum_parts(part, smem):  # type: ignore[no-untyped-def]
+        """sum(part) in one fixed order: every block that calls it gets the same bits."""
+        s = float32(0.0)
+        i = cuda.threadIdx.x
+        while i < part.shape[0]:
+            s += part[i]
+            i += BLOCK
+        return block_sum(s, smem)
+
+    @cuda.jit(device=True, inline="always")
+    def scale_all(g0, g1, g2, g3, g4, g5, g6, g7, c):  # type: ignore[no-untyped-def]
+        v = cuda.local.array(nv, float32)
+        b = int64(cuda.blockIdx.x)
+        G = int64(cuda.gridDim.x)
+        T = (ntiles(g0, tc) + ntiles(g1, tc) + ntiles(g2, tc) + ntiles(g3, tc) + ntiles(g4, tc)
+             + ntiles(g5, tc) + ntiles(g6, tc) + ntiles(g7, tc))  # fmt: skip
+        end = T
+        end = sc_one(g7, b, G, end, T, c, v)
+        end = sc_one(g6, b, G, end, T, c, v)
+        end = sc_one(g5, b, G, end, T, c, v)
+        end = sc_one(g4, b, G, end, T, c, v)
+        end = sc_one(g3, b, G, end, T, c, v)
+        end = sc_one(g2, b, G, end, T, c, v)
+        end = sc_one(g1, b, G, end, T, c, v)
+        end = sc_one(g0, b, G, end, T, c, v)
+
+    @cuda.jit(**jit_sq)
+    def norm(g0, g1, g2, g3, g4, g5, g6, g7, part):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem)
+        if cuda.threadIdx.x == 0:
+            part[cuda.blockIdx.x] = total
+
+    @cuda.jit(**jit_sq)
+    def norm_last(g0, g1, g2, g3, g4, g5, g6, g7, part, fin, cnt):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        last = cuda.shared.array(1, int32)
+        total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem)
+        tid = cuda.threadIdx.x
+        if tid == 0:
+            part[cuda.blockIdx.x] = total
+            cuda.threadfence()  # the partial is visible device-wide before this block counts as done
+            ticket = cuda.atomic.add(cnt, 0, 1)
+            last[0] = 1 if ticket == cuda.gridDim.x - 1 else 0
+        cuda.syncthreads()
+        if last[0] == 1:
+            # every other block has fenced its partial and arrived; this block never read `part` before,
+            # so no stale line of it is in this SM's L1
+            cuda.threadfence()
+            t = sum_parts(part, smem)
+            if tid == 0:
+                fin[0] = t
+                cnt[0] = 0  # nobody else touches the counter in this launch: ready for the next call
+
+    @cuda.jit(**jit_sc)
+    def scale(g0, g1, g2, g3, g4, g5, g6, g7, part, norm_out, max_norm):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        total = sum_parts(part, smem)
+        nrm = math.sqrt(float64(total))
+        if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
+            norm_out[0] = float32(nrm)
+        coef = max_norm / (nrm + CLIP_EPS)
+        if coef >= 1.0:
+            return  # nothing to clip: no traffic at all
+        scale_all(g0, g1, g2, g3, g4, g5, g6, g7, float32(coef))
+
+    @cuda.jit(**jit_sq)
+    def one(g0, g1, g2, g3, g4, g5, g6, g7, part, bar, norm_out, max_norm):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        gen_s = cuda.shared.array(1, int32)
+        tid = cuda.threadIdx.x
+        if tid == 0:
+            gen_s[0] = cuda.atomic.add(bar, BAR_GEN, 0)  # atomic read: never a stale cached value
+        total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem)  # (its block_sum syncs gen_s too)
+        if tid == 0:
+            gen = gen_s[0]
+            part[cuda.blockIdx.x] = total
+            cuda.threadfence()
+            if cuda.atomic.add(bar, 0, 1) == cuda.gridDim.x - 1:
+                bar[0] = 0
+                cuda.threadfence()
+                cuda.atomic.add(bar, BAR_GEN, 1)  # release the waiting blocks
+            else:
+                # bounded as in v3: a grid that is not co-resident finishes with a wrong norm, not a hang
+                spins = 0
+                while cuda.atomic.add(bar, BAR_GEN, 0) == gen and spins < SPIN_LIMIT:
+                    cuda.nanosleep(V4_SPIN_NS)
+                    spins += 1
+            cuda.threadfence()
+        cuda.syncthreads()
+        t = sum_parts(part, smem)
+        nrm = math.sqrt(float64(t))
+        if tid == 0 and cuda.blockIdx.x == 0:
+            norm_out[0] = float32(nrm)
+        coef = max_norm / (nrm + CLIP_EPS)
+        if coef >= 1.0:
+            return
+        scale_all(g0, g1, g2, g3, g4, g5, g6, g7, float32(coef))
+
+    return {"norm": norm, "norm_last": norm_last, "scale": scale, "one": one, "tq": tq, "tc": tc}
+
+
+def _v4_sigs(dt: np.dtype) -> dict[str, str]:
+    a = ", ".join([f"{dt.name}[::1]"] * SLOTS)
+    f1 = "float32[::1]"
+    return {
+        "norm": f"void({a}, {f1})",
+        "norm_last": f"void({a}, {f1}, {f1}, int32[::1])",
+        "scale": f"void({a}, {f1}, {f1}, float64)",
+        "one": f"void({a}, {f1}, int32[::1], {f1}, float64)",
+    }
+
+
+# what "auto" and the named v4 paths run: chosen from the H200 side-by-side runs (notes-clip.md)
+V4_DEFAULT: dict[np.dtype, V4Config] = {F32: V4Config(4, 2, 4, 4), F16: V4Config(2, 1, 4, 4)}
+_V4_FNS: dict[tuple[np.dtype, tuple[int, int, int, int]], dict[str, Any]] = {}
+_V4_K: dict[tuple[np.dtype, tuple[int, int, int, int], str], Kernel] = {}
+_v4_state: dict[tuple[str, int], Operand] = {}
+_v4_grid: dict[tuple[np.dtype, tuple[int, int, int, int], str], int] = {}
+
+
+def v4_fns(dt: np.dtype, cfg: V4Config) -> dict[str, Any]:
+    key = (dt, cfg.key())
+    if key not in _V4_FNS:
+        _V4_FNS[key] = _v4_kernels(cfg.u_sq, cfg.u_sc, WIDTH[dt], cfg.bps_sq, cfg.bps_sc)
+    return _V4_FNS[key]
+
+
+def _v4_kernel(dt: np.dtype, cfg: V4Config, name: str) -> Kernel:
+    key = (dt, cfg.key(), name)
+    k = _V4_K.get(key)
+    if k is None:
+        k = _V4_K[key] = kernel(v4_fns(dt, cfg)[name], _v4_sigs(dt)[name])
+    return k
+
+
+def _v4_buf(name: str, n: int, dtype: Any) -> Operand:
+    """A zeroed device buffer of n elements kept for every later call (partials, counters)."""
+    key = (name, n)
+    op = _v4_state.get(key)
+    if op is None:
+        dev = cuda.to_device(np.zeros(n, dtype))
+        ptr = 0 if SIMULATED else int(dev.device_ctypes_pointer.value or 0)
+        dt_ = np.dtype(dtype)
+        op = _v4_state[key] = Operand(name, ptr, (n,), (dt_.itemsize,), dt_, dev, None, dev)
+    return op
+
+
+def v4_grid(dt: np.dtype, cfg: V4Config, name: str) -> int:
+    """Persistent grids: SMs x blocks per SM ("one": capped by the occupancy query so it is co-resident;
+    1 block under the simulator, which runs blocks one after another)."""
+    key = (dt, cfg.key(), name)
+    g = _v4_grid.get(key)
+    if g is None:
+        bps = cfg.bps_sc if name == "scale" else cfg.bps_sq
+        g = sm_count() * bps
+        if name == "one":
+            if SIMULATED:
+                g = 1
+            else:
+                fits = v4_fns(dt, cfg)["one"].compile(_v4_sigs(dt)["one"]).max_cooperative_grid_blocks(BLOCK)
+                g = max(1, min(g, int(fits)))
+        _v4_grid[key] = g
+    return g
+
+
+def launch_v4(
+    kind: str,
+    flat: list[Operand],
+    norm_out: Operand,
+    max_norm: float,
+    stream: int,
+    cfg: V4Config | None = None,
+) -> None:
+    """One v4 call over `flat` (1 <= len <= SLOTS contiguous, 16-byte aligned 1-d operands of one dtype)."""
+    dt = flat[0].dtype
+    c = V4_DEFAULT[dt] if cfg is None else cfg
+    empty = _device_state(dt)[2]
+    slots = (*flat, *([empty] * (SLOTS - len(flat))))
+    if kind == "one":
+        g = v4_grid(dt, c, "one")
+        part = _v4_buf("part", g, np.float32)
+        bar = _v4_buf("bar", 2 * BAR_GEN, np.int32)
+        _v4_kernel(dt, c, "one").launch(g, BLOCK, (*slots, part, bar, norm_out, max_norm), stream=stream)
+        return
+    gq = v4_grid(dt, c, "norm")
+    part = _v4_buf("part", gq, np.float32)
+    if kind == "two":
+        _v4_kernel(dt, c, "norm").launch(gq, BLOCK, (*slots, part), stream=stream)
+        gs = v4_grid(dt, c, "scale")
+        _v4_kernel(dt, c, "scale").launch(gs, BLOCK, (*slots, part, norm_out, max_norm), stream=stream)
+        return
+    fin = _v4_buf("fin", 1, np.float32)
+    cnt = _v4_buf("cnt", 1, np.int32)
+    _v4_kernel(dt, c, "norm_last").launch(gq, BLOCK, (*slots, part, fin, cnt), stream=stream)
+    tc = v4_fns(dt, c)["tc"]
+    tiles = sum((f.size + tc - 1) // tc for f in flat)
+    _v4_kernel(dt, c, "scale").launch(max(1, tiles), BLOCK, (*slots, fin, norm_out, max_norm), stream=stream)
+
+
 def _accumulator() -> Operand:
     """One float64 device scalar, reused by every call: calls on one stream are ordered, so reuse is safe;
     callers running clip_grad_norm on several streams at once pass their own `workspace`."""
@@ -413,6 +749,10 @@ def clip_grad_norm(
     dt = ops[0].dtype
     flat = [op.reshaped((op.size,)) for op in ops]
     chosen = _choose_path(path, flat, workspace is not None)
+    if chosen in V4_KINDS:
+        launch_v4(chosen, flat, no, mx, stream)
+        sync.finish()
+        return float(no.dev.copy_to_host()[0]) if norm_out is None else norm_out
     if chosen != "split":
         _launch_fused(flat, no, mx, chosen == "fused_vector", stream)
         sync.finish()
@@ -443,8 +783,8 @@ def _choose_path(path: str, flat: list[Operand], has_workspace: bool) -> str:
     if path != "split" and not fits:
         why = "a workspace was given" if has_workspace else f"{len(flat)} arrays (at most {SLOTS})"
         raise ValueError(f"path: {path!r} cannot run here: {why}; use 'auto' or 'split'")
-    if path == "fused_vector" and not aligned:
-        raise ValueError("path: 'fused_vector' needs 16-byte aligned arrays; use 'auto' or 'fused'")
+    if (path == "fused_vector" or path in V4_KINDS) and not aligned:
+        raise ValueError(f"path: {path!r} needs 16-byte aligned arrays; use 'auto', 'split' or 'fused'")
     return path
 
 

@@ -64,7 +64,7 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
 
 
 @needs_device
-@pytest.mark.parametrize("path", ["split", "fused", "fused_vector"])
+@pytest.mark.parametrize("path", ["split", "fused", "fused_vector", "two", "two_last", "one"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_every_path(path, dtype):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng()
