@@ -43,6 +43,18 @@
 #ifndef HG_BK
 #define HG_BK 32
 #endif
+#ifndef HG_MBAR
+#define HG_MBAR 0  // 1: aligned kernels synchronise stages with mbarriers instead of one __syncthreads per slice
+#endif
+#ifndef HG_LATE
+#define HG_LATE 0  // 1: a slice's prefetch is issued after the first k-step's fragment loads, not before them
+#endif
+#ifndef HG_CPY32
+#define HG_CPY32 0  // 1: aligned copy plan with 32-bit chunk offsets and predicates (fewer integer instructions)
+#endif
+#ifndef HG_EPI
+#define HG_EPI 0  // 1: aligned kernels' epilogue uses 2-element vector accesses, residual loads batched first
+#endif
 #define HG_GROUP_M 8  // block swizzle: 8 tile-rows share their B columns in L2
 #define HG_THREADS (32 * HG_WM * HG_WN)
 #define HG_MI (HG_BM / HG_WM / 16)  // m16 tiles per warp
@@ -64,6 +76,9 @@ static_assert(HG_BK == 32 || HG_BK == 64, "HG_BK: 32 or 64");
 static_assert(HG_A_RSTEP % 8 == 0 && HG_B_RSTEP % 8 == 0, "row steps must be multiples of 8");
 
 typedef unsigned short hbits;  // raw fp16
+struct __align__(8) hg_f2 {  // two fp32 moved as one 8-byte access (no CUDA headers: no float2)
+    float x, y;
+};
 
 __device__ __forceinline__ float hg_h2f(hbits h) {
     float f;
@@ -165,6 +180,7 @@ struct HgCopy {
     const hbits* a;  // &A[m0 + ra, ca*8 + k0]
     const hbits* b;  // &B[rb + k0, n0 + cb*8]
     long long a_step, b_step;  // elements between a thread's consecutive chunks (HG_*_RSTEP rows)
+    int a_step32, b_step32;  // the same in 32 bits (HG_CPY32: the launcher keeps HG_BM * K and HG_BK * N < 2^31)
     unsigned sa, sb;  // byte offsets of chunk 0 inside an A / B stage (swizzled)
     int a_rows;  // rows of A left below ra (chunk j valid while j * HG_A_RSTEP < a_rows)
     int ka;  // ca * 8
@@ -182,6 +198,8 @@ __device__ __forceinline__ void hg_copy_init(HgCopy& cp, const hbits* A, const h
     cp.b = B + (long long)rb * N + n0 + cb * 8;
     cp.a_step = HG_A_RSTEP * K;
     cp.b_step = HG_B_RSTEP * N;
+    cp.a_step32 = (int)cp.a_step;
+    cp.b_step32 = (int)cp.b_step;
     cp.sa = 2u * hg_off_a(ra, ca);
     cp.sb = 2u * hg_off_b(rb, cb);
     cp.ka = ca * 8;
@@ -194,6 +212,21 @@ __device__ __forceinline__ void hg_copy_init(HgCopy& cp, const hbits* A, const h
 // issue one K slice (k_left = K - k0 columns of A / rows of B remain) into the stage at sa_base / sb_base
 __device__ __forceinline__ void hg_copy_issue(HgCopy& cp, unsigned sa_base, unsigned sb_base, long long k_left,
                                               long long N) {
+#if HG_CPY32
+    // predicates and offsets in 32 bits: a predicated-off chunk reads from the chunk-0 address (offset 0)
+    const int kl = k_left < HG_BK ? (int)k_left : HG_BK;
+    const bool ka_ok = cp.ka < kl;
+#pragma unroll
+    for (int j = 0; j < HG_A_ITERS; ++j) {
+        bool p = ka_ok && j * HG_A_RSTEP < cp.a_rows;
+        hg_cp16(sa_base + cp.sa + j * (HG_A_RSTEP * HG_BK * 2), cp.a + (p ? j * cp.a_step32 : 0), p);
+    }
+#pragma unroll
+    for (int j = 0; j < HG_B_ITERS; ++j) {
+        bool p = cp.b_col && cp.rb + j * HG_B_RSTEP < kl;
+        hg_cp16(sb_base + cp.sb + j * (HG_B_RSTEP * HG_BN * 2), cp.b + (p ? j * cp.b_step32 : 0), p);
+    }
+#else
     const bool ka_ok = cp.ka < k_left;
 #pragma unroll
     for (int j = 0; j < HG_A_ITERS; ++j) {
@@ -205,12 +238,173 @@ __device__ __forceinline__ void hg_copy_issue(HgCopy& cp, unsigned sa_base, unsi
         bool p = cp.b_col && cp.rb + j * HG_B_RSTEP < k_left;
         hg_cp16(sb_base + cp.sb + j * (HG_B_RSTEP * HG_BN * 2), p ? cp.b + j * cp.b_step : cp.b, p);
     }
+#endif
     cp.a += HG_BK;
     if (cp.b_col) cp.b += HG_BK * N;
 }
 
+// mbarrier pipeline (HG_MBAR): per stage a "full" barrier that completes when every thread's cp.async of the
+// slice has landed (cp.async.mbarrier.arrive.noinc: the copy engine arrives, not the thread), and an "empty"
+// barrier that completes when every thread has read the slice. A warp then waits only for its data and, before
+// refilling a stage, for the slowest warp to have finished the slice that stage held (one slice earlier): the
+// warps of a block drift up to a slice apart instead of meeting at a block-wide barrier every slice.
+__device__ __forceinline__ void hg_mbar_init(unsigned addr, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void hg_mbar_wait(unsigned addr, unsigned parity) {
+    asm volatile(
+        "{\n .reg .pred p;\n HG_WAIT:\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        " @!p bra HG_WAIT;\n}\n" ::"r"(addr),
+        "r"(parity)
+        : "memory");
+}
+
+__device__ __forceinline__ void hg_mbar_arrive(unsigned addr) {
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
+}
+
+__device__ __forceinline__ void hg_mbar_arrive_cp(unsigned addr) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(addr) : "memory");
+}
+
 // Dynamic shared memory: HG_STAGES * (HG_BM + HG_BN) * HG_BK * 2 bytes, A stages first.
 extern __shared__ __align__(128) unsigned char hg_dyn[];
+
+// One K slice of the block tile from the stage at a_base / b_base: ldmatrix fragments, then mma.sync into acc.
+// `mid()` runs between the first k-step's fragment loads and its mma (HG_LATE puts the next prefetch there: the
+// loads this slice needs go out first, and the copy's integer work fills issue slots among the mma).
+template <typename F>
+__device__ __forceinline__ void hg_slice_mma(float (&acc)[HG_MI][HG_NJ][4], unsigned a_base, unsigned b_base,
+                                             int wm, int wn, int lane, F&& mid) {
+#pragma unroll
+    for (int kk = 0; kk < HG_BK; kk += 16) {
+        unsigned af[HG_MI][4];
+        unsigned bf[HG_NJ][2];
+#pragma unroll
+        for (int mi = 0; mi < HG_MI; ++mi) {
+            // matrices: rows 0-7/8-15 (lane % 16) x k 0-7/8-15 (lane / 16)
+            int r = wm * (HG_BM / HG_WM) + mi * 16 + (lane & 15);
+            int c = (kk >> 3) + (lane >> 4);
+            hg_ldm_x4(a_base + 2 * hg_off_a(r, c), af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
+        }
+#pragma unroll
+        for (int nj = 0; nj < HG_NJ / 2; ++nj) {
+            // matrices: k 0-7 / 8-15 ((lane / 8) % 2) x n 0-7 / 8-15 (lane / 16) of a 16-column pair
+            int r = kk + (lane & 7) + (((lane >> 3) & 1) << 3);
+            int c = (wn * (HG_BN / HG_WN) + nj * 16 + ((lane >> 4) << 3)) >> 3;
+            hg_ldm_x4_t(b_base + 2 * hg_off_b(r, c), bf[2 * nj][0], bf[2 * nj][1], bf[2 * nj + 1][0],
+                        bf[2 * nj + 1][1]);
+        }
+        if (kk == 0) mid();
+#pragma unroll
+        for (int mi = 0; mi < HG_MI; ++mi)
+#pragma unroll
+            for (int nj = 0; nj < HG_NJ; ++nj) hg_mma(acc[mi][nj], af[mi], bf[nj][0], bf[nj][1]);
+    }
+}
+
+// Epilogue, element by element with bounds checks (any N, any alignment): thread holds rows (lane/4,
+// lane/4 + 8), columns (lane%4)*2 + {0, 1} of each m16n8 tile.
+template <bool OUT_HALF>
+__device__ __forceinline__ void hg_epilogue(const float (&acc)[HG_MI][HG_NJ][4], const void* bias, const void* res,
+                                            void* out, long long M, long long N, long long m0, long long n0,
+                                            int wm, int wn, int lane) {
+#pragma unroll
+    for (int mi = 0; mi < HG_MI; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const long long row = m0 + wm * (HG_BM / HG_WM) + mi * 16 + (lane >> 2) + h * 8;
+            if (row >= M) continue;
+#pragma unroll
+            for (int nj = 0; nj < HG_NJ; ++nj) {
+                const long long col = n0 + wn * (HG_BN / HG_WN) + nj * 8 + (lane & 3) * 2;
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const long long cc = col + e;
+                    if (cc >= N) continue;
+                    float v = acc[mi][nj][2 * h + e];
+                    if (OUT_HALF) {
+                        if (bias) v += hg_h2f(((const hbits*)bias)[cc]);
+                        if (res) v += hg_h2f(((const hbits*)res)[row * N + cc]);
+                        ((hbits*)out)[row * N + cc] = hg_f2h(v);
+                    } else {
+                        if (bias) v += ((const float*)bias)[cc];
+                        if (res) v += ((const float*)res)[row * N + cc];
+                        ((float*)out)[row * N + cc] = v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Epilogue of the aligned kernels with HG_EPI: thread holds rows (lane/4, lane/4 + 8), columns (lane%4)*2 +
+// {0, 1} of each m16n8 tile.
+template <bool OUT_HALF>
+__device__ __forceinline__ void hg_epilogue_vec(const float (&acc)[HG_MI][HG_NJ][4], const void* bias,
+                                                const void* res, void* out, long long M, long long N,
+                                                long long m0, long long n0, int wm, int wn, int lane) {
+    // N % 8 == 0 and 16-byte aligned out / bias / res (the launcher checks): a column pair (col, col + 1)
+    // is inside N whenever col is, and one 8-byte (fp32) or 4-byte (fp16) access moves it. The residual
+    // of both rows is loaded before any store: out may alias res, so the compiler would otherwise keep
+    // each load behind the previous store and pay one memory latency per element.
+#pragma unroll
+    for (int mi = 0; mi < HG_MI; ++mi) {
+        const long long row0 = m0 + wm * (HG_BM / HG_WM) + mi * 16 + (lane >> 2);
+        float rv[2][HG_NJ][2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const long long row = row0 + h * 8;
+#pragma unroll
+            for (int nj = 0; nj < HG_NJ; ++nj) {
+                const long long col = n0 + wn * (HG_BN / HG_WN) + nj * 8 + (lane & 3) * 2;
+                rv[h][nj][0] = rv[h][nj][1] = 0.0f;
+                if (res && row < M && col < N) {
+                    if (OUT_HALF) {
+                        const unsigned w = *(const unsigned*)((const hbits*)res + row * N + col);
+                        rv[h][nj][0] = hg_h2f((hbits)(w & 0xffffu));
+                        rv[h][nj][1] = hg_h2f((hbits)(w >> 16));
+                    } else {
+                        const hg_f2 w = *(const hg_f2*)((const float*)res + row * N + col);
+                        rv[h][nj][0] = w.x;
+                        rv[h][nj][1] = w.y;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const long long row = row0 + h * 8;
+            if (row >= M) continue;
+#pragma unroll
+            for (int nj = 0; nj < HG_NJ; ++nj) {
+                const long long col = n0 + wn * (HG_BN / HG_WN) + nj * 8 + (lane & 3) * 2;
+                if (col >= N) continue;
+                float v0 = acc[mi][nj][2 * h], v1 = acc[mi][nj][2 * h + 1];
+                if (OUT_HALF) {
+                    if (bias) {
+                        const unsigned w = *(const unsigned*)((const hbits*)bias + col);
+                        v0 += hg_h2f((hbits)(w & 0xffffu));
+                        v1 += hg_h2f((hbits)(w >> 16));
+                    }
+                    v0 += rv[h][nj][0];
+                    v1 += rv[h][nj][1];
+                    *(unsigned*)((hbits*)out + row * N + col) =
+                        (unsigned)hg_f2h(v0) | ((unsigned)hg_f2h(v1) << 16);
+                } else {
+                    if (bias) {
+                        const hg_f2 w = *(const hg_f2*)((const float*)bias + col);
+                        v0 += w.x;
+                        v1 += w.y;
+                    }
+                    *(hg_f2*)((float*)out + row * N + col) = hg_f2{v0 + rv[h][nj][0], v1 + rv[h][nj][1]};
+                }
+            }
+        }
+    }
+}
 
 // OUT_HALF: out/bias/residual are fp16 (o_proj with fp16 inputs), else fp32.
 template <bool ALIGNED, bool OUT_HALF>
@@ -247,92 +441,103 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
     constexpr unsigned A_STAGE = HG_BM * HG_BK * 2, B_STAGE = HG_BK * HG_BN * 2;  // bytes
     HgCopy cp;
     if (ALIGNED) hg_copy_init(cp, A, B, M, N, K, m0, n0, tid);
+#if HG_MBAR
+    if constexpr (ALIGNED) {
+        // barriers sit after the B stages: full[s] at +8 s, empty[s] at +8 (HG_STAGES + s)
+        const unsigned bars = smem_b + HG_STAGES * B_STAGE;
+        if (tid == 0) {
 #pragma unroll
-    for (int s = 0; s < HG_STAGES - 1; ++s) {
-        if (s < KT) {
-            if (ALIGNED)
+            for (int s = 0; s < 2 * HG_STAGES; ++s) hg_mbar_init(bars + 8 * s, HG_THREADS);
+        }
+        __syncthreads();  // the barriers are initialised before any thread arrives on them
+#pragma unroll
+        for (int s = 0; s < HG_STAGES - 1; ++s) {
+            if (s < KT) {
                 hg_copy_issue(cp, smem_a + s * A_STAGE, smem_b + s * B_STAGE, K - (long long)s * HG_BK, N);
-            else
-                hg_load_stage_scalar(hg_sA + s * HG_BM * HG_BK, hg_sB + s * HG_BK * HG_BN, A, B, M, N, K, m0, n0,
-                                     (long long)s * HG_BK, tid);
-        }
-        hg_commit();
-    }
-
-    int rs = 0, ws = HG_STAGES - 1;  // stage read this iteration / written by this iteration's prefetch
-    for (int kt = 0; kt < KT; ++kt) {
-        hg_wait_stages();
-        __syncthreads();  // slice kt has landed for every thread; slice kt-1's stage is free to refill
-        const int nk = kt + HG_STAGES - 1;
-        if (nk < KT) {
-            if (ALIGNED)
-                hg_copy_issue(cp, smem_a + ws * A_STAGE, smem_b + ws * B_STAGE, K - (long long)nk * HG_BK, N);
-            else
-                hg_load_stage_scalar(hg_sA + ws * HG_BM * HG_BK, hg_sB + ws * HG_BK * HG_BN, A, B, M, N, K, m0,
-                                     n0, (long long)nk * HG_BK, tid);
-        }
-        hg_commit();
-        ws = ws + 1 == HG_STAGES ? 0 : ws + 1;
-
-        const unsigned a_base = smem_a + rs * A_STAGE;
-        const unsigned b_base = smem_b + rs * B_STAGE;
-        rs = rs + 1 == HG_STAGES ? 0 : rs + 1;
-#pragma unroll
-        for (int kk = 0; kk < HG_BK; kk += 16) {
-            unsigned af[HG_MI][4];
-            unsigned bf[HG_NJ][2];
-#pragma unroll
-            for (int mi = 0; mi < HG_MI; ++mi) {
-                // matrices: rows 0-7/8-15 (lane % 16) x k 0-7/8-15 (lane / 16)
-                int r = wm * (HG_BM / HG_WM) + mi * 16 + (lane & 15);
-                int c = (kk >> 3) + (lane >> 4);
-                hg_ldm_x4(a_base + 2 * hg_off_a(r, c), af[mi][0], af[mi][1], af[mi][2], af[mi][3]);
+                hg_mbar_arrive_cp(bars + 8 * s);
             }
-#pragma unroll
-            for (int nj = 0; nj < HG_NJ / 2; ++nj) {
-                // matrices: k 0-7 / 8-15 ((lane / 8) % 2) x n 0-7 / 8-15 (lane / 16) of a 16-column pair
-                int r = kk + (lane & 7) + (((lane >> 3) & 1) << 3);
-                int c = (wn * (HG_BN / HG_WN) + nj * 16 + ((lane >> 4) << 3)) >> 3;
-                hg_ldm_x4_t(b_base + 2 * hg_off_b(r, c), bf[2 * nj][0], bf[2 * nj][1], bf[2 * nj + 1][0],
-                            bf[2 * nj + 1][1]);
+        }
+        int rs = 0, ws = HG_STAGES - 1;
+        unsigned rpar = 0, wpar = 1;  // phase parity of the stage read / of the previous use of the stage written
+        for (int kt = 0; kt < KT; ++kt) {
+            hg_mbar_wait(bars + 8 * rs, rpar);  // slice kt has landed (every thread's copies)
+            const int nk = kt + HG_STAGES - 1;
+            auto issue = [&]() {
+                // HG_LATE: issued past the end too (all-false predicates zero-fill a stage nobody reads), so
+                // that no branch keeps ptxas from interleaving the copy's instructions with the mma
+                if (HG_LATE || nk < KT) {
+                    // stage ws last held slice kt - 1: every thread must have read it (none held it at kt == 0)
+                    if (kt > 0) hg_mbar_wait(bars + 8 * (HG_STAGES + ws), wpar);
+                    hg_copy_issue(cp, smem_a + ws * A_STAGE, smem_b + ws * B_STAGE, K - (long long)nk * HG_BK,
+                                  N);
+                    hg_mbar_arrive_cp(bars + 8 * ws);
+                }
+            };
+#if HG_LATE
+            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, issue);
+#else
+            issue();
+            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, [] {});
+#endif
+            if (++ws == HG_STAGES) ws = 0;
+            if (ws == 0) wpar ^= 1u;  // the stage written next is reused: its previous use is one phase later
+            hg_mbar_arrive(bars + 8 * (HG_STAGES + rs));  // this thread is done reading slice kt
+            if (++rs == HG_STAGES) {
+                rs = 0;
+                rpar ^= 1u;
             }
+        }
+    } else
+#endif
+    {
 #pragma unroll
-            for (int mi = 0; mi < HG_MI; ++mi)
-#pragma unroll
-                for (int nj = 0; nj < HG_NJ; ++nj) hg_mma(acc[mi][nj], af[mi], bf[nj][0], bf[nj][1]);
+        for (int s = 0; s < HG_STAGES - 1; ++s) {
+            if (s < KT) {
+                if (ALIGNED)
+                    hg_copy_issue(cp, smem_a + s * A_STAGE, smem_b + s * B_STAGE, K - (long long)s * HG_BK, N);
+                else
+                    hg_load_stage_scalar(hg_sA + s * HG_BM * HG_BK, hg_sB + s * HG_BK * HG_BN, A, B, M, N, K, m0,
+                                         n0, (long long)s * HG_BK, tid);
+            }
+            hg_commit();
+        }
+
+        int rs = 0, ws = HG_STAGES - 1;  // stage read this iteration / written by this iteration's prefetch
+        for (int kt = 0; kt < KT; ++kt) {
+            hg_wait_stages();
+            __syncthreads();  // slice kt has landed for every thread; slice kt-1's stage is free to refill
+            const int nk = kt + HG_STAGES - 1;
+            auto issue = [&]() {
+                if ((ALIGNED && HG_LATE) || nk < KT) {  // HG_LATE: no branch, as in the mbarrier loop
+                    if (ALIGNED)
+                        hg_copy_issue(cp, smem_a + ws * A_STAGE, smem_b + ws * B_STAGE, K - (long long)nk * HG_BK,
+                                      N);
+                    else
+                        hg_load_stage_scalar(hg_sA + ws * HG_BM * HG_BK, hg_sB + ws * HG_BK * HG_BN, A, B, M, N,
+                                             K, m0, n0, (long long)nk * HG_BK, tid);
+                }
+                hg_commit();
+            };
+#if HG_LATE
+            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, issue);
+#else
+            issue();
+            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, [] {});
+#endif
+            ws = ws + 1 == HG_STAGES ? 0 : ws + 1;
+            rs = rs + 1 == HG_STAGES ? 0 : rs + 1;
         }
     }
     // drain: no cp.async may still target shared memory when the block exits
     asm volatile("cp.async.wait_all;\n" ::);
 
-    // epilogue: thread holds rows (lane/4, lane/4 + 8), columns (lane%4)*2 + {0, 1} of each m16n8 tile
-#pragma unroll
-    for (int mi = 0; mi < HG_MI; ++mi) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const long long row = m0 + wm * (HG_BM / HG_WM) + mi * 16 + (lane >> 2) + h * 8;
-            if (row >= M) continue;
-#pragma unroll
-            for (int nj = 0; nj < HG_NJ; ++nj) {
-                const long long col = n0 + wn * (HG_BN / HG_WN) + nj * 8 + (lane & 3) * 2;
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const long long cc = col + e;
-                    if (cc >= N) continue;
-                    float v = acc[mi][nj][2 * h + e];
-                    if (OUT_HALF) {
-                        if (bias) v += hg_h2f(((const hbits*)bias)[cc]);
-                        if (res) v += hg_h2f(((const hbits*)res)[row * N + cc]);
-                        ((hbits*)out)[row * N + cc] = hg_f2h(v);
-                    } else {
-                        if (bias) v += ((const float*)bias)[cc];
-                        if (res) v += ((const float*)res)[row * N + cc];
-                        ((float*)out)[row * N + cc] = v;
-                    }
-                }
-            }
-        }
+#if HG_EPI
+    if constexpr (ALIGNED) {
+        hg_epilogue_vec<OUT_HALF>(acc, bias, res, out, M, N, m0, n0, wm, wn, lane);
+        return;
     }
+#endif
+    hg_epilogue<OUT_HALF>(acc, bias, res, out, M, N, m0, n0, wm, wn, lane);
 }
 
 // Entry points (numba ABI), one per (output type, aligned or not): separate kernels, so the aligned fast path

@@ -36,7 +36,12 @@ _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 @dataclass(frozen=True)
 class Config:
     """One tile configuration of hgemm_mma.cu: block tile bm x bn, `stages` K-slices of bk in flight, warps
-    arranged wm x wn (each warp owns a (bm/wm) x (bn/wn) sub-tile)."""
+    arranged wm x wn (each warp owns a (bm/wm) x (bn/wn) sub-tile). `mbar`: the aligned kernels pace their
+    stages with mbarriers instead of a block barrier per slice (HG_MBAR); `epi`: their epilogue moves column
+    pairs in one access with the residual loads batched first (HG_EPI); `late`: a slice's prefetch goes out
+    after the first k-step's fragment loads, branch-free (HG_LATE); `cpy32`: 32-bit copy-plan arithmetic
+    (HG_CPY32); `minb` > 0: launch bounds asking for that many blocks per SM (caps the registers at
+    64K / (threads * minb))."""
 
     bm: int = 128
     bn: int = 128
@@ -44,6 +49,11 @@ class Config:
     wm: int = 2
     wn: int = 2
     bk: int = 32
+    mbar: bool = False
+    epi: bool = False
+    late: bool = False
+    cpy32: bool = False
+    minb: int = 0
 
     @property
     def threads(self) -> int:
@@ -51,11 +61,15 @@ class Config:
 
     @property
     def smem_bytes(self) -> int:
-        return self.stages * (self.bm + self.bn) * self.bk * 2
+        # HG_MBAR: two 8-byte mbarriers per stage after the B stages
+        return self.stages * (self.bm + self.bn) * self.bk * 2 + (16 * self.stages if self.mbar else 0)
 
     @property
     def tag(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.wm}x{self.wn}"
+        extra = ("_mbar" if self.mbar else "") + ("_epi" if self.epi else "") + ("_late" if self.late else "")
+        extra += "_c32" if self.cpy32 else ""
+        extra += f"_b{self.minb}" if self.minb else ""
+        return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.wm}x{self.wn}{extra}"
 
     def grid(self, m: int, n: int) -> int:
         return ((m + self.bm - 1) // self.bm) * ((n + self.bn - 1) // self.bn)
@@ -80,6 +94,8 @@ def link_code(cfg: Config) -> Any:
     head = (
         f"#define HG_BM {cfg.bm}\n#define HG_BN {cfg.bn}\n#define HG_STAGES {cfg.stages}\n"
         f"#define HG_WM {cfg.wm}\n#define HG_WN {cfg.wn}\n#define HG_BK {cfg.bk}\n"
+        f"#define HG_MBAR {int(cfg.mbar)}\n#define HG_EPI {int(cfg.epi)}\n#define HG_LATE {int(cfg.late)}\n"
+        f"#define HG_CPY32 {int(cfg.cpy32)}\n"
         f"#define HG_SUFFIX _{cfg.tag}\n"
     )
     return cuda.CUSource(head + CU_FILE.read_text(), name=f"hgemm_mma_{cfg.tag}.cu")
@@ -93,12 +109,15 @@ def dispatchers(cfg: Config) -> dict[tuple[bool, bool], Any]:
     for half in (False, True):
         for aligned in (False, True):
             name = f"hgemm_mma_{'f16' if half else 'f32'}out_{'a' if aligned else 'u'}{suffix}"
-            out[(half, aligned)] = _wrap(cuda.declare_device(name, _SIG, link=[code]))
+            out[(half, aligned)] = _wrap(cuda.declare_device(name, _SIG, link=[code]), cfg)
     return out
 
 
-def _wrap(fn: Any) -> Any:
-    @cuda.jit
+def _wrap(fn: Any, cfg: Config) -> Any:
+    # launch bounds reach the linked code through LTO: ptxas allocates registers for the whole kernel
+    bounds = (cfg.threads, cfg.minb) if cfg.minb else None
+
+    @cuda.jit(launch_bounds=bounds)
     def mma_tile(a, b, bias, res, out, m, n, k):  # type: ignore[no-untyped-def]
         fn(a, b, bias, res, out, m, n, k)
 
@@ -145,8 +164,13 @@ def launch(
     cfg: Config = DEFAULT,
 ) -> None:
     """Run one matmul on device addresses (bias / res = 0 when absent). 16-byte chunks are used when every
-    row starts 16-byte aligned (K and N multiples of 8, aligned base pointers); otherwise scalar loads."""
-    aligned = k % 8 == 0 and n % 8 == 0 and a % 16 == 0 and b % 16 == 0
+    row starts 16-byte aligned (K and N multiples of 8, aligned base pointers); otherwise scalar loads. With
+    `cfg.epi` the aligned kernels also move output / residual / bias column pairs in one access, so those
+    pointers must be 16-byte aligned as well (0, absent, is); with `cfg.cpy32` the copy plan's offsets must
+    fit 32 bits (bm * K and bk * N < 2^31; larger shapes take the scalar-load kernels)."""
+    aligned = k % 8 == 0 and n % 8 == 0 and (a | b) % 16 == 0
+    aligned = aligned and (not cfg.epi or (out | res | bias) % 16 == 0)
+    aligned = aligned and (not cfg.cpy32 or (k * cfg.bm < 2**31 and n * cfg.bk < 2**31))
     key = (out_half, aligned)
     kern = _kernels(cfg)[key]
     if (cfg, *key) not in _ready:
