@@ -159,6 +159,15 @@ def _extractor_for(t: type) -> _Extract | None:
     return ex
 
 
+def fast_extractor(t: type) -> _Extract | None:
+    """The extractor of a device-array type for kernels.launch.FastCache: None for numpy arrays, anything
+    unknown, and the simulator's arrays (no device pointer)."""
+    ex = _EXTRACTORS.get(t)
+    if ex is None:
+        ex = _extractor_for(t)
+    return None if ex is None or ex is _from_sim else ex
+
+
 def is_device_array(obj: Any) -> bool:
     return _extractor_for(type(obj)) is not None
 

@@ -24,7 +24,8 @@ from typing import Any
 from numba import cuda, types
 from numba.core import sigutils
 
-from kernels.arrays import SIMULATED, Operand
+from kernels import arrays
+from kernels.arrays import _EXTRACTORS, SIMULATED, Operand
 
 USE_DISPATCHER: bool = SIMULATED or os.environ.get("SOLFLEET_LAUNCH", "") == "dispatcher"
 
@@ -181,6 +182,102 @@ class Kernel:
         rc = self._launch(self._func, gx, gy, gz, bx, by, bz, shared, hs, self._params, None)
         if rc != 0:
             raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {self.sig}")
+
+
+    def bind(self, grid: int | tuple[int, ...], block: int | tuple[int, ...], args: Sequence[Any],
+             shared: int = 0) -> Bound:  # fmt: skip
+        """A launch of this kernel with `args` packed once into a parameter block of its own: later calls
+        pass only the array pointers (`Bound.launch`). For FastCache: same shapes, new pointers."""
+        if not self._ready:
+            self._prepare()
+        return Bound(self, grid, block, args, shared)
+
+
+class Bound:
+    """One kernel + grid + block + a private, fully packed parameter block. `launch(ptrs, stream)` rewrites
+    only the data-pointer slot of each array argument (in signature order) and calls cuLaunchKernel."""
+
+    __slots__ = ("_kern", "_call", "_slots", "_blk", "_dims", "_shared")
+
+    def __init__(self, kern: Kernel, grid: Any, block: Any, args: Sequence[Any], shared: int) -> None:
+        own = Kernel.__new__(Kernel)
+        own.__dict__.update(kern.__dict__)
+        own.build_plan()  # a private block, so two bound layouts of one kernel never share slots
+        own.pack(args)
+        self._kern = own
+        self._blk = own._block
+        self._slots = tuple(at + 4 for kind, at, _ in own._plan if kind == 0)
+        g = (grid, 1, 1) if type(grid) is int else (tuple(grid) + (1, 1))[:3]
+        b = (block, 1, 1) if type(block) is int else (tuple(block) + (1, 1))[:3]
+        self._dims = (*g, *b)
+        self._shared = shared
+        self._call = None if USE_DISPATCHER else own._launch
+
+    def launch(self, ptrs: Sequence[int], stream: Any = 0) -> None:
+        blk = self._blk
+        for slot, p in zip(self._slots, ptrs, strict=True):
+            blk[slot] = p
+        k = self._kern
+        h = stream if type(stream) is int else _stream_handle(stream)
+        gx, gy, gz, bx, by, bz = self._dims
+        rc = self._call(k._func, gx, gy, gz, bx, by, bz, self._shared, ctypes.c_void_p(h) if h else None,
+                        k._params, None)  # fmt: skip
+        if rc != 0:
+            raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {k.sig}")
+
+
+class FastCache:
+    """Per-launcher cache of validated launches, keyed by the operands' layout (shape, strides, dtype of each
+    array, 16-byte alignment of all pointers) plus the launcher's own options. A hit skips every check and
+    the packing: the launcher validated exactly this layout on the call that stored it, and only the
+    pointers differ. Device arrays only (numba, CuPy, __cuda_array_interface__); off under the simulator /
+    the dispatcher launch path, where `find` always misses.
+
+    Why: issue 4's host-overhead goal (<= 10 us per op call); the checks and packing of a launcher cost
+    ~5-7 us of Python per call, a hit ~1-2 us (benchmarks/notes-memory.md, "Host overhead")."""
+
+    MAX = 64
+
+    __slots__ = ("_d",)
+
+    def __init__(self) -> None:
+        self._d: dict[Any, Bound] = {}
+
+    def find(self, objs: tuple[Any, ...], opts: Any) -> tuple[Bound | None, list[int]]:
+        if USE_DISPATCHER:
+            return None, []
+        get = _EXTRACTORS.get  # filled by arrays.operand on the validating call; a miss is a cache miss
+        ptrs: list[int] = []
+        key: list[Any] = [opts]
+        acc = 0
+        for o in objs:
+            ex = get(type(o))
+            if ex is None:
+                return None, ptrs
+            p, sh, st, dt = ex(o)
+            ptrs.append(p)
+            acc |= p
+            key.append((sh, st, dt))
+        key.append(acc & 15)
+        return self._d.get(tuple(key)), ptrs
+
+    def store(self, objs: tuple[Any, ...], opts: Any, bound: Bound) -> None:
+        if USE_DISPATCHER or len(self._d) >= self.MAX:
+            return
+        key: list[Any] = [opts]
+        acc = 0
+        for o in objs:
+            ex = arrays.fast_extractor(type(o))
+            if ex is None:
+                return
+            p, sh, st, dt = ex(o)
+            acc |= p
+            key.append((sh, st, dt))
+        key.append(acc & 15)
+        self._d[tuple(key)] = bound
+
+    def clear(self) -> None:
+        self._d.clear()
 
 
 def _dispatchable(a: Any, t: Any) -> Any:

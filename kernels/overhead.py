@@ -41,7 +41,7 @@ def _time(fn: Callable[[], Any], calls: int) -> dict[str, float]:
 
 
 def measure(calls: int = CALLS) -> list[dict[str, Any]]:
-    from kernels.ops import cast, clip_grad_norm, layernorm, residual_add, rmsnorm, softmax
+    from kernels.ops import cast, clip_grad_norm, gemm, layernorm, o_proj, residual_add, rmsnorm, softmax
 
     rng = np.random.default_rng()
     f32 = np.float32
@@ -60,13 +60,39 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
     disp = residual_add._DISPATCHERS[np.dtype(f32)]
     xf, rf, of = x.reshape(n), r.reshape(n), out.reshape(n)
     clip = clip_grad_norm.clip_grad_norm
+    f16 = np.float16
+    x16 = cuda.to_device(rng.standard_normal((4, 256), dtype=f32).astype(f16))
+    w16 = cuda.to_device(rng.standard_normal(256, dtype=f32).astype(f16))
+    b16 = cuda.to_device(rng.standard_normal(256, dtype=f32).astype(f16))
+    g16 = [cuda.to_device(rng.standard_normal(1000, dtype=f32).astype(f16)) for _ in range(2)]
+    # matmul operands: small, but multiples of every tile the gemm paths use
+    ma = cuda.to_device(rng.standard_normal((128, 128), dtype=f32))
+    mb = cuda.to_device(rng.standard_normal((128, 128), dtype=f32))
+    mc = cuda.device_array((128, 128), dtype=f32)
+    ma16 = cuda.to_device(rng.standard_normal((128, 128), dtype=f32).astype(f16))
+    mb16 = cuda.to_device(rng.standard_normal((128, 128), dtype=f32).astype(f16))
+    attn = cuda.to_device(rng.standard_normal((2, 64, 128), dtype=f32))
+    resid = cuda.to_device(rng.standard_normal((2, 64, 128), dtype=f32))
+    oout = cuda.device_array((2, 64, 128), dtype=f32)
+    attn16 = cuda.to_device(rng.standard_normal((2, 64, 128), dtype=f32).astype(f16))
+    resid16 = cuda.to_device(rng.standard_normal((2, 64, 128), dtype=f32).astype(f16))
+    oout16 = cuda.device_array((2, 64, 128), dtype=f16)
     rows: list[tuple[str, Callable[[], Any]]] = [
         ("residual_add, numba arrays", lambda: residual_add.residual_add(x, r, out)),
         ("rmsnorm, numba arrays", lambda: rmsnorm.rmsnorm(x, w, out)),
         ("layernorm, numba arrays", lambda: layernorm.layernorm(x, w, b, out)),
         ("softmax, numba arrays", lambda: softmax.softmax(x, out)),
         ("cast, numba arrays", lambda: cast.cast(x, out16)),
-        ("clip_grad_norm, 2 arrays, 5 launches", lambda: clip(g, 1e9, norm_out=norm)),
+        ("layernorm fp16, numba arrays", lambda: layernorm.layernorm(x16, w16, b16, out16)),
+        ("rmsnorm fp16, numba arrays", lambda: rmsnorm.rmsnorm(x16, w16, out16)),
+        ("softmax fp16, numba arrays", lambda: softmax.softmax(x16, out16)),
+        ("residual_add fp16, numba arrays", lambda: residual_add.residual_add(x16, x16, out16)),
+        ("clip_grad_norm fp32, 2 arrays (auto)", lambda: clip(g, 1e9, norm_out=norm)),
+        ("clip_grad_norm fp16, 2 arrays (auto)", lambda: clip(g16, 1e9, norm_out=norm)),
+        ("gemm fp32 128^3", lambda: gemm.gemm(ma, mb, mc)),
+        ("gemm fp16 128^3", lambda: gemm.gemm(ma16, mb16, mc)),
+        ("o_proj fp32 [2,64,128]x[128,128]", lambda: o_proj.o_proj(attn, mb, resid, out=oout)),
+        ("o_proj fp16 [2,64,128]x[128,128]", lambda: o_proj.o_proj(attn16, mb16, resid16, out=oout16)),
         ("Kernel.launch only (residual_add)", lambda: fast.launch(grid, 256, (xo, ro, oo))),
         ("numba dispatcher, same kernel", lambda: disp[grid, 256](xf, rf, of)),
     ]
@@ -78,9 +104,13 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
         rows.append(("cupy.add, cupy arrays (for scale)", lambda: cp.add(cx, cr, out=cout)))
     except ImportError:
         pass
-    res = []
+    res: list[dict[str, Any]] = []
     for label, fn in rows:
-        res.append({"call": label, **_time(fn, calls)})
+        try:
+            res.append({"call": label, **_time(fn, calls)})
+        except Exception as e:  # one op that cannot run here (e.g. no tensor cores) must not hide the rest
+            res.append({"call": label, "error": f"{type(e).__name__}: {e}"[:200],
+                        "median_us": float("nan"), "p10_us": float("nan"), "p90_us": float("nan")})
     # the timed calls must also be right: the last residual_add / rmsnorm wrote `out`
     residual_add.residual_add(x, r, out)
     ok = np.allclose(out.copy_to_host(), x.copy_to_host() + r.copy_to_host(), rtol=1e-6, atol=1e-6)

@@ -22,9 +22,9 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from kernels import arrays
-from kernels.arrays import FLOAT_IO, HostSync
-from kernels.launch import kernel
-from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
+from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
+from kernels.launch import FastCache, kernel
+from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum, make_block_welford, row_slots
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.rowcases import row_cases, row_path, row_ptx_kernels
 from kernels.vector import WIDTH, choose, ldg_into, make_row_io, stg_from, vector_ok
@@ -164,6 +164,77 @@ def _make_vec(width: int):  # type: ignore[no-untyped-def]
     return k
 
 
+def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: bool):  # type: ignore[no-untyped-def]
+    """v4 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules), one barrier per
+    row: each thread takes the exact mean and M2 of its own `per` values (in registers), then ONE block
+    reduction merges (count, mean, M2) with Chan's formula (v3: a sum reduction, then a variance one, four
+    barriers). `threads` per block and `per` values per thread set how many rows an SM holds in registers
+    (`min_blocks` = launch_bounds' blocks per SM). `prefetch`: the block walks rows grid-stride and issues the
+    next row's loads before this row's reduction (a persistent grid of SMs x min_blocks; twice the registers
+    for the row)."""
+    nv = per // width
+    load_row, col_of = make_row_io(width, threads, per)
+    welford = make_block_welford(threads)
+    half = 3 * row_slots(threads)
+    smem_size = 2 * half  # two halves: the reduction slots alternate between rows
+    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
+
+    @cuda.jit(**jit_kw)
+    def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(smem_size, float32)
+        v = cuda.local.array(per, float32)
+        vn = cuda.local.array(per, float32)
+        tw = cuda.local.array(width, float32)
+        tb = cuda.local.array(width, float32)
+        rows = x.shape[0]
+        n = x.shape[1]
+        fn = float32(n)
+        row = cuda.blockIdx.x
+        step = cuda.gridDim.x
+        base = 0
+        if prefetch and row < rows:
+            load_row(v, x[row], n, float32(0.0))
+        while row < rows:
+            nxt = row + step
+            if prefetch:
+                if nxt < rows:  # in flight during this row's reduction and stores
+                    load_row(vn, x[nxt], n, float32(0.0))
+            else:
+                load_row(v, x[row], n, float32(0.0))
+            s = float32(0.0)
+            c = float32(0.0)
+            for q in range(nv):
+                if col_of(q) < n:
+                    c += float32(width)
+                    for e in range(width):
+                        s += v[q * width + e]
+            mt = s / max(c, float32(1.0))
+            m2 = float32(0.0)
+            for q in range(nv):
+                if col_of(q) < n:  # padding lanes hold 0, not the mean: leave them out
+                    for e in range(width):
+                        d = v[q * width + e] - mt
+                        m2 += d * d
+            c, mean, m2 = welford(c, mt, m2, sm, base)
+            base = half - base
+            rstd = float32(1.0) / math.sqrt(m2 / fn + eps)
+            orow = out[row]
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    ldg_into(tw, 0, w, col)
+                    ldg_into(tb, 0, b, col)
+                    for e in range(width):
+                        tw[e] = (v[q * width + e] - mean) * rstd * tw[e] + tb[e]
+                    stg_from(orow, col, tw, 0)
+            if prefetch:
+                for e in range(per):
+                    v[e] = vn[e]
+            row = nxt
+
+    return k
+
+
 _SIGS = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[::1], float16[:, ::1], float32)",
@@ -173,6 +244,7 @@ _REG = {dt: kernel(_layernorm_reg, sig) for dt, sig in _SIGS.items()}
 _VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
+_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
 
 
 def layernorm(
@@ -187,6 +259,11 @@ def layernorm(
 ) -> Any:
     """Row-wise layer norm over the last dimension of x (any ndim >= 1), weight and bias [x.shape[-1]].
     `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER)."""
+    if out is not None:
+        bound, ptrs = _FAST.find((x, weight, bias, out), (eps, path))
+        if bound is not None:
+            bound.launch(ptrs, stream)
+            return out
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     wo = arrays.operand("weight", weight, sync)
@@ -202,7 +279,10 @@ def layernorm(
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, bo.ptr, oo.ptr), n * xo.dtype.itemsize)
     k = (_VEC if choose(path, xo.dtype, ok) else _REG if n <= BLOCK * PER else _KERNELS)[xo.dtype]
-    k.launch(min(xr.shape[0], MAX_GRID), BLOCK, (xr, wo, bo, arrays.as_rows(oo), e), stream=stream)
+    grid, args = min(xr.shape[0], MAX_GRID), (xr, wo, bo, arrays.as_rows(oo), e)
+    k.launch(grid, BLOCK, args, stream=stream)
+    if out is not None and xo.host is None and wo.host is None and bo.host is None and oo.host is None:
+        _FAST.store((x, weight, bias, out), (eps, path), k.bind(grid, BLOCK, args))
     return arrays.finish(sync, oo, out, xo)
 
 

@@ -19,7 +19,7 @@ from numba import cuda, float32
 
 from kernels import arrays
 from kernels.arrays import FLOAT_IO, HostSync, Operand
-from kernels.launch import kernel
+from kernels.launch import FastCache, Kernel, kernel
 from kernels.reduce import BLOCK
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_from, vector_ok
@@ -108,6 +108,7 @@ _KERNELS = {dt: kernel(_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 _VEC_DISPATCHERS = {dt: _make_vec_kernel(WIDTH[dt], VEC_UNROLL) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
+_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
 
 
 def grid_for(n: int, unroll: int) -> int:
@@ -118,6 +119,13 @@ def grid_for(n: int, unroll: int) -> int:
 def residual_add(x: Any, r: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> Any:
     """out = x + r. Returns `out` (a new device array when None; a numpy array when the inputs are numpy).
     `path`: "auto", "scalar" or "vector" (kernels.vector.choose)."""
+    # (the cache is skipped while tests/kernels/test_verify.py has swapped in its own _launch)
+    own = _launch is _LAUNCH
+    if out is not None and own:
+        bound, ptrs = _FAST.find((x, r, out), path)
+        if bound is not None:
+            bound.launch(ptrs, stream)
+            return out
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     ro = arrays.operand("r", r, sync)
@@ -128,17 +136,26 @@ def residual_add(x: Any, r: Any, out: Any = None, *, stream: int = 0, path: str 
     oo = arrays.output("out", out, sync, xo.shape, xo.dtype)
     # (the default path is not passed: tests/kernels/test_verify.py swaps in a 4-argument _launch)
     _launch(xo, ro, oo, stream) if path == "auto" else _launch(xo, ro, oo, stream, path)
+    if own and out is not None and xo.host is None and ro.host is None and oo.host is None:
+        k, grid = _plan(xo, ro, oo, path)
+        _FAST.store((x, r, out), path, k.bind(grid, THREADS, (xo, ro, oo)))
     return arrays.finish(sync, oo, out, xo)
 
 
-def _launch(xo: Operand, ro: Operand, oo: Operand, stream: int = 0, path: str = "auto") -> None:
+def _plan(xo: Operand, ro: Operand, oo: Operand, path: str) -> tuple[Kernel, int]:
+    """The kernel and grid for these operands (1-d kernel slots take the N-d operands as flat)."""
     dt = xo.dtype
-    # 1-d kernel slots take the N-d operands as flat (kernels.launch)
     if choose(path, dt, vector_ok((xo.ptr, ro.ptr, oo.ptr), 0)):
-        grid = grid_for(xo.size, VEC_UNROLL * WIDTH[dt])
-        _VEC[dt].launch(grid, THREADS, (xo, ro, oo), stream=stream)
-    else:
-        _KERNELS[dt].launch(grid_for(xo.size, UNROLL[dt]), THREADS, (xo, ro, oo), stream=stream)
+        return _VEC[dt], grid_for(xo.size, VEC_UNROLL * WIDTH[dt])
+    return _KERNELS[dt], grid_for(xo.size, UNROLL[dt])
+
+
+def _launch(xo: Operand, ro: Operand, oo: Operand, stream: int = 0, path: str = "auto") -> None:
+    k, grid = _plan(xo, ro, oo, path)
+    k.launch(grid, THREADS, (xo, ro, oo), stream=stream)
+
+
+_LAUNCH = _launch
 
 
 # --- registry ---------------------------------------------------------------------------------------------

@@ -20,9 +20,9 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from kernels import arrays
-from kernels.arrays import FLOAT_IO, HostSync
-from kernels.launch import kernel
-from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
+from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
+from kernels.launch import FastCache, kernel
+from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum, make_block_sum, row_slots
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.rowcases import row_cases, row_path, row_ptx_kernels
 from kernels.vector import WIDTH, choose, ldg_into, make_row_io, stg_from, vector_ok
@@ -137,6 +137,58 @@ def _make_vec(width: int):  # type: ignore[no-untyped-def]
     return k
 
 
+def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: bool):  # type: ignore[no-untyped-def]
+    """v4 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules): the v3 vector
+    kernel with any block shape and one barrier per row (the reduction slots alternate between rows, so the
+    trailing barrier goes). `threads`, `per`, `min_blocks`, `prefetch`: as kernels.ops.layernorm.make_rows."""
+    nv = per // width
+    load_row, col_of = make_row_io(width, threads, per)
+    bsum = make_block_sum(threads)
+    half = row_slots(threads)
+    smem_size = 2 * half  # two halves: the reduction slots alternate between rows
+    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
+
+    @cuda.jit(**jit_kw)
+    def k(x, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(smem_size, float32)
+        v = cuda.local.array(per, float32)
+        vn = cuda.local.array(per, float32)
+        t = cuda.local.array(width, float32)
+        rows = x.shape[0]
+        n = x.shape[1]
+        row = cuda.blockIdx.x
+        step = cuda.gridDim.x
+        base = 0
+        if prefetch and row < rows:
+            load_row(v, x[row], n, float32(0.0))
+        while row < rows:
+            nxt = row + step
+            if prefetch:
+                if nxt < rows:  # in flight during this row's reduction and stores
+                    load_row(vn, x[nxt], n, float32(0.0))
+            else:
+                load_row(v, x[row], n, float32(0.0))
+            acc = float32(0.0)
+            for e in range(per):
+                acc += v[e] * v[e]
+            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
+            base = half - base
+            orow = out[row]
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    ldg_into(t, 0, w, col)
+                    for e in range(width):
+                        t[e] = v[q * width + e] * inv * t[e]
+                    stg_from(orow, col, t, 0)
+            if prefetch:
+                for e in range(per):
+                    v[e] = vn[e]
+            row = nxt
+
+    return k
+
+
 _SIGS = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[:, ::1], float32)",
@@ -146,6 +198,7 @@ _REG = {dt: kernel(_rmsnorm_reg, sig) for dt, sig in _SIGS.items()}
 _VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
+_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
 
 
 def rmsnorm(
@@ -153,6 +206,11 @@ def rmsnorm(
 ) -> Any:
     """Row-wise RMS norm over the last dimension of x (any ndim >= 1), times weight [x.shape[-1]].
     `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER)."""
+    if out is not None:
+        bound, ptrs = _FAST.find((x, weight, out), (eps, path))
+        if bound is not None:
+            bound.launch(ptrs, stream)
+            return out
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     wo = arrays.operand("weight", weight, sync)
@@ -166,7 +224,10 @@ def rmsnorm(
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, oo.ptr), n * xo.dtype.itemsize)
     k = (_VEC if choose(path, xo.dtype, ok) else _REG if n <= BLOCK * PER else _KERNELS)[xo.dtype]
-    k.launch(min(xr.shape[0], MAX_GRID), BLOCK, (xr, wo, arrays.as_rows(oo), e), stream=stream)
+    grid, args = min(xr.shape[0], MAX_GRID), (xr, wo, arrays.as_rows(oo), e)
+    k.launch(grid, BLOCK, args, stream=stream)
+    if out is not None and xo.host is None and wo.host is None and oo.host is None:
+        _FAST.store((x, weight, out), (eps, path), k.bind(grid, BLOCK, args))
     return arrays.finish(sync, oo, out, xo)
 
 

@@ -23,12 +23,25 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from kernels import arrays
-from kernels.arrays import FLOAT_IO, HostSync
-from kernels.launch import kernel
-from kernels.reduce import BLOCK, NEG_INF, PER, ROW_JIT, VEC_ROW_JIT, block_max, block_max_sum, block_sum
+from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
+from kernels.launch import FastCache, kernel
+from kernels.reduce import (
+    BLOCK,
+    NEG_INF,
+    PER,
+    ROW_JIT,
+    VEC_ROW_JIT,
+    block_max,
+    block_max_sum,
+    block_sum,
+    make_block_max_sum,
+    row_slots,
+)
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.rowcases import row_cases, row_path, row_ptx_kernels
 from kernels.vector import WIDTH, choose, make_row_io, stg_from, vector_ok
+
+NAN = float32(math.nan)
 
 
 @cuda.jit(device=True, inline="always")
@@ -159,6 +172,72 @@ def _make_vec(width: int):  # type: ignore[no-untyped-def]
     return k
 
 
+def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: bool):  # type: ignore[no-untyped-def]
+    """v4 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules), one barrier per
+    row: each thread takes the max of its own `per` values and the sum of exp(v - that max), keeping the exps
+    in registers; ONE block reduction merges (max, sum) with the online-softmax rule (v3: a max reduction,
+    then a sum one, four barriers), and each thread rescales its exps by exp(own max - row max) / row sum.
+    Still one exp per element (+1 per thread). `threads`, `per`, `min_blocks`, `prefetch`: as
+    kernels.ops.layernorm.make_rows."""
+    nv = per // width
+    load_row, col_of = make_row_io(width, threads, per)
+    max_sum = make_block_max_sum(threads)
+    half = 2 * row_slots(threads)
+    smem_size = 2 * half  # two halves: the reduction slots alternate between rows
+    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
+
+    @cuda.jit(**jit_kw)
+    def k(x, out):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(smem_size, float32)
+        v = cuda.local.array(per, float32)
+        vn = cuda.local.array(per, float32)
+        rows = x.shape[0]
+        n = x.shape[1]
+        row = cuda.blockIdx.x
+        step = cuda.gridDim.x
+        base = 0
+        if prefetch and row < rows:
+            load_row(v, x[row], n, NEG_INF)
+        while row < rows:
+            nxt = row + step
+            if prefetch:
+                if nxt < rows:  # in flight during this row's reduction and stores
+                    load_row(vn, x[nxt], n, NEG_INF)
+            else:
+                load_row(v, x[row], n, NEG_INF)
+            mt = NEG_INF
+            for e in range(per):
+                mt = max(mt, v[e])
+            # a thread with nothing but -inf (or padding) adds exp(-inf) = 0 and the partial (-inf, 0)
+            ms = mt if mt != NEG_INF else float32(0.0)
+            s = float32(0.0)
+            for e in range(per):
+                ex = math.exp(v[e] - ms)
+                v[e] = ex
+                s += ex
+            m, s = max_sum(mt, s, sm, base)
+            base = half - base
+            if mt > NEG_INF:
+                scale = math.exp(mt - m) / s
+            elif m > NEG_INF:
+                scale = float32(0.0)  # this thread holds only -inf / padding
+            else:
+                scale = NAN  # the whole row is -inf: NaN, as the float64 reference
+            orow = out[row]
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    for e in range(width):
+                        v[q * width + e] *= scale
+                    stg_from(orow, col, v, q * width)
+            if prefetch:
+                for e in range(per):
+                    v[e] = vn[e]
+            row = nxt
+
+    return k
+
+
 _SIGS = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[:, ::1])",
     np.dtype(np.float16): "void(float16[:, ::1], float16[:, ::1])",
@@ -168,11 +247,17 @@ _REG = {dt: kernel(_softmax_reg, sig) for dt, sig in _SIGS.items()}
 _VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
+_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
 
 
 def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> Any:
     """Numerically stable softmax over the last dimension of x (any ndim >= 1).
     `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER)."""
+    if out is not None:
+        bound, ptrs = _FAST.find((x, out), path)
+        if bound is not None:
+            bound.launch(ptrs, stream)
+            return out
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     arrays.check_dtype(xo, FLOAT_IO)
@@ -183,7 +268,10 @@ def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> 
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, oo.ptr), n * xo.dtype.itemsize)
     k = (_VEC if choose(path, xo.dtype, ok) else _REG if n <= BLOCK * PER else _KERNELS)[xo.dtype]
-    k.launch(min(xr.shape[0], MAX_GRID), BLOCK, (xr, arrays.as_rows(oo)), stream=stream)
+    grid, args = min(xr.shape[0], MAX_GRID), (xr, arrays.as_rows(oo))
+    k.launch(grid, BLOCK, args, stream=stream)
+    if out is not None and xo.host is None and oo.host is None:
+        _FAST.store((x, out), path, k.bind(grid, BLOCK, args))
     return arrays.finish(sync, oo, out, xo)
 
 

@@ -45,3 +45,30 @@ def test_validation_errors():  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("case", op.SPEC.bench_cases, ids=case_id)
 def test_bench_shapes(case):  # type: ignore[no-untyped-def]
     assert_case_passes(op.SPEC, case)
+
+
+# v4 register-row kernels (make_rows), as tests/kernels/test_layernorm.py: grid-stride rows, alternating
+# reduction slots, prefetch, partial vectors.
+@needs_device
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize(("per", "prefetch", "rows", "cols", "grid"),
+                         [(16, False, 5, 136, 5), (16, True, 5, 136, 2), (8, True, 4, 256, 3)])  # fmt: skip
+def test_make_rows_variants(dtype, per, prefetch, rows, cols, grid):  # type: ignore[no-untyped-def]
+    from numba import cuda
+
+    from kernels import arrays
+    from kernels.launch import kernel
+    from kernels.reduce import BLOCK
+    from kernels.vector import WIDTH
+
+    rng = np.random.default_rng()
+    dt = np.dtype(dtype)
+    x = (rng.standard_normal((rows, cols)) * 2 + 0.5).astype(dt)
+    w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
+    dev = [cuda.to_device(a) for a in (x, w, np.full((rows, cols), np.nan, dt))]
+    k = kernel(op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch), op._SIGS[dt])
+    k.launch(grid, BLOCK, (*(arrays.operand(n, a) for n, a in zip("xwo", dev, strict=True)), 1e-6))
+    got = dev[2].copy_to_host().astype(np.float64)
+    ref = op.reference(x, w, 1e-6)
+    assert np.isfinite(got).all()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < (2e-3 if dt == np.float16 else 1e-5)

@@ -40,3 +40,34 @@ def test_validation_errors():  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("case", op.SPEC.bench_cases, ids=case_id)
 def test_bench_shapes(case):  # type: ignore[no-untyped-def]
     assert_case_passes(op.SPEC, case)
+
+
+# v4 register-row kernels (make_rows), as tests/kernels/test_layernorm.py: grid-stride rows, alternating
+# reduction slots, prefetch, partial vectors; row 1 is all -inf (NaN out, as the float64 reference).
+@needs_device
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize(("per", "prefetch", "rows", "cols", "grid"),
+                         [(16, False, 5, 136, 5), (16, True, 5, 136, 2), (8, True, 4, 256, 3)])  # fmt: skip
+def test_make_rows_variants(dtype, per, prefetch, rows, cols, grid):  # type: ignore[no-untyped-def]
+    from numba import cuda
+
+    from kernels import arrays
+    from kernels.launch import kernel
+    from kernels.reduce import BLOCK
+    from kernels.vector import WIDTH
+
+    rng = np.random.default_rng()
+    dt = np.dtype(dtype)
+    x = (rng.standard_normal((rows, cols)) * 4 + 40).astype(dt)
+    x[1] = -np.inf
+    xd, od = cuda.to_device(x), cuda.to_device(np.full((rows, cols), 7.0, dt))
+    k = kernel(op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch), op._SIGS[dt])
+    with np.errstate(invalid="ignore"):
+        k.launch(grid, BLOCK, (arrays.operand("x", xd), arrays.operand("out", od)))
+        ref = op.reference(x)
+    got = od.copy_to_host().astype(np.float64)
+    assert np.isnan(got[1]).all()
+    good = np.arange(rows) != 1
+    assert np.isfinite(got[good]).all()
+    err = np.linalg.norm(got[good] - ref[good]) / np.linalg.norm(ref[good])
+    assert err < (2e-3 if dt == np.float16 else 1e-5)
