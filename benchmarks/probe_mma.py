@@ -42,13 +42,16 @@ LOG: list[str] = []
 VARIANTS: dict[str, mma.Config] = {
     "base": mma.Config(),
     "late_c32": mma.Config(late=True, cpy32=True),
-    "k64": mma.Config(bk=64),
     "k64_late_c32": mma.Config(bk=64, late=True, cpy32=True),
-    "mbar": mma.Config(mbar=True),
     "mbar_late_c32": mma.Config(mbar=True, late=True, cpy32=True),
+    "t128x256_mbar": mma.Config(bn=256, wn=4, mbar=True, late=True, cpy32=True),
+    "t256x128_mbar": mma.Config(bm=256, wm=4, mbar=True, late=True, cpy32=True),
     "epi": mma.Config(epi=True),
-    "mbar_k64_late_c32": mma.Config(bk=64, mbar=True, late=True, cpy32=True),
     "all_k64": mma.Config(bk=64, mbar=True, late=True, cpy32=True, epi=True),
+    "k64": mma.Config(bk=64),
+    "mbar": mma.Config(mbar=True),
+    "t128x256_k64_mbar": mma.Config(bn=256, wn=4, bk=64, mbar=True, late=True, cpy32=True),
+    "t128x256": mma.Config(bn=256, wn=4, late=True, cpy32=True),
     "b3": mma.Config(minb=3),
     "late": mma.Config(late=True),
     "s4_late_c32": mma.Config(stages=4, late=True, cpy32=True),
@@ -219,6 +222,10 @@ NCU_METRICS = [
     "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
     "smsp__warps_active.avg.per_cycle_active",
     "gpu__time_duration.sum",
+    "lts__t_bytes.sum.per_second",
+    "lts__t_sectors.avg.pct_of_peak_sustained_elapsed",
+    "lts__t_sector_hit_rate.pct",
+    "dram__bytes.sum.per_second",
 ]
 
 
