@@ -12,6 +12,7 @@ fails it).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import sys
@@ -84,7 +85,11 @@ def row_ops(cp: Any, res: dict[str, Any], copy_gbs: float, dtypes: str) -> None:
     for dt_name, variants in ((dtypes, FP16_VARIANTS if dtypes == "float16" else FP32_VARIANTS),):
         for opname in ("layernorm", "softmax", "rmsnorm"):
             v = RMS_VARIANTS[dt_name] if opname == "rmsnorm" else variants
-            _row_case(cp, res, copy_gbs, opname, dt_name, v)
+            try:
+                _row_case(cp, res, copy_gbs, opname, dt_name, v)
+            except Exception:  # one op's failure must not hide the others' figures
+                res.setdefault("errors", []).append(traceback.format_exc()[-1500:])
+                log(res["errors"][-1])
             cp.get_default_memory_pool().free_all_blocks()
             cuda.synchronize()
 
@@ -167,10 +172,8 @@ def _row_case(
                 t_c = time.monotonic()
                 k = kernel(mod.make_rows(WIDTH[dt], th, per, mb, pf), mod._SIGS[dt])
                 k._prepare()
-                occ = __import__("ctypes").c_int()
-                _driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                    __import__("ctypes").byref(occ), k._func, th, 0
-                )
+                occ = ctypes.c_int()
+                _driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(occ), k._func, th, 0)
                 grid = min(ROWS, sms * occ.value) if pf else ROWS
                 meta = {
                     "regs": k.regs,
@@ -332,7 +335,11 @@ def main() -> int:
             overhead(res)
             save()
         if "elementwise" not in skip and elapsed() < BUDGET_S:
-            elementwise(cp, res, copy_gbs)
+            try:
+                elementwise(cp, res, copy_gbs)
+            except Exception:
+                res.setdefault("errors", []).append(traceback.format_exc()[-1500:])
+                log(res["errors"][-1])
             save()
         if "rows" not in skip and elapsed() < BUDGET_S:
             row_ops(cp, res, copy_gbs, "float32")
@@ -363,6 +370,11 @@ def main() -> int:
         if bad:
             line += f" FAILED: {','.join(bad)}"
         print(line)
+        v4 = [r for r in ok if r["variant"].startswith("v4_")]
+        if v4:
+            print("   " + " ".join(f"{r['variant'][3:]}={r['median_us']:.1f}/r{r.get('regs')}" for r in v4))
+    if res.get("errors") or res.get("error"):
+        print(f"ERRORS: {len(res.get('errors', [])) + bool(res.get('error'))} (see mem.txt)")
     for r in res.get("overhead", []):
         print(f"ovh {r['call'][:40]:<40} {r['median_us']:>6.2f} us")
     return 0
