@@ -46,8 +46,8 @@ LOG: list[str] = []
 
 
 def log(s: str) -> None:
-    LOG.append(s)
-    print(s, file=sys.stderr, flush=True)
+    """To $OUT/mem.txt (saved after every section); stdout carries only the short table at the end."""
+    LOG.append(f"{elapsed():6.1f}s {s}")
 
 
 def elapsed() -> float:
