@@ -463,9 +463,9 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
             hg_mbar_wait(bars + 8 * rs, rpar);  // slice kt has landed (every thread's copies)
             const int nk = kt + HG_STAGES - 1;
             auto issue = [&]() {
-                // HG_LATE: issued past the end too (all-false predicates zero-fill a stage nobody reads), so
-                // that no branch keeps ptxas from interleaving the copy's instructions with the mma
-                if (HG_LATE || nk < KT) {
+                // only slices that exist: each one's "full" phase is then waited on by a consumer before the
+                // block ends, so no copy-engine arrive is still pending on shared memory at exit
+                if (nk < KT) {
                     // stage ws last held slice kt - 1: every thread must have read it (none held it at kt == 0)
                     if (kt > 0) hg_mbar_wait(bars + 8 * (HG_STAGES + ws), wpar);
                     hg_copy_issue(cp, smem_a + ws * A_STAGE, smem_b + ws * B_STAGE, K - (long long)nk * HG_BK,
