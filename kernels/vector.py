@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, uint32
 
 from kernels.arrays import SIMULATED
 
@@ -127,6 +127,87 @@ def _intrinsics() -> tuple[Any, Any]:
     return ldg_into, stg_from
 
 
+def _raw_intrinsics() -> tuple[Any, Any]:
+    """ldg_raw / unpack_h8: a 16-byte fp16 load kept as 4 packed 32-bit words (half the registers of 8
+    floats), converted later; for rows held in flight across a loop iteration (the prefetch row kernels)."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.cuda.extending import intrinsic
+
+    i32 = ir.IntType(32)
+
+    def _slot(context: Any, builder: Any, loc_ty: Any, loc: Any, off_ty: Any, off: Any, k: int) -> Any:
+        la = context.make_array(loc_ty)(context, builder, loc)
+        o = context.cast(builder, off, off_ty, types.intp)
+        return builder.gep(la.data, [builder.add(o, ir.Constant(o.type, k))])
+
+    @intrinsic
+    def ldg_raw(typingctx, dst, off, arr, idx):  # type: ignore[no-untyped-def]
+        if not isinstance(arr, types.Array) or arr.dtype != types.float16:
+            raise TypeError(f"ldg_raw needs a float16 array, got {arr}")
+        if not isinstance(dst, types.Array) or dst.dtype != types.uint32:
+            raise TypeError(f"ldg_raw needs a uint32 local array, got {dst}")
+        sig = types.void(dst, off, arr, idx)
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            ary = context.make_array(sig.args[2])(context, builder, args[2])
+            i = context.cast(builder, args[3], sig.args[3], types.intp)
+            p = builder.gep(ary.data, [i])
+            gp = builder.addrspacecast(p, ir.PointerType(p.type.pointee, 1))
+            vp = builder.bitcast(gp, ir.PointerType(ir.VectorType(i32, 4), 1))
+            v = builder.load(vp, align=VEC_BYTES)
+            for k in range(4):
+                e = builder.extract_element(v, ir.Constant(i32, k))
+                builder.store(e, _slot(context, builder, sig.args[0], args[0], sig.args[1], args[1], k))
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def unpack_h8(typingctx, dst, off, raw, roff):  # type: ignore[no-untyped-def]
+        if not isinstance(dst, types.Array) or dst.dtype != types.float32:
+            raise TypeError(f"unpack_h8 needs a float32 local array, got {dst}")
+        if not isinstance(raw, types.Array) or raw.dtype != types.uint32:
+            raise TypeError(f"unpack_h8 needs a uint32 local array, got {raw}")
+        sig = types.void(dst, off, raw, roff)
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            h2 = ir.VectorType(ir.HalfType(), 2)
+            for k in range(4):
+                w = builder.load(_slot(context, builder, sig.args[2], args[2], sig.args[3], args[3], k))
+                pair = builder.bitcast(w, h2)
+                for j in range(2):
+                    e = builder.fpext(builder.extract_element(pair, ir.Constant(i32, j)), ir.FloatType())
+                    at = _slot(context, builder, sig.args[0], args[0], sig.args[1], args[1], 2 * k + j)
+                    builder.store(e, at)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return ldg_raw, unpack_h8
+
+
+# words of the raw buffer per 16-byte fp16 vector: 4 packed uint32 on a GPU; under the simulator the raw
+# buffer holds the 8 values as float32 (no bit casts there), so kernels index it with RAW_PER_VEC
+RAW_PER_VEC = 8 if SIMULATED else 4
+RAW_DTYPE = float32 if SIMULATED else uint32
+
+if SIMULATED:
+
+    @cuda.jit(device=True)
+    def ldg_raw(dst, off, arr, idx):  # type: ignore[no-untyped-def]
+        for k in range(8):
+            dst[off + k] = float32(arr[idx + k])
+
+    @cuda.jit(device=True)
+    def unpack_h8(dst, off, raw, roff):  # type: ignore[no-untyped-def]
+        for k in range(8):
+            dst[off + k] = raw[roff + k]
+
+else:
+    ldg_raw, unpack_h8 = _raw_intrinsics()
+
+
 if SIMULATED:
 
     @cuda.jit(device=True)
@@ -172,3 +253,74 @@ def make_row_io(width: int, block: int, per: int) -> tuple[Any, Any]:
                         v[q * width + e] = fill
 
     return load_row, col_of
+
+
+def make_raw_row_io(block: int, per: int) -> tuple[Any, Any]:
+    """fp16 rows as make_row_io lays them out (width 8), loaded into a raw buffer of packed words
+    (`RAW_DTYPE`, per // 8 * RAW_PER_VEC of them per thread) and unpacked into float32 registers later.
+
+      load_raw(raw, xr, n): this thread's vectors of row xr (those inside the row)
+      unpack_row(v, raw, n, fill): v[q * 8 + e] = the loaded values, or `fill` past the end of the row
+    """
+    nv = per // 8
+
+    @cuda.jit(device=True, inline="always")
+    def col_of(q):  # type: ignore[no-untyped-def]
+        return (q * block + cuda.threadIdx.x) * 8
+
+    @cuda.jit(device=True, inline="always")
+    def load_raw(raw, xr, n):  # type: ignore[no-untyped-def]
+        if n >= block * per:
+            for q in range(nv):
+                ldg_raw(raw, q * RAW_PER_VEC, xr, col_of(q))
+        else:
+            for q in range(nv):
+                if col_of(q) < n:
+                    ldg_raw(raw, q * RAW_PER_VEC, xr, col_of(q))
+
+    @cuda.jit(device=True, inline="always")
+    def unpack_row(v, raw, n, fill):  # type: ignore[no-untyped-def]
+        for q in range(nv):
+            if col_of(q) < n:
+                unpack_h8(v, q * 8, raw, q * RAW_PER_VEC)
+            else:
+                for e in range(8):
+                    v[q * 8 + e] = fill
+
+    return load_raw, unpack_row
+
+
+def make_prefetch_io(width: int, block: int, per: int, raw: bool, fill: float) -> tuple[int, Any, Any, Any]:
+    """The next-row buffer of the prefetching row kernels: (buffer length, buffer dtype, pre_load, take).
+
+      pre_load(buf, xr, n): issue this thread's loads of row xr into buf
+      take(v, buf, n): v = the buffered row as float32 (`fill` past its end)
+
+    `raw` (fp16 only): the buffer keeps the packed halves (RAW_DTYPE words, half the registers) and `take`
+    converts them; otherwise the buffer is float32 like the row itself."""
+    if raw:
+        if width != 8:
+            raise ValueError("raw prefetch buffers are for float16 rows (8 values per 16-byte vector)")
+        load_raw, unpack_row = make_raw_row_io(block, per)
+
+        @cuda.jit(device=True, inline="always")
+        def pre_raw(buf, xr, n):  # type: ignore[no-untyped-def]
+            load_raw(buf, xr, n)
+
+        @cuda.jit(device=True, inline="always")
+        def take_raw(v, buf, n):  # type: ignore[no-untyped-def]
+            unpack_row(v, buf, n, fill)
+
+        return per // 8 * RAW_PER_VEC, RAW_DTYPE, pre_raw, take_raw
+    load_row, _ = make_row_io(width, block, per)
+
+    @cuda.jit(device=True, inline="always")
+    def pre(buf, xr, n):  # type: ignore[no-untyped-def]
+        load_row(buf, xr, n, fill)
+
+    @cuda.jit(device=True, inline="always")
+    def take(v, buf, n):  # type: ignore[no-untyped-def]
+        for e in range(per):
+            v[e] = buf[e]
+
+    return per, float32, pre, take

@@ -27,7 +27,7 @@ from kernels.launch import FastCache, kernel
 from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum, make_block_welford, row_slots
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.rowcases import row_cases, row_path, row_ptx_kernels
-from kernels.vector import WIDTH, choose, ldg_into, make_row_io, stg_from, vector_ok
+from kernels.vector import WIDTH, choose, ldg_into, make_prefetch_io, make_row_io, stg_from, vector_ok
 
 
 @cuda.jit
@@ -164,7 +164,9 @@ def _make_vec(width: int):  # type: ignore[no-untyped-def]
     return k
 
 
-def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: bool):  # type: ignore[no-untyped-def]
+def make_rows(  # type: ignore[no-untyped-def]
+    width: int, threads: int, per: int, min_blocks: int, prefetch: bool, raw: bool = False
+):
     """v4 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules), one barrier per
     row: each thread takes the exact mean and M2 of its own `per` values (in registers), then ONE block
     reduction merges (count, mean, M2) with Chan's formula (v3: a sum reduction, then a variance one, four
@@ -174,6 +176,7 @@ def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: boo
     for the row)."""
     nv = per // width
     load_row, col_of = make_row_io(width, threads, per)
+    nbuf, buf_dt, pre_load, take = make_prefetch_io(width, threads, per, raw, 0.0)
     welford = make_block_welford(threads)
     half = 3 * row_slots(threads)
     smem_size = 2 * half  # two halves: the reduction slots alternate between rows
@@ -183,7 +186,7 @@ def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: boo
     def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(smem_size, float32)
         v = cuda.local.array(per, float32)
-        vn = cuda.local.array(per, float32)
+        vn = cuda.local.array(nbuf, buf_dt)
         tw = cuda.local.array(width, float32)
         tb = cuda.local.array(width, float32)
         rows = x.shape[0]
@@ -198,7 +201,7 @@ def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: boo
             nxt = row + step
             if prefetch:
                 if nxt < rows:  # in flight during this row's reduction and stores
-                    load_row(vn, x[nxt], n, float32(0.0))
+                    pre_load(vn, x[nxt], n)
             else:
                 load_row(v, x[row], n, float32(0.0))
             s = float32(0.0)
@@ -228,8 +231,7 @@ def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: boo
                         tw[e] = (v[q * width + e] - mean) * rstd * tw[e] + tb[e]
                     stg_from(orow, col, tw, 0)
             if prefetch:
-                for e in range(per):
-                    v[e] = vn[e]
+                take(v, vn, n)
             row = nxt
 
     return k

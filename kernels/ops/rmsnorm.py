@@ -25,7 +25,7 @@ from kernels.launch import FastCache, kernel
 from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum, make_block_sum, row_slots
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.rowcases import row_cases, row_path, row_ptx_kernels
-from kernels.vector import WIDTH, choose, ldg_into, make_row_io, stg_from, vector_ok
+from kernels.vector import WIDTH, choose, ldg_into, make_prefetch_io, make_row_io, stg_from, vector_ok
 
 
 @cuda.jit
@@ -137,12 +137,15 @@ def _make_vec(width: int):  # type: ignore[no-untyped-def]
     return k
 
 
-def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: bool):  # type: ignore[no-untyped-def]
+def make_rows(  # type: ignore[no-untyped-def]
+    width: int, threads: int, per: int, min_blocks: int, prefetch: bool, raw: bool = False
+):
     """v4 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules): the v3 vector
     kernel with any block shape and one barrier per row (the reduction slots alternate between rows, so the
     trailing barrier goes). `threads`, `per`, `min_blocks`, `prefetch`: as kernels.ops.layernorm.make_rows."""
     nv = per // width
     load_row, col_of = make_row_io(width, threads, per)
+    nbuf, buf_dt, pre_load, take = make_prefetch_io(width, threads, per, raw, 0.0)
     bsum = make_block_sum(threads)
     half = row_slots(threads)
     smem_size = 2 * half  # two halves: the reduction slots alternate between rows
@@ -152,7 +155,7 @@ def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: boo
     def k(x, w, out, eps):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(smem_size, float32)
         v = cuda.local.array(per, float32)
-        vn = cuda.local.array(per, float32)
+        vn = cuda.local.array(nbuf, buf_dt)
         t = cuda.local.array(width, float32)
         rows = x.shape[0]
         n = x.shape[1]
@@ -165,7 +168,7 @@ def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: boo
             nxt = row + step
             if prefetch:
                 if nxt < rows:  # in flight during this row's reduction and stores
-                    load_row(vn, x[nxt], n, float32(0.0))
+                    pre_load(vn, x[nxt], n)
             else:
                 load_row(v, x[row], n, float32(0.0))
             acc = float32(0.0)
@@ -182,8 +185,7 @@ def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: boo
                         t[e] = v[q * width + e] * inv * t[e]
                     stg_from(orow, col, t, 0)
             if prefetch:
-                for e in range(per):
-                    v[e] = vn[e]
+                take(v, vn, n)
             row = nxt
 
     return k

@@ -39,7 +39,7 @@ from kernels.reduce import (
 )
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.rowcases import row_cases, row_path, row_ptx_kernels
-from kernels.vector import WIDTH, choose, make_row_io, stg_from, vector_ok
+from kernels.vector import WIDTH, choose, make_prefetch_io, make_row_io, stg_from, vector_ok
 
 NAN = float32(math.nan)
 
@@ -172,7 +172,9 @@ def _make_vec(width: int):  # type: ignore[no-untyped-def]
     return k
 
 
-def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: bool):  # type: ignore[no-untyped-def]
+def make_rows(  # type: ignore[no-untyped-def]
+    width: int, threads: int, per: int, min_blocks: int, prefetch: bool, raw: bool = False
+):
     """v4 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules), one barrier per
     row: each thread takes the max of its own `per` values and the sum of exp(v - that max), keeping the exps
     in registers; ONE block reduction merges (max, sum) with the online-softmax rule (v3: a max reduction,
@@ -181,6 +183,7 @@ def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: boo
     kernels.ops.layernorm.make_rows."""
     nv = per // width
     load_row, col_of = make_row_io(width, threads, per)
+    nbuf, buf_dt, pre_load, take = make_prefetch_io(width, threads, per, raw, NEG_INF)
     max_sum = make_block_max_sum(threads)
     half = 2 * row_slots(threads)
     smem_size = 2 * half  # two halves: the reduction slots alternate between rows
@@ -190,7 +193,7 @@ def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: boo
     def k(x, out):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(smem_size, float32)
         v = cuda.local.array(per, float32)
-        vn = cuda.local.array(per, float32)
+        vn = cuda.local.array(nbuf, buf_dt)
         rows = x.shape[0]
         n = x.shape[1]
         row = cuda.blockIdx.x
@@ -202,7 +205,7 @@ def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: boo
             nxt = row + step
             if prefetch:
                 if nxt < rows:  # in flight during this row's reduction and stores
-                    load_row(vn, x[nxt], n, NEG_INF)
+                    pre_load(vn, x[nxt], n)
             else:
                 load_row(v, x[row], n, NEG_INF)
             mt = NEG_INF
@@ -231,8 +234,7 @@ def make_rows(width: int, threads: int, per: int, min_blocks: int, prefetch: boo
                         v[q * width + e] *= scale
                     stg_from(orow, col, v, q * width)
             if prefetch:
-                for e in range(per):
-                    v[e] = vn[e]
+                take(v, vn, n)
             row = nxt
 
     return k

@@ -53,9 +53,11 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
 # 136 columns leave partial vectors past the row's end in some threads.
 @needs_device
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
-@pytest.mark.parametrize(("per", "prefetch", "rows", "cols", "grid"),
-                         [(16, False, 5, 136, 5), (16, True, 5, 136, 2), (8, True, 4, 256, 3)])  # fmt: skip
-def test_make_rows_variants(dtype, per, prefetch, rows, cols, grid):  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("per", "prefetch", "raw", "rows", "cols", "grid"),
+                         [(16, False, False, 5, 136, 5), (16, True, False, 5, 136, 2),
+                          (8, True, False, 4, 256, 3), (16, True, True, 5, 136, 2),
+                          (8, True, True, 4, 256, 3)])  # fmt: skip
+def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # type: ignore[no-untyped-def]
     from numba import cuda
 
     from kernels import arrays
@@ -63,13 +65,15 @@ def test_make_rows_variants(dtype, per, prefetch, rows, cols, grid):  # type: ig
     from kernels.reduce import BLOCK
     from kernels.vector import WIDTH
 
+    if raw and dtype != np.float16:
+        pytest.skip("raw (packed-half) prefetch buffers are for float16 rows")
     rng = np.random.default_rng()
     dt = np.dtype(dtype)
     x = (rng.standard_normal((rows, cols)) * 2 + 3).astype(dt)
     w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
     b = (0.5 * rng.standard_normal(cols)).astype(dt)
     dev = [cuda.to_device(a) for a in (x, w, b, np.full((rows, cols), np.nan, dt))]
-    k = kernel(op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch), op._SIGS[dt])
+    k = kernel(op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch, raw), op._SIGS[dt])
     k.launch(grid, BLOCK, (*(arrays.operand(n, a) for n, a in zip("xwbo", dev, strict=True)), 1e-5))
     got = dev[3].copy_to_host().astype(np.float64)
     ref = op.reference(x, w, b, 1e-5)
