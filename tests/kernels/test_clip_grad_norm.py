@@ -8,6 +8,8 @@ import pytest
 from numba import cuda
 from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, small_cases
 
+from kernels import arrays
+from kernels.launch import Kernel
 from kernels.ops import clip_grad_norm as op
 
 
@@ -103,3 +105,78 @@ def test_path_selection_and_errors():  # type: ignore[no-untyped-def]
         op.clip_grad_norm([np.ones(3, np.float32)], 1.0, workspace=ws, path="fused")
     with pytest.raises(ValueError, match="path: 'fast' is not a path; expected one of: auto, split"):
         op.clip_grad_norm([np.ones(3, np.float32)], 1.0, path="fast")
+
+
+class _Ptr:
+    def __init__(self, p: int) -> None:
+        self.device_pointer = p
+
+
+class _FakeDeviceArray:
+    """Looks like a numba device array to kernels.arrays (pointer, shape, strides, dtype), with a real-looking
+    pointer even under the simulator: the lean launcher's parameter words are checked without a GPU."""
+
+    device_ctypes_pointer = None  # the class-level marker kernels.arrays looks for
+
+    def __init__(self, shape, dtype, ptr, strides=None):  # type: ignore[no-untyped-def]
+        self.shape = shape
+        self.dtype = np.dtype(dtype)
+        self.strides = strides or arrays.c_strides(shape, self.dtype.itemsize)
+        self.gpu_data = _Ptr(ptr)
+
+    def reshape(self, shape):  # type: ignore[no-untyped-def]
+        return _FakeDeviceArray(shape, self.dtype, self.gpu_data.device_pointer)
+
+
+_FakeDeviceArray.__module__ = "numba.cuda.fake"
+
+
+@pytest.mark.parametrize("kind", ["two", "two_last", "one"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_fast_parameter_blocks_match_kernel_pack(kind, dtype):  # type: ignore[no-untyped-def]
+    # the lean launcher (GPU only) writes each kernel's whole parameter block with one struct.pack_into; it
+    # must be byte for byte what Kernel.pack writes for the general path's arguments, with the same grid
+    dt = np.dtype(dtype)
+    grads = [_FakeDeviceArray((n,), dt, (1 << 40) + 4096 * i) for i, n in enumerate((100003, 5, 77))]
+    grads.append(_FakeDeviceArray((3, 40), dt, 1 << 39))  # N-d: seen flat
+    no = _FakeDeviceArray((1,), np.float32, 1 << 41)
+    assert all(arrays.is_device_array(a) for a in (*grads, no))
+    fv = op.fast_values(grads, no)
+    assert fv is not None
+    got_dt, words, p_no = fv
+    assert got_dt is dt and p_no == 1 << 41 and len(words) == 7 * len(grads)
+    plan = op._FastPlan(dt, kind, op.V4_DEFAULT[dt])
+    padded = words + plan.empty_words * (op.SLOTS - len(grads))
+    flat = [arrays.operand(f"g{i}", g).flat() for i, g in enumerate(grads)]
+    launches = op.v4_launches(kind, flat, arrays.operand("norm_out", no), 2.5)
+    assert len(launches) == len(plan.kernels)
+    for i, (k, grid, args) in enumerate(launches):
+        ref = Kernel(k.dispatcher, k.sig)
+        ref.build_plan()
+        ref.pack(args)
+        assert plan.pack(i, padded, p_no, 2.5) == grid
+        assert list(plan.kernels[i]._block) == list(ref._block), (kind, i)
+
+
+def test_fast_values_declines_what_the_general_path_must_check():  # type: ignore[no-untyped-def]
+    f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+    ok = _FakeDeviceArray((64,), f32, 1 << 40)
+    no = _FakeDeviceArray((1,), f32, 1 << 41)
+    assert arrays.is_device_array(ok)
+    assert op.fast_values([ok], no) is not None
+    bad = {
+        "misaligned": [_FakeDeviceArray((64,), f32, (1 << 40) + 4)],
+        "mixed dtypes": [ok, _FakeDeviceArray((64,), f16, 1 << 40)],
+        "strided": [_FakeDeviceArray((64,), f32, 1 << 40, strides=(8,))],
+        "empty": [_FakeDeviceArray((0,), f32, 1 << 40)],
+        "float64": [_FakeDeviceArray((64,), np.float64, 1 << 40)],
+        "numpy": [np.ones(64, np.float32)],
+        "too many": [ok] * (op.SLOTS + 1),
+        "none": [],
+    }
+    for why, grads in bad.items():
+        assert op.fast_values(grads, no) is None, why
+    assert op.fast_values((ok,), no) is not None  # a tuple is fine
+    assert op.fast_values([ok], _FakeDeviceArray((2,), f32, 1 << 41)) is None
+    assert op.fast_values([ok], _FakeDeviceArray((1,), f16, 1 << 41)) is None
+    assert op.fast_values([ok], np.zeros(1, np.float32)) is None
