@@ -62,6 +62,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "s2_v_g1": {"bk": 8, "vec": True, "group": 1},
     "s2_v_2x16": {"bk": 8, "vec": True, "layout": "2x16"},
     "s2_v_nolb": {"bk": 8, "vec": True, "min_blocks": 0},
+    "s2_v_bk16": {"bk": 16, "vec": True},  # BK=16 at 2 blocks/SM: 88 B spill (ptxas)
     "s2_v_bk16_lb1": {"bk": 16, "vec": True, "min_blocks": 1},
 }
 
@@ -118,28 +119,32 @@ def inputs(m: int, n: int, k: int, seed: int) -> list[tuple[Any, Any]]:
 # --- stages -------------------------------------------------------------------------------------------------
 
 
-def checks(impls: dict[str, Callable[[Any, Any, Any], None]], report: dict[str, Any]) -> None:
+CHECK_SHAPES = ((257, 129, 67), (520, 392, 264), (1000, 1003, 999), (131, 260, 36), (1, 7, 5),
+                (999, 1004, 1004), (3, 4, 12))  # fmt: skip
+
+
+def checks(
+    impls: dict[str, Callable[[Any, Any, Any], None]],
+    report: dict[str, Any],
+    shapes: tuple[tuple[int, int, int], ...] = CHECK_SHAPES,
+) -> None:
     """Every implementation at odd / edge / aligned shapes against float64."""
-    rows = []
-    for m, n, k in (
-        (257, 129, 67),
-        (520, 392, 264),
-        (1000, 1003, 999),
-        (131, 260, 36),
-        (1, 7, 5),
-        (999, 1004, 1004),
-        (3, 4, 12),
-    ):
+    rows = report.setdefault("checks", [])
+    for m, n, k in shapes:
         ((a, b),) = inputs(m, n, k, seed=m * 7 + n)[:1]
         ref = a.astype(cp.float64) @ b.astype(cp.float64)
         for name, fn in impls.items():
             if VARIANTS.get(name, {}).get("vec") and not (n % 4 == 0 and k % 4 == 0):
                 continue  # the raw 16-byte variants need N, K multiples of 4 (the production path checks)
-            c = cp.full((m, n), cp.nan, dtype=cp.float32)
             try:
-                fn(a, b, c)
-                cp.cuda.runtime.deviceSynchronize()
-                err = rel_err(c, ref)
+                # twice, into fresh poisoned outputs: a launcher's second call replays its FastCache entry
+                err = 0.0
+                for _ in range(2):
+                    c = cp.full((m, n), cp.nan, dtype=cp.float32)
+                    fn(a, b, c)
+                    cp.cuda.runtime.deviceSynchronize()
+                    e = rel_err(c, ref)
+                    err = e if e != e else max(err, e)
             except Exception as ex:  # noqa: BLE001
                 err = float("nan")
                 log(f"check {name} {m}x{n}x{k}: {ex!r}")
@@ -147,7 +152,6 @@ def checks(impls: dict[str, Callable[[Any, Any, Any], None]], report: dict[str, 
             rows.append({"impl": name, "shape": [m, n, k], "err": err, "ok": ok})
             if not ok:
                 log(f"CHECK FAIL {name} {m}x{n}x{k}: err {err}")
-    report["checks"] = rows
     log(f"checks: {sum(r['ok'] for r in rows)}/{len(rows)} ok ({elapsed():.0f}s)")
 
 
@@ -210,6 +214,11 @@ def bench_oproj(report: dict[str, Any], iters: int, paths: list[str]) -> None:
         cp.cuda.runtime.deviceSynchronize()
         err = rel_err(outs[0], ref)
         t = time_us(fn, iters)
+        outs[0].fill(cp.nan)
+        fn(0)  # after the timing: the launcher's FastCache replay
+        cp.cuda.runtime.deviceSynchronize()
+        e2 = rel_err(outs[0], ref)
+        err = e2 if (e2 != e2 or e2 > err) else err  # NaN (unwritten output) wins
         t.update({"impl": name, "err": err, "tflops": flop / t["median_us"] * 1e-6})
         rows.append(t)
         log(f"{name:>14} o_proj 16x512x2560: {t['median_us']:8.1f} us {t['tflops']:6.2f} TF err {err:.1e} "
@@ -344,22 +353,29 @@ def main() -> None:
             "simt": lambda a, b, c: g.gemm(a, b, c, path="simt"),
             "simt2": lambda a, b, c: g.gemm(a, b, c, path="simt2"),
         }
-        for nm in names:
-            kern = variant_kernel(nm)
-            impls[nm] = lambda a, b, c, nm=nm, kern=kern: launch_variant(nm, kern, a, b, c)
+        # 1. the production paths (old simt, new simt2) against cuBLAS: checks, both gemm shapes, o_proj
         checks(impls, report)
         save()
-        bench_gemm(impls, [(4096, 4096, 4096)], report, args.iters, args.budget - 45)
-        save()
-        bench_gemm({x: impls[x] for x in ("cublas", "simt", "simt2", "s2_v") if x in impls},
-                   [(8192, 2560, 2560)], report, args.iters, args.budget - 40)  # fmt: skip
+        bench_gemm(impls, [(4096, 4096, 4096), (8192, 2560, 2560)], report, args.iters, args.budget)
         save()
         bench_oproj(report, args.iters, ["simt", "simt2"])
         save()
+        # 2. ncu on one launch of each, 3. host overhead
+        if not args.no_ncu:
+            ncu_stage(report, min(50.0, max(10.0, args.budget - elapsed() - 20)))
+            save()
         host_overhead(report)
         save()
-        if not args.no_ncu:
-            ncu_stage(report, max(10.0, args.budget - elapsed()))
+        # 4. the variants, as far as the time budget goes: compile, check at two aligned shapes, time 4096^3
+        for nm in names:
+            if elapsed() > args.budget - 12:
+                log(f"skip variant {nm}: time budget")
+                continue
+            kern = variant_kernel(nm)
+            fn = lambda a, b, c, nm=nm, kern=kern: launch_variant(nm, kern, a, b, c)  # noqa: E731
+            checks({nm: fn}, report, ((520, 392, 264), (131, 260, 36)))
+            bench_gemm({nm: fn}, [(4096, 4096, 4096)], report, args.iters, args.budget - 3)
+            save()
     except Exception:  # noqa: BLE001
         log(traceback.format_exc())
     save()

@@ -21,6 +21,7 @@ import numpy as np
 
 from kernels import arrays
 from kernels.arrays import SIMULATED, HostSync
+from kernels.launch import FastCache
 from kernels.ops import gemm as _gemm
 from kernels.registry import Case, OpSpec, Problem, register
 
@@ -37,6 +38,12 @@ def o_proj(
 ) -> Any:
     """out = attn @ w (+ bias) + residual, in one kernel. Returns `out` (a new device array when None; numpy
     when the inputs are numpy)."""
+    if out is not None:  # hot path: a layout validated before, new pointers (kernels.launch.FastCache)
+        objs = (attn, w, out, residual) if bias is None else (attn, w, out, residual, bias)
+        hit, ptrs = _FAST.find(objs, path)
+        if hit is not None:
+            hit.launch(ptrs, stream)
+            return out
     sync = HostSync()
     ao = arrays.operand("attn", attn, sync)
     wo = arrays.operand("w", w, sync)
@@ -57,10 +64,18 @@ def o_proj(
     resolved = _gemm.resolve_path(path, ao.dtype)
     oo = arrays.output("out", out, sync, ro.shape, ao.dtype)
     m = ao.size // ao.shape[-1]
-    _gemm.run_matmul(
-        ao.reshaped((m, ao.shape[-1])), wo, bo, ro.reshaped((m, n)), oo.reshaped((m, n)), resolved, stream
-    )
+    device = out is not None and not SIMULATED and all(x.host is None for x in (ao, wo, ro, oo))
+    keep = device and (bo is None or bo.host is None)
+    rep = _gemm.run_matmul(
+        ao.reshaped((m, ao.shape[-1])), wo, bo, ro.reshaped((m, n)), oo.reshaped((m, n)), resolved, stream,
+        replay=keep,
+    )  # fmt: skip
+    if rep is not None:
+        _FAST.store((attn, w, out, residual) if bias is None else (attn, w, out, residual, bias), path, rep)
     return arrays.finish(sync, oo, out, ao)
+
+
+_FAST = FastCache()  # validated o_proj launches by operand layout and path (kernels.launch.FastCache)
 
 
 # --- registry ----------------------------------------------------------------------------------------------

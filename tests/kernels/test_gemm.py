@@ -23,7 +23,7 @@ needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a real CUDA GPU")
 
 def gpu_paths(dtype: str) -> list[str]:
     """Every path that can run `dtype` on this GPU."""
-    paths = ["portable", "simt", "simt_wide"]
+    paths = ["portable", "simt", "simt_wide"] + (["simt2"] if dtype == "float32" else [])
     if dtype == "float16" and g.mma.available():
         paths.append("mma")
     return paths
@@ -61,6 +61,82 @@ def test_numpy_in_numpy_out_and_auto_path_name() -> None:
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
     expected = "portable" if SIMULATED else g.SIMT_DEFAULT
     assert g.path_for(Case("x", {"M": 5, "N": 7, "K": 3}, "float32")) == expected
+
+
+# --- simt2: the generated kernel, on the simulator at small shapes that reach every code path ---------------
+# (tile 128 x 128, BK 8): one partial block; K tails of 4 and 1; N, K multiples of 4 (16-byte variant) and
+# not (4-byte variant); 2 x 2 blocks with full interior rows/columns and clamped edges
+
+
+@needs_device
+@pytest.mark.parametrize(
+    ("m", "n", "k"), [(19, 23, 17), (20, 24, 12), (5, 8, 4), (1, 3, 1), (130, 132, 20), (129, 131, 9)]
+)
+def test_simt2_path(m: int, n: int, k: int) -> None:
+    case = Case("x", {"M": m, "N": n, "K": k}, "float32")
+    err = run_case(case, "simt2", seed=int(np.random.SeedSequence().entropy % 2**32))
+    assert err <= g.SPEC.tolerance["float32"], err
+
+
+def _launch_gen(kern: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    m, k = a.shape
+    n = b.shape[1]
+    c = cuda.to_device(np.full((m, n), np.nan, np.float32))
+    da, db = cuda.to_device(a.ravel()), cuda.to_device(b.ravel())
+    kern[((m + 127) // 128) * ((n + 127) // 128), g.SIMT2_THREADS](
+        da, db, c.ravel(), c.ravel(), c.ravel(), m, n, k
+    )
+    return c.copy_to_host()
+
+
+@needs_device
+@pytest.mark.parametrize(
+    ("params", "shape"),
+    [
+        ({"bk": 16, "vec": True}, (20, 24, 36)),  # BK 16: two staging parts per slice, K tail of 4
+        ({"bk": 16, "vec": False}, (19, 23, 49)),
+        ({"bk": 8, "vec": True, "dbuf": False, "layout": "2x16"}, (21, 28, 20)),
+        ({"bk": 8, "vec": False, "group": 2}, (300, 140, 9)),  # 3 x 2 blocks in groups of 2 block rows
+    ],
+)
+def test_simt2_generator_variants(params: dict[str, Any], shape: tuple[int, int, int]) -> None:
+    """The generator's other settings (timed as variants by benchmarks/probe_sgemm.py) compute the same."""
+    m, n, k = shape
+    rng = np.random.default_rng()
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    p = {"group": 8, "dbuf": True, "min_blocks": 2, "layout": "4x8", **params}
+    kern = g._simt2(p["bk"], p["vec"], False, False, p["group"], p["dbuf"], p["min_blocks"], p["layout"])
+    got = _launch_gen(kern, a, b).astype(np.float64)
+    assert np.isfinite(got).all(), "output not fully written"
+    ref = a.astype(np.float64) @ b
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= 2e-5
+
+
+class _FakeBound:
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[int, ...], int]] = []
+
+    def launch(self, ptrs: tuple[int, ...], stream: int = 0) -> None:
+        self.calls.append((tuple(ptrs), stream))
+
+
+@pytest.mark.parametrize(
+    ("has_res", "has_bias", "expected"),
+    [
+        (False, False, (1, 2, 99, 3, 3)),  # gemm: (a, b, out) -> slots (a, b, bias, res, out)
+        (True, False, (1, 2, 99, 4, 3)),  # o_proj: (a, b, out, res)
+        (True, True, (1, 2, 5, 4, 3)),  # o_proj with bias: (a, b, out, res, bias)
+        (False, True, (1, 2, 4, 3, 3)),
+    ],
+)
+def test_replay_maps_cache_pointers_to_kernel_slots(
+    has_res: bool, has_bias: bool, expected: tuple[int, ...]
+) -> None:
+    fake = _FakeBound()
+    rep = g._kernel_replay(fake, 99, has_res, has_bias)
+    rep.launch((1, 2, 3, 4, 5)[: 3 + has_res + has_bias], 7)
+    assert fake.calls == [(expected, 7)]
 
 
 # --- launcher validation ----------------------------------------------------------------------------------
@@ -107,6 +183,8 @@ def test_bad_out_and_path() -> None:
         g.gemm(_mat((4, 3)), _mat((3, 2)), path="fast")
     with pytest.raises(ValueError, match=r"path: 'mma' needs"):
         g.gemm(_mat((4, 3)), _mat((3, 2)), path="mma")  # fp32 inputs (or the simulator): no tensor-core path
+    with pytest.raises(ValueError, match=r"path: 'simt2' needs float32 inputs"):
+        g.gemm(_mat((4, 3), np.float16), _mat((3, 2), np.float16), path="simt2")
 
 
 # --- real GPU: every path at verify and bench shapes ------------------------------------------------------

@@ -44,6 +44,18 @@ def test_sim_cases_auto_path(case: Case) -> None:
 
 
 @needs_device
+@pytest.mark.parametrize(
+    ("b", "s", "k", "n", "bias"),
+    [(2, 5, 17, 23, 1), (1, 6, 12, 20, 1), (1, 6, 12, 20, 0), (1, 130, 9, 132, 0)],
+    ids=["odd+bias-4byte", "aligned+bias-16byte", "aligned-16byte", "2x2-blocks-4byte"],
+)
+def test_simt2_path(b: int, s: int, k: int, n: int, bias: int) -> None:
+    """The generated fp32 kernel's fused epilogue (bias, residual) in both load widths, on the simulator."""
+    case = Case("x", {"B": b, "S": s, "K": k, "N": n, "bias": bias}, "float32")
+    assert run_case(case, "simt2", _seed()) <= op.SPEC.tolerance["float32"]
+
+
+@needs_device
 def test_2d_attn_numpy_without_bias() -> None:
     rng = np.random.default_rng()
     attn = rng.standard_normal((6, 5)).astype(np.float32)
@@ -91,7 +103,7 @@ def test_validation_errors(kw: dict[str, Any], exc: type[Exception], match: str)
     "case", op.SPEC.verify_cases + op.SPEC.bench_cases, ids=lambda c: f"{c.label}-{c.dtype}"
 )
 def test_gpu_every_path(case: Case) -> None:
-    paths = ["portable", "simt", "simt_wide"]
+    paths = ["portable", "simt", "simt_wide"] + (["simt2"] if case.dtype == "float32" else [])
     if case.dtype == "float16" and g.mma.available():
         paths.append("mma")
     for path in paths:
