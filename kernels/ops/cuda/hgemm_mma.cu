@@ -55,7 +55,9 @@
 #ifndef HG_EPI
 #define HG_EPI 0  // 1: aligned kernels' epilogue uses 2-element vector accesses, residual loads batched first
 #endif
+#ifndef HG_GROUP_M
 #define HG_GROUP_M 8  // block swizzle: 8 tile-rows share their B columns in L2
+#endif
 #define HG_THREADS (32 * HG_WM * HG_WN)
 #define HG_MI (HG_BM / HG_WM / 16)  // m16 tiles per warp
 #define HG_NJ (HG_BN / HG_WN / 8)   // n8 tiles per warp

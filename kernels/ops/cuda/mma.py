@@ -41,7 +41,7 @@ class Config:
     pairs in one access with the residual loads batched first (HG_EPI); `late`: a slice's prefetch goes out
     after the first k-step's fragment loads, branch-free (HG_LATE); `cpy32`: 32-bit copy-plan arithmetic
     (HG_CPY32); `minb` > 0: launch bounds asking for that many blocks per SM (caps the registers at
-    64K / (threads * minb))."""
+    64K / (threads * minb)); `group_m`: tile-rows walked before moving right (L2 reuse of B, HG_GROUP_M)."""
 
     bm: int = 128
     bn: int = 128
@@ -54,6 +54,7 @@ class Config:
     late: bool = False
     cpy32: bool = False
     minb: int = 0
+    group_m: int = 8
 
     @property
     def threads(self) -> int:
@@ -67,7 +68,7 @@ class Config:
     @property
     def tag(self) -> str:
         extra = ("_mbar" if self.mbar else "") + ("_epi" if self.epi else "") + ("_late" if self.late else "")
-        extra += "_c32" if self.cpy32 else ""
+        extra += ("_c32" if self.cpy32 else "") + (f"_g{self.group_m}" if self.group_m != 8 else "")
         extra += f"_b{self.minb}" if self.minb else ""
         return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.wm}x{self.wn}{extra}"
 
@@ -95,7 +96,7 @@ def link_code(cfg: Config) -> Any:
         f"#define HG_BM {cfg.bm}\n#define HG_BN {cfg.bn}\n#define HG_STAGES {cfg.stages}\n"
         f"#define HG_WM {cfg.wm}\n#define HG_WN {cfg.wn}\n#define HG_BK {cfg.bk}\n"
         f"#define HG_MBAR {int(cfg.mbar)}\n#define HG_EPI {int(cfg.epi)}\n#define HG_LATE {int(cfg.late)}\n"
-        f"#define HG_CPY32 {int(cfg.cpy32)}\n"
+        f"#define HG_CPY32 {int(cfg.cpy32)}\n#define HG_GROUP_M {cfg.group_m}\n"
         f"#define HG_SUFFIX _{cfg.tag}\n"
     )
     return cuda.CUSource(head + CU_FILE.read_text(), name=f"hgemm_mma_{cfg.tag}.cu")
