@@ -18,9 +18,19 @@ Four paths, one contract (`PATHS`):
     small intrinsic that emits one 16-byte shared load.
   - "simt_wide": the same with an 8 x 16 tile per thread (block 128 x 256), fewer shared loads per FFMA but
     198 registers, so one block per SM: measured 2-10% slower than "simt", kept as an explicit path.
+  - "simt2" (fp32 only): the simt tiling (128 x 128 x 8, 256 threads, 8 x 8 per thread) generated as Python
+    source by `gen_source` and compiled by numba, so that nothing is left for LLVM to keep rolled: every k
+    step, the 64 accumulators and the fragment registers are spelled out (simt's kk loop stayed a loop: 59 %
+    of its issue slots were FFMA, ~85 % here). Fragments double-buffered in registers, 16-byte global loads
+    where K, N and the pointers allow (else 4-byte loads, same kernel), out-of-range rows/columns clamped
+    instead of predicated, `launch_bounds` for 2 blocks per SM. Runs under the simulator too.
   - "mma": fp16 inputs on tensor cores (mma.sync m16n8k16, fp32 accumulate) through linked CUDA C
     (kernels/ops/cuda/). Not available under the simulator, which cannot link CUDA C.
-"auto" picks portable under the simulator, mma for fp16 where tensor cores exist, simt otherwise.
+"auto" picks portable under the simulator, mma for fp16 where tensor cores exist, SIMT_DEFAULT for fp32
+otherwise (simt for fp16 without tensor cores).
+
+Host overhead: a launcher call with `out` on device arrays whose layout (shapes, strides, dtypes, 16-byte
+alignment) and path were validated before replays that launch from a `kernels.launch.FastCache`.
 """
 
 from __future__ import annotations
@@ -637,7 +647,9 @@ def _resolve_path(path: str, in_dtype: np.dtype) -> str:
     if path == "auto":
         if SIMULATED:
             return "portable"
-        return "mma" if in_dtype == F16 and mma.available() else SIMT_DEFAULT
+        if in_dtype == F16:
+            return "mma" if mma.available() else "simt"
+        return SIMT_DEFAULT
     if path == "simt2" and in_dtype != F32:
         raise ValueError(f"path: 'simt2' needs float32 inputs; got {in_dtype} inputs")
     if SIMULATED and path not in ("portable", "simt2"):
