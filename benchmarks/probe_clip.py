@@ -260,26 +260,27 @@ def main() -> None:  # noqa: C901, PLR0915
     _spin[1, 1](1)
     cuda.synchronize()
 
+    # host overhead first (it compiles the fp32 kernels the bench shape reuses): 2 small fp32 device arrays,
+    # max_norm large (no clip), kernels.overhead's timing (median of 1000 calls)
+    rng = np.random.default_rng()
+    g = [cuda.to_device(rng.standard_normal(1000).astype(np.float32)) for _ in range(2)]
+    nrm = cuda.device_array(1, np.float32)
+    ref = math.sqrt(float(sum(np.sum(x.copy_to_host().astype(np.float64) ** 2) for x in g)))
+    for path in ("two", "two_last", "one", "fused_vector", "split"):
+        try:
+            st = overhead._time(lambda path=path: op.clip_grad_norm(g, 1e9, norm_out=nrm, path=path), 1000)
+            r = {"dtype": "float32", "variant": f"overhead {path}", "what": "overhead", **st}
+            r["ok"] = abs(float(nrm.copy_to_host()[0]) - ref) / ref < 1e-5
+        except Exception as e:  # noqa: BLE001
+            r = {"dtype": "float32", "variant": f"overhead {path}", "error": f"{type(e).__name__}: {e}"}
+        P.rows.append(r)
+        P.log(json.dumps(r))
+    P.save()
+
     for dt in (np.dtype(np.float32), np.dtype(np.float16)):
         _probe_dtype(P, dt, copy_gbs)
         cp.get_default_memory_pool().free_all_blocks()
         cuda.current_context().deallocations.clear()
-
-    # host overhead: 2 small fp32 device arrays, max_norm large (no clip), kernels.overhead's timing
-    if time.time() - T0 < 140:
-        rng = np.random.default_rng()
-        g = [cuda.to_device(rng.standard_normal(1000).astype(np.float32)) for _ in range(2)]
-        nrm = cuda.device_array(1, np.float32)
-        for path in ("two", "two_last", "one", "fused_vector", "split"):
-            if time.time() - T0 > 143:
-                break
-            st = overhead._time(lambda path=path: op.clip_grad_norm(g, 1e9, norm_out=nrm, path=path), 1000)
-            r = {"dtype": "float32", "variant": f"overhead {path}", "what": "overhead", **st}
-            ref = math.sqrt(float(sum(np.sum(x.copy_to_host().astype(np.float64) ** 2) for x in g)))
-            r["ok"] = abs(float(nrm.copy_to_host()[0]) - ref) / ref < 1e-5
-            P.rows.append(r)
-            P.log(json.dumps(r))
-        P.save()
 
     # the short table
     print(f"\ncopy {copy_gbs:.0f} GB/s; SOL vs that copy; bytes: 3 passes (clip)")
