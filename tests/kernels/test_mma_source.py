@@ -19,7 +19,7 @@ from numba.cuda.cudadrv import nvrtc
 from kernels.ops.cuda import mma
 C = mma.Config
 cfgs = [mma.DEFAULT, C(bk=64), C(mbar=True, late=True, cpy32=True, epi=True),
-        C(bk=64, bn=256, wn=4, mbar=True, late=True, cpy32=True), C(stages=4, late=True)]
+        C(bk=64, bn=256, wn=4, mbar=True, late=True, cpy32=True), C(stages=4, late=True), C(mbar=True, late=True, cpy32=True, epi=True, persist=True)]
 out = {}
 for cfg in cfgs:
     code = mma.link_code(cfg)
@@ -40,7 +40,7 @@ def test_cuda_source_compiles_clean_for_every_switch():  # type: ignore[no-untyp
                        timeout=300, check=False)  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout.strip().splitlines()[-1])
-    assert len(res) == 5
+    assert len(res) == 6
     for tag, log in res.items():
         assert log == "", (tag, log[:2000])
 

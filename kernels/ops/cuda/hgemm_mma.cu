@@ -52,6 +52,9 @@
 #ifndef HG_CPY32
 #define HG_CPY32 0  // 1: aligned copy plan with 32-bit chunk offsets and predicates (fewer integer instructions)
 #endif
+#ifndef HG_PERSIST
+#define HG_PERSIST 0  // 1 (needs HG_MBAR): aligned kernels are persistent, one block walks tiles b, b + grid, ...
+#endif
 #ifndef HG_EPI
 #define HG_EPI 0  // 1: aligned kernels' epilogue uses 2-element vector accesses, residual loads batched first
 #endif
@@ -74,6 +77,7 @@ static_assert(HG_A_ITERS * HG_THREADS * 8 == HG_BM * HG_BK, "A slice must split 
 static_assert(HG_B_ITERS * HG_THREADS * 8 == HG_BK * HG_BN, "B slice must split evenly over the threads");
 static_assert(HG_NJ % 2 == 0 && HG_MI >= 1, "warp tile: 16-row multiples, 16-column multiples");
 static_assert(HG_BK == 32 || HG_BK == 64, "HG_BK: 32 or 64");
+static_assert(!HG_PERSIST || HG_MBAR, "HG_PERSIST runs on the mbarrier pipeline");
 // a thread's chunks sit HG_*_RSTEP rows apart; multiples of 8 keep their XOR swizzle identical
 static_assert(HG_A_RSTEP % 8 == 0 && HG_B_RSTEP % 8 == 0, "row steps must be multiples of 8");
 
@@ -408,6 +412,18 @@ __device__ __forceinline__ void hg_epilogue_vec(const float (&acc)[HG_MI][HG_NJ]
     }
 }
 
+// Grouped tile order: consecutive tile indices walk down HG_GROUP_M tile-rows before moving right, so the
+// blocks in flight share B columns (and A rows) in L2.
+__device__ __forceinline__ void hg_tile_origin(long long t, long long M, long long N, long long& m0, long long& n0) {
+    const long long tiles_m = (M + HG_BM - 1) / HG_BM;
+    const long long tiles_n = (N + HG_BN - 1) / HG_BN;
+    const long long per_group = HG_GROUP_M * tiles_n;
+    const long long first_m = (t / per_group) * HG_GROUP_M;
+    const long long gsize = (tiles_m - first_m) < HG_GROUP_M ? (tiles_m - first_m) : HG_GROUP_M;
+    m0 = (first_m + (t % per_group) % gsize) * HG_BM;
+    n0 = ((t % per_group) / gsize) * HG_BN;
+}
+
 // OUT_HALF: out/bias/residual are fp16 (o_proj with fp16 inputs), else fp32.
 template <bool ALIGNED, bool OUT_HALF>
 __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const void* bias, const void* res,
@@ -419,16 +435,8 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
     const int warp = tid >> 5;
     const int wm = warp / HG_WN, wn = warp % HG_WN;
 
-    // grouped block order: consecutive blocks walk down HG_GROUP_M tile-rows before moving right
-    const long long tiles_m = (M + HG_BM - 1) / HG_BM;
-    const long long tiles_n = (N + HG_BN - 1) / HG_BN;
-    const long long bid = blockIdx.x;
-    const long long per_group = HG_GROUP_M * tiles_n;
-    const long long first_m = (bid / per_group) * HG_GROUP_M;
-    const long long gsize = (tiles_m - first_m) < HG_GROUP_M ? (tiles_m - first_m) : HG_GROUP_M;
-    const long long tm = first_m + (bid % per_group) % gsize;
-    const long long tn = (bid % per_group) / gsize;
-    const long long m0 = tm * HG_BM, n0 = tn * HG_BN;
+    long long m0, n0;
+    hg_tile_origin(blockIdx.x, M, N, m0, n0);
 
     float acc[HG_MI][HG_NJ][4];
 #pragma unroll
@@ -542,6 +550,111 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
     hg_epilogue<OUT_HALF>(acc, bias, res, out, M, N, m0, n0, wm, wn, lane);
 }
 
+#if HG_PERSIST
+// Persistent variant of the aligned mbarrier kernel: the grid is about one wave of resident blocks, and block b
+// computes tiles b, b + gridDim.x, ... Its K slices form one stream through the stages, so the first slices of
+// the next tile are in flight while the current tile's epilogue runs (no prologue bubble per tile).
+template <bool OUT_HALF>
+__device__ __forceinline__ void hg_tile_persist(const hbits* A, const hbits* B, const void* bias, const void* res,
+                                                void* out, long long M, long long N, long long K) {
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int wm = warp / HG_WN, wn = warp % HG_WN;
+    const long long tiles = ((M + HG_BM - 1) / HG_BM) * ((N + HG_BN - 1) / HG_BN);
+    const int KT = (int)((K + HG_BK - 1) / HG_BK);
+    const unsigned smem_a = hg_smem(hg_dyn), smem_b = smem_a + HG_STAGES * HG_BM * HG_BK * 2;
+    constexpr unsigned A_STAGE = HG_BM * HG_BK * 2, B_STAGE = HG_BK * HG_BN * 2;  // bytes
+    const unsigned bars = smem_b + HG_STAGES * B_STAGE;  // full[s] at +8 s, empty[s] at +8 (HG_STAGES + s)
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < 2 * HG_STAGES; ++s) hg_mbar_init(bars + 8 * s, HG_THREADS);
+    }
+    __syncthreads();
+
+    // producer: the next slice to issue is slice pk of tile pt; `issued` counts slices issued so far
+    long long pt = KT > 0 ? (long long)blockIdx.x : tiles;  // K == 0: no slices, epilogues only
+    int pk = 0, ws = 0, issued = 0;
+    unsigned wpar = 1;  // parity of the previous use of stage ws (meaningful once issued >= HG_STAGES)
+    HgCopy cp;
+    if (pt < tiles) {
+        long long pm0, pn0;
+        hg_tile_origin(pt, M, N, pm0, pn0);
+        hg_copy_init(cp, A, B, M, N, K, pm0, pn0, tid);
+    }
+    auto issue_next = [&]() {
+        if (pt >= tiles) return;  // only slices that exist: every one is consumed before the block ends
+        if (issued >= HG_STAGES) hg_mbar_wait(bars + 8 * (HG_STAGES + ws), wpar);  // its last reader is done
+        hg_copy_issue(cp, smem_a + ws * A_STAGE, smem_b + ws * B_STAGE, K - (long long)pk * HG_BK, N);
+        hg_mbar_arrive_cp(bars + 8 * ws);
+        ++issued;
+        if (++ws == HG_STAGES) {
+            ws = 0;
+            wpar ^= 1u;
+        }
+        if (++pk == KT) {
+            pk = 0;
+            pt += gridDim.x;
+            if (pt < tiles) {
+                long long pm0, pn0;
+                hg_tile_origin(pt, M, N, pm0, pn0);
+                hg_copy_init(cp, A, B, M, N, K, pm0, pn0, tid);
+            }
+        }
+    };
+#pragma unroll 1
+    for (int s = 0; s < HG_STAGES - 1; ++s) issue_next();
+
+    int rs = 0;
+    unsigned rpar = 0;
+    float acc[HG_MI][HG_NJ][4];
+#pragma unroll 1
+    for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+        long long m0, n0;
+        hg_tile_origin(t, M, N, m0, n0);
+#pragma unroll
+        for (int i = 0; i < HG_MI; ++i)
+#pragma unroll
+            for (int j = 0; j < HG_NJ; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+#pragma unroll 1
+        for (int kt = 0; kt < KT; ++kt) {
+            hg_mbar_wait(bars + 8 * rs, rpar);
+#if HG_LATE
+            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, issue_next);
+#else
+            issue_next();
+            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, [] {});
+#endif
+            hg_mbar_arrive(bars + 8 * (HG_STAGES + rs));
+            if (++rs == HG_STAGES) {
+                rs = 0;
+                rpar ^= 1u;
+            }
+        }
+#if HG_EPI
+        hg_epilogue_vec<OUT_HALF>(acc, bias, res, out, M, N, m0, n0, wm, wn, lane);
+#else
+        hg_epilogue<OUT_HALF>(acc, bias, res, out, M, N, m0, n0, wm, wn, lane);
+#endif
+    }
+    asm volatile("cp.async.wait_all;\n" ::);
+}
+#endif
+
+// The aligned entries' body under HG_PERSIST (hg_tile otherwise: this keeps the entry macro one shape).
+template <bool OUT_HALF>
+__device__ __forceinline__ void hg_tile_persist_or_not(const hbits* A, const hbits* B, const void* bias,
+                                                       const void* res, void* out, long long M, long long N,
+                                                       long long K) {
+#if HG_PERSIST
+    hg_tile_persist<OUT_HALF>(A, B, bias, res, out, M, N, K);
+#else
+    hg_tile<true, OUT_HALF>(A, B, bias, res, out, M, N, K);
+#endif
+}
+
 // Entry points (numba ABI), one per (output type, aligned or not): separate kernels, so the aligned fast path
 // is register-allocated on its own (the scalar-load path needs more registers and would spill into it).
 // Pointers are device addresses passed as int64; bias / res may be 0 (absent).
@@ -552,8 +665,12 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
     extern "C" __device__ int HG_NAME(NAME, HG_SUFFIX)(int* ret, long long a, long long b, long long bias,     \
                                                        long long res, long long out, long long M, long long N, \
                                                        long long K) {                                          \
-        hg_tile<ALIGNED, OUT_HALF>((const hbits*)a, (const hbits*)b, (const void*)bias, (const void*)res,      \
-                                   (void*)out, M, N, K);                                                       \
+        if (HG_PERSIST && ALIGNED)                                                                             \
+            hg_tile_persist_or_not<OUT_HALF>((const hbits*)a, (const hbits*)b, (const void*)bias,              \
+                                             (const void*)res, (void*)out, M, N, K);                           \
+        else                                                                                                   \
+            hg_tile<ALIGNED, OUT_HALF>((const hbits*)a, (const hbits*)b, (const void*)bias, (const void*)res,  \
+                                       (void*)out, M, N, K);                                                   \
         *ret = 0;                                                                                              \
         return 0;                                                                                              \
     }

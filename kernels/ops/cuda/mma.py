@@ -41,7 +41,9 @@ class Config:
     pairs in one access with the residual loads batched first (HG_EPI); `late`: a slice's prefetch goes out
     after the first k-step's fragment loads, branch-free (HG_LATE); `cpy32`: 32-bit copy-plan arithmetic
     (HG_CPY32); `minb` > 0: launch bounds asking for that many blocks per SM (caps the registers at
-    64K / (threads * minb)); `group_m`: tile-rows walked before moving right (L2 reuse of B, HG_GROUP_M)."""
+    64K / (threads * minb)); `group_m`: tile-rows walked before moving right (L2 reuse of B, HG_GROUP_M);
+    `persist` (with `mbar`): the aligned kernels run one wave of resident blocks that walk the tiles, the next
+    tile's first slices loading during the current one's epilogue (HG_PERSIST)."""
 
     bm: int = 128
     bn: int = 128
@@ -55,6 +57,7 @@ class Config:
     cpy32: bool = False
     minb: int = 0
     group_m: int = 8
+    persist: bool = False
 
     @property
     def threads(self) -> int:
@@ -69,6 +72,7 @@ class Config:
     def tag(self) -> str:
         extra = ("_mbar" if self.mbar else "") + ("_epi" if self.epi else "") + ("_late" if self.late else "")
         extra += ("_c32" if self.cpy32 else "") + (f"_g{self.group_m}" if self.group_m != 8 else "")
+        extra += "_p" if self.persist else ""
         extra += f"_b{self.minb}" if self.minb else ""
         return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.wm}x{self.wn}{extra}"
 
@@ -97,6 +101,7 @@ def link_code(cfg: Config) -> Any:
         f"#define HG_WM {cfg.wm}\n#define HG_WN {cfg.wn}\n#define HG_BK {cfg.bk}\n"
         f"#define HG_MBAR {int(cfg.mbar)}\n#define HG_EPI {int(cfg.epi)}\n#define HG_LATE {int(cfg.late)}\n"
         f"#define HG_CPY32 {int(cfg.cpy32)}\n#define HG_GROUP_M {cfg.group_m}\n"
+        f"#define HG_PERSIST {int(cfg.persist)}\n"
         f"#define HG_SUFFIX _{cfg.tag}\n"
     )
     return cuda.CUSource(head + CU_FILE.read_text(), name=f"hgemm_mma_{cfg.tag}.cu")
@@ -130,24 +135,50 @@ def _kernels(cfg: Config) -> dict[tuple[bool, bool], Kernel]:
     return {key: _launch.kernel(d, KERNEL_SIG) for key, d in dispatchers(cfg).items()}
 
 
-def _allow_dynamic_smem(k: Kernel, nbytes: int) -> None:
+def _cufunc(k: Kernel) -> int:
+    """The CUfunction of the compiled kernel (numba's handle may be a CUkernel: resolve it)."""
+    kern = k.dispatcher.compile(k.sig)
+    handle = int(kern._codelibrary.get_cufunc().handle)
+    func = ctypes.c_void_p()
+    rc = _launch._driver().cuKernelGetFunction(ctypes.byref(func), ctypes.c_void_p(handle))
+    return int(func.value) if rc == 0 and func.value else handle
+
+
+def _allow_dynamic_smem(func: int, nbytes: int) -> None:
     """Raise the kernel's dynamic shared-memory limit past the default 48 KB (numba exposes no setter)."""
     if nbytes <= _STATIC_SMEM_LIMIT:
         return
-    kern = k.dispatcher.compile(k.sig)
-    handle = int(kern._codelibrary.get_cufunc().handle)
     drv = _launch._driver()
-    func = ctypes.c_void_p()
-    rc = drv.cuKernelGetFunction(ctypes.byref(func), ctypes.c_void_p(handle))
-    target = func.value if rc == 0 and func.value else handle
     drv.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     attr = _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    rc = drv.cuFuncSetAttribute(ctypes.c_void_p(target), attr, nbytes)
+    rc = drv.cuFuncSetAttribute(ctypes.c_void_p(func), attr, nbytes)
     if rc != 0:
         raise RuntimeError(f"cuFuncSetAttribute(max dynamic shared = {nbytes} B) failed with CUresult {rc}")
 
 
-_ready: set[tuple[Config, bool, bool]] = set()
+def _resident_blocks(func: int, threads: int, smem: int) -> int:
+    """Blocks of this kernel that fit on the whole GPU at once (occupancy x multiprocessors)."""
+    n = ctypes.c_int()
+    drv = _launch._driver()
+    occ = drv.cuOccupancyMaxActiveBlocksPerMultiprocessor
+    occ.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    rc = occ(ctypes.byref(n), ctypes.c_void_p(func), threads, smem)
+    if rc != 0 or n.value < 1:
+        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed (CUresult {rc}, {n.value})")
+    return n.value * _launch.sm_count()
+
+
+# per (config, out_half, aligned): the grid cap (resident blocks) once the kernel is prepared; 0 = no cap
+_ready: dict[tuple[Config, bool, bool], int] = {}
+
+
+def _prepare(cfg: Config, key: tuple[bool, bool], kern: Kernel) -> int:
+    func = _cufunc(kern)
+    _allow_dynamic_smem(func, cfg.smem_bytes)
+    # HG_PERSIST applies to the aligned kernels: one wave of resident blocks walks all tiles
+    cap = _resident_blocks(func, cfg.threads, cfg.smem_bytes) if cfg.persist and key[1] else 0
+    _ready[(cfg, *key)] = cap
+    return cap
 
 
 def launch(
@@ -174,8 +205,9 @@ def launch(
     aligned = aligned and (not cfg.cpy32 or (k * cfg.bm < 2**31 and n * cfg.bk < 2**31))
     key = (out_half, aligned)
     kern = _kernels(cfg)[key]
-    if (cfg, *key) not in _ready:
-        _allow_dynamic_smem(kern, cfg.smem_bytes)
-        _ready.add((cfg, *key))
+    cap = _ready.get((cfg, *key))
+    if cap is None:
+        cap = _prepare(cfg, key, kern)
+    grid = cfg.grid(m, n)
     args = (a, b, bias, res, out, m, n, k)
-    kern.launch(cfg.grid(m, n), cfg.threads, args, shared=cfg.smem_bytes, stream=stream)
+    kern.launch(min(grid, cap) if cap else grid, cfg.threads, args, shared=cfg.smem_bytes, stream=stream)
