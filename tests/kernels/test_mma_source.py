@@ -19,7 +19,8 @@ from numba.cuda.cudadrv import nvrtc
 from kernels.ops.cuda import mma
 C = mma.Config
 cfgs = [mma.DEFAULT, C(bk=64), C(mbar=True, late=True, cpy32=True, epi=True),
-        C(bk=64, bn=256, wn=4, mbar=True, late=True, cpy32=True), C(stages=4, late=True), C(mbar=True, late=True, cpy32=True, epi=True, persist=True)]
+        C(bk=64, bn=256, wn=4, mbar=True, late=True, cpy32=True), C(stages=4, late=True),
+        C(mbar=True, late=True, cpy32=True, epi=True, persist=True)]
 out = {}
 for cfg in cfgs:
     code = mma.link_code(cfg)
