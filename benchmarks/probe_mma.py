@@ -210,6 +210,36 @@ def bench_oproj(usable: list[str], record: Record) -> list[dict[str, Any]]:
     return rows
 
 
+def prod_checks(record: Record) -> None:
+    """The production path through the public ops at the verify shapes and around them: gemm fp16 (aligned and
+    unaligned kernels, multi-tile), o_proj fp16 with and without bias on both kernels, and in place (out is
+    the residual) on the aligned one."""
+    for m, n, k in [ODD, *CHECK]:
+        a, b = halves(m, k), halves(k, n)
+        c = cp.full((m, n), cp.nan, dtype=cp.float32)
+        g.gemm(a, b, c, path="mma")
+        record("prod gemm", f"{m}x{n}x{k}", rel_err(c, a.astype(cp.float64) @ b.astype(cp.float64)),
+               g.SPEC.tolerance["float16"])  # fmt: skip
+    tol = op.SPEC.tolerance["float16"]
+    for bs, s, k, n, bias, inplace in [(2, 37, 67, 129, True, False), (3, 67, 136, 200, False, False),
+                                       (3, 67, 136, 200, True, False), (2, 300, 256, 264, True, False),
+                                       (2, 300, 256, 264, True, True)]:  # fmt: skip
+        attn = halves(bs, s, k)
+        w = (halves(k, n) * (1 / np.sqrt(k))).astype(cp.float16)
+        resid = halves(bs, s, n)
+        bv = halves(n) if bias else None
+        ref = (attn.reshape(-1, k).astype(cp.float64) @ w.astype(cp.float64)).reshape(bs, s, n)
+        ref += resid.astype(cp.float64) + (bv.astype(cp.float64) if bias else 0.0)
+        out = resid if inplace else cp.full((bs, s, n), cp.nan, dtype=cp.float16)
+        try:
+            op.o_proj(attn, w, resid, bv, out, path="mma")
+            e = rel_err(out, ref)
+        except Exception as ex:  # noqa: BLE001
+            e = None
+            log(f"o_proj {bs}x{s}x{k}x{n} inplace={inplace}: {ex!r}"[:300])
+        record(f"prod o_proj bias={bias} inplace={inplace}", f"[{bs},{s},{k}]x[{k},{n}]", e, tol)
+
+
 def ncu_target() -> None:
     """Child process under ncu: the production kernel at 4096^3, three launches."""
     a, b = halves(4096, 4096), halves(4096, 4096)
@@ -251,6 +281,9 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--no-ncu", action="store_true")
+    ap.add_argument(
+        "--prod-checks", action="store_true", help="check the production ops at verify shapes first"
+    )
     ap.add_argument("--ncu-target", action="store_true")
     ap.add_argument("--budget", type=float, default=135.0, help="seconds; later variants are dropped past it")
     args = ap.parse_args()
@@ -286,6 +319,10 @@ def main() -> int:
         if not ok:
             log(f"CHECK FAIL {name} {shape}: {e}")
         return ok
+
+    if args.prod_checks:
+        prod_checks(record)
+        log(f"production checks done at {elapsed():.0f} s")
 
     # 1. compile + correctness at small shapes (aligned kernels; the unaligned one where its code differs)
     usable = []
