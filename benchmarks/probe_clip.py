@@ -199,10 +199,11 @@ def _probe_dtype(P: Probe, dt: np.dtype, copy_gbs: float) -> None:  # noqa: C901
 
     variant("v4 two, scale walks forwards", two_fwd)
     # other unrolls / blocks per SM (ptxas: no spills at these)
-    for alt in (
-        op.V4Config(2, 2, 8, 8),
-        op.V4Config(8, 4, 2, 2) if dt == np.float32 else op.V4Config(4, 2, 4, 4),
-    ):
+    alts = {  # most promising first (the budget may cut the last)
+        np.dtype(np.float32): ((4, 2, 4, 8), (2, 2, 8, 8), (8, 4, 2, 2)),
+        np.dtype(np.float16): ((4, 2, 8, 8), (2, 2, 8, 8), (4, 2, 4, 4)),
+    }[dt]
+    for alt in (op.V4Config(*a) for a in alts):
         variant(f"v4 two {alt.key()[:4]}", direct("two", alt))
 
     # no-clip: every v4 path leaves the arrays bit-identical and reports the norm
