@@ -40,25 +40,28 @@ LOG: list[str] = []
 
 # every candidate of round 1, most important first (the time guard drops the tail, never the baseline)
 VARIANTS: dict[str, mma.Config] = {
+    # block-barrier kernels (group 0)
     "base": mma.Config(),
     "late_c32": mma.Config(late=True, cpy32=True),
     "k64_late_c32": mma.Config(bk=64, late=True, cpy32=True),
+    "epi": mma.Config(epi=True),
+    "t128x256": mma.Config(bn=256, wn=4, late=True, cpy32=True),
+    "k64": mma.Config(bk=64),
+    "b3": mma.Config(minb=3),
+    "late": mma.Config(late=True),
+    "s4_late_c32": mma.Config(stages=4, late=True, cpy32=True),
+    "late_c32_g16": mma.Config(late=True, cpy32=True, group_m=16),
+    # mbarrier kernels (group 1)
     "mbar_late_c32": mma.Config(mbar=True, late=True, cpy32=True),
     "t128x256_mbar": mma.Config(bn=256, wn=4, mbar=True, late=True, cpy32=True),
     "mbar_lc_p": mma.Config(mbar=True, late=True, cpy32=True, persist=True),
     "t128x256_mbar_p": mma.Config(bn=256, wn=4, mbar=True, late=True, cpy32=True, persist=True),
-    "t256x128_mbar": mma.Config(bm=256, wm=4, mbar=True, late=True, cpy32=True),
-    "epi": mma.Config(epi=True),
     "all_k64": mma.Config(bk=64, mbar=True, late=True, cpy32=True, epi=True),
-    "k64": mma.Config(bk=64),
+    "all_p": mma.Config(mbar=True, late=True, cpy32=True, epi=True, persist=True),
+    "t256x128_mbar": mma.Config(bm=256, wm=4, mbar=True, late=True, cpy32=True),
     "mbar": mma.Config(mbar=True),
     "t128x256_k64_mbar": mma.Config(bn=256, wn=4, bk=64, mbar=True, late=True, cpy32=True),
-    "t128x256": mma.Config(bn=256, wn=4, late=True, cpy32=True),
-    "b3": mma.Config(minb=3),
-    "late": mma.Config(late=True),
-    "s4_late_c32": mma.Config(stages=4, late=True, cpy32=True),
     "t128x256_s4_mbar": mma.Config(bn=256, wn=4, stages=4, mbar=True, late=True, cpy32=True),
-    "late_c32_g16": mma.Config(late=True, cpy32=True, group_m=16),
 }
 BENCH = [(4096, 4096, 4096), (8192, 2560, 2560)]
 # aligned: partial M / N tiles, partial and short K (KT < stages); more tiles than resident blocks (persistent
@@ -127,8 +130,10 @@ Record = Callable[..., bool]
 
 
 def bench_gemm(
-    m: int, n: int, k: int, usable: list[str], record: Record, budget: float
+    m: int, n: int, k: int, usable: list[str], record: Record, until: float, refs: bool = True
 ) -> list[dict[str, Any]]:
+    """Check every usable variant's full output at (m, n, k) and time it; with `refs` cuBLAS and the
+    production path are checked and timed first; they are timed again at the end either way (drift bound)."""
     shape = f"{m}x{n}x{k}"
     sets = [(halves(m, k), halves(k, n)) for _ in range(SETS)]
     outs = [cp.empty((m, n), dtype=cp.float32) for _ in range(SETS)]
@@ -148,15 +153,16 @@ def bench_gemm(
         g.cublas_gemm_f16_f32(a, b, outs[i % SETS])
 
     c = cp.full((m, n), cp.nan, dtype=cp.float32)
-    g.gemm(sets[0][0], sets[0][1], c, path="mma")
-    record("production", shape, rel_err(c, ref))
-    c.fill(cp.nan)
-    g.cublas_gemm_f16_f32(sets[0][0], sets[0][1], c)
-    record("cublas", shape, rel_err(c, ref))
-    add("cublas", time_us(cub))
-    add("production", time_us(prod))
+    if refs:
+        g.gemm(sets[0][0], sets[0][1], c, path="mma")
+        record("production", shape, rel_err(c, ref))
+        c.fill(cp.nan)
+        g.cublas_gemm_f16_f32(sets[0][0], sets[0][1], c)
+        record("cublas", shape, rel_err(c, ref))
+        add("cublas", time_us(cub))
+        add("production", time_us(prod))
     for name in usable:
-        if elapsed() > budget * 0.8:
+        if elapsed() > until:
             log(f"skip timing {name} {shape}: time")
             continue
         cfg = VARIANTS[name]
@@ -169,12 +175,12 @@ def bench_gemm(
             run_cfg(cfg, *sets[i % SETS], outs[i % SETS])
 
         add(name, time_us(f))
-    add("cublas_again", time_us(cub))
-    add("production_again", time_us(prod))
+    add("cublas_again" if refs else "cublas_end", time_us(cub))
+    add("production_again" if refs else "production_end", time_us(prod))
     return rows
 
 
-def bench_oproj(usable: list[str], record: Record) -> list[dict[str, Any]]:
+def bench_oproj(usable: list[str], record: Record, refs: bool = True) -> list[dict[str, Any]]:
     bs, s, k, n = 16, 512, 2560, 2560
     shape = f"o_proj[{bs},{s},{k}]x[{k},{n}]"
     d = [{"attn": halves(bs, s, k), "w": (halves(k, n) * (1 / np.sqrt(k))).astype(cp.float16),
@@ -199,8 +205,10 @@ def bench_oproj(usable: list[str], record: Record) -> list[dict[str, Any]]:
 
         return f
 
-    cands: list[tuple[str, Callable[[int], None]]] = [("cublas+add", ocub), ("production", oprod)]
-    cands += [(nm, ocfg(VARIANTS[nm])) for nm in ("epi", "all_k64") if nm in usable]
+    cands: list[tuple[str, Callable[[int], None]]] = (
+        [("cublas+add", ocub), ("production", oprod)] if refs else []
+    )
+    cands += [(nm, ocfg(VARIANTS[nm])) for nm in ("epi", "all_k64", "all_p") if nm in usable]
     for name, fn in cands:
         d[0]["out"].fill(cp.nan)
         fn(0)
@@ -324,56 +332,83 @@ def main() -> int:
         prod_checks(record)
         log(f"production checks done at {elapsed():.0f} s")
 
-    # 1. compile + correctness at small shapes (aligned kernels; the unaligned one where its code differs)
+    # Variants run in two groups, block-barrier kernels first, then the mbarrier ones (a pipeline bug there
+    # could hang the GPU until the timeout): each group is checked, benched, and its results flushed to disk
+    # before the next group starts.
+    groups = [[n for n in names if not VARIANTS[n].mbar], [n for n in names if VARIANTS[n].mbar]]
+    limits = [(0.33, 0.45), (0.7, 0.8)]  # budget fractions: last compile start, last timing start
+    bench: list[dict[str, Any]] = []
+    for gi, group in enumerate(groups):
+        usable = compile_check(group, record, res, args.budget * limits[gi][0])
+        for m, n, k in BENCH:
+            bench += bench_gemm(m, n, k, usable, record, args.budget * limits[gi][1], refs=gi == 0)
+            cp.get_default_memory_pool().free_all_blocks()
+            log(f"group {gi} bench {m}x{n}x{k} done at {elapsed():.0f} s")
+        # o_proj fp16 at the bench shape: production, epilogue variants, cuBLAS matmul + CuPy add
+        if elapsed() < args.budget * limits[gi][1] + 10:
+            bench += bench_oproj(usable, record, refs=gi == 0)
+            cp.get_default_memory_pool().free_all_blocks()
+        report.update(resources=res, checks=checks, bench=bench)
+        write_results(out, report, bench, res, checks, bad)
+
+    # stall reasons of the production kernel (child process; only with the time left)
+    left = 148 - elapsed()
+    if not args.no_ncu and left > 25:
+        txt = run_ncu(left - 8)
+        report["ncu"] = txt
+        LOG.append("== ncu (production kernel, 4096^3) ==\n" + txt)
+    table = write_results(out, report, bench, res, checks, bad)
+    if "ncu" in report:  # the stall lines worth seeing in the tail
+        keep = []
+        for ln in report["ncu"].splitlines():
+            f = ln.split()
+            if len(f) >= 3 and ("__" in f[0]) and f[-1].replace(".", "", 1).replace(",", "").isdigit():
+                keep.append((float(f[-1].replace(",", "")) if "stalled" in f[0] else 1e9, ln.strip()[:110]))
+        keep.sort(key=lambda t: -t[0])
+        print("\n".join(ln for _, ln in keep[:6]))
+    print("\n".join(table))
+    return 0 if bad == 0 else 1
+
+
+def compile_check(group: list[str], record: Record, res: dict[str, Any], until: float) -> list[str]:
+    """Build each variant and check it at the small shapes; the names that passed."""
     usable = []
-    for name in names:
-        if elapsed() > args.budget * 0.55:
+    for name in group:
+        if elapsed() > until:
             log(f"skip {name}: time")
             continue
         cfg = VARIANTS[name]
         t = time.time()
         try:
             ok = all([record(name, f"{m}x{n}x{k}", check(cfg, m, n, k)) for m, n, k in CHECK])
-            if name in ("base", "k64"):  # HG_MBAR / HG_EPI leave the unaligned kernel unchanged
+            if name in ("base", "k64"):  # the other switches leave the unaligned kernel unchanged
                 ok &= record(name, "x".join(map(str, ODD)), check(cfg, *ODD))
             res[name] = {"compile_check_s": round(time.time() - t, 1), **resources(cfg, (False, True))}
             if ok:
                 usable.append(name)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
-            bad += 1
+            record(name, "build", None)
             res[name] = {"error": repr(e)[:400]}
         log(f"{name:14s} {cfg.tag:36s} {json.dumps(res[name])}")
+    return usable
 
-    # 2. bench shapes: full-output check of every variant, then timing side by side with cublasGemmEx
-    bench: list[dict[str, Any]] = []
-    for m, n, k in BENCH:
-        bench += bench_gemm(m, n, k, usable, record, args.budget)
-        cp.get_default_memory_pool().free_all_blocks()
-        log(f"bench {m}x{n}x{k} done at {elapsed():.0f} s")
 
-    # 3. o_proj fp16 at the bench shape: production, epilogue variants, cuBLAS matmul + CuPy add
-    if elapsed() < args.budget * 0.85:
-        bench += bench_oproj(usable, record)
-        cp.get_default_memory_pool().free_all_blocks()
-
-    report.update(resources=res, checks=checks, bench=bench)
-    # 4. stall reasons of the production kernel (child process; only with the time left)
-    left = 148 - elapsed()
-    if not args.no_ncu and left > 25:
-        txt = run_ncu(left - 8)
-        report["ncu"] = txt
-        LOG.append("== ncu (production kernel, 4096^3) ==\n" + txt)
-
-    base = {r["shape"]: r["median_us"] for r in bench if r["impl"] in ("cublas", "cublas+add")}
+def write_results(
+    out: Path, report: dict[str, Any], bench: list[dict[str, Any]], res: dict[str, Any], checks: list[Any],
+    bad: int,
+) -> list[str]:  # fmt: skip
+    """Write mma.json and mma.txt (the log, every row, the summary table); return the summary table."""
     (out / "mma.json").write_text(json.dumps(report, indent=1, default=str))
-    # full rows to the log; the printed table has one line per implementation, one column pair per shape
+    base = {r["shape"]: r["median_us"] for r in bench if r["impl"] in ("cublas", "cublas+add")}
     shapes = list(dict.fromkeys(r["shape"] for r in bench))
+    rows = []
     for r in bench:
         b0 = base.get(r["shape"])
-        LOG.append(f"{r['shape']:30s} {r['impl']:18s} {r['median_us']:8.1f} us "
-                   f"({r['p10_us']:.1f}-{r['p90_us']:.1f}) {r['tflops']:6.1f} TF  "
-                   f"ratio {(b0 / r['median_us']) if b0 else 0:.3f}")  # fmt: skip
+        rows.append(f"{r['shape']:30s} {r['impl']:18s} {r['median_us']:8.1f} us "
+                    f"({r['p10_us']:.1f}-{r['p90_us']:.1f}) {r['tflops']:6.1f} TF  "
+                    f"ratio {(b0 / r['median_us']) if b0 else 0:.3f}")  # fmt: skip
+    bad = sum(not c["ok"] for c in checks)
     table = [f"{len(checks) - bad}/{len(checks)} checks pass; {elapsed():.0f} s; us (ratio = cuBLAS / ours)",
              f"{'impl':18s}" + "".join(f" {sh[:22]:>22s}" for sh in shapes)]  # fmt: skip
     for impl in dict.fromkeys(r["impl"] for r in bench):
@@ -387,18 +422,8 @@ def main() -> int:
     cells = [f"{nm}:{r_.get('regs', '?')}r/{r_.get('local', '?')}L/{r_.get('compile_check_s', 'ERR')}s"
              for nm, r_ in res.items()]  # fmt: skip
     table += ["  " + " ".join(cells[i : i + 5]) for i in range(0, len(cells), 5)]
-    LOG.extend(table)
-    (out / "mma.txt").write_text("\n".join(LOG) + "\n")
-    if "ncu" in report:  # the stall lines worth seeing in the tail
-        keep = []
-        for ln in report["ncu"].splitlines():
-            f = ln.split()
-            if len(f) >= 3 and ("__" in f[0]) and f[-1].replace(".", "", 1).replace(",", "").isdigit():
-                keep.append((float(f[-1].replace(",", "")) if "stalled" in f[0] else 1e9, ln.strip()[:110]))
-        keep.sort(key=lambda t: -t[0])
-        print("\n".join(ln for _, ln in keep[:6]))
-    print("\n".join(table))
-    return 0 if bad == 0 else 1
+    (out / "mma.txt").write_text("\n".join(LOG + rows + table) + "\n")
+    return table
 
 
 if __name__ == "__main__":
