@@ -184,6 +184,24 @@ class Kernel:
             raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {self.sig}")
 
 
+    def resident_blocks(self, block: int, shared: int = 0) -> int:
+        """Blocks of `block` threads one SM holds at once (the driver's occupancy query, cached): the
+        persistent grids of the prefetching row kernels are SMs x this. 1 on the dispatcher path."""
+        if not self._ready:
+            self._prepare()
+        if USE_DISPATCHER:
+            return 1
+        cache: dict[tuple[int, int], int] = self.__dict__.setdefault("_resident", {})
+        hit = cache.get((block, shared))
+        if hit is None:
+            n = ctypes.c_int()
+            occ = _driver().cuOccupancyMaxActiveBlocksPerMultiprocessor
+            rc = occ(ctypes.byref(n), self._func, block, shared)
+            if rc != 0 or n.value < 1:
+                raise LaunchError(f"occupancy query failed (CUresult {rc}, {n.value} blocks) for {self.sig}")
+            hit = cache[(block, shared)] = n.value
+        return hit
+
     def bind(self, grid: int | tuple[int, ...], block: int | tuple[int, ...], args: Sequence[Any],
              shared: int = 0) -> Bound:  # fmt: skip
         """A launch of this kernel with `args` packed once into a parameter block of its own: later calls

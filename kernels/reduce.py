@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda, float32
+from numba import cuda, float32, uint32
 
 from kernels.arrays import SIMULATED
 
@@ -235,13 +235,15 @@ def make_block_welford(threads: int):  # type: ignore[no-untyped-def]
 
     @cuda.jit(device=True, inline="always")
     def shfl(c, m, q, sm, base):  # type: ignore[no-untyped-def]
-        tid = cuda.threadIdx.x
-        lane = tid % 32
+        # unsigned lane / warp arithmetic: signed // and % carry floor-division fix-ups (and registers)
+        tid = uint32(cuda.threadIdx.x)
+        lane = tid & uint32(31)
+        wid = tid >> uint32(5)
         c, m, q = _warp_welford(c, m, q)
         if lane == 0:
-            sm[base + tid // 32] = c
-            sm[base + slots + tid // 32] = m
-            sm[base + 2 * slots + tid // 32] = q
+            sm[base + wid] = c
+            sm[base + slots + wid] = m
+            sm[base + 2 * slots + wid] = q
         cuda.syncthreads()
         if lane < nw:
             c = sm[base + lane]
@@ -279,12 +281,13 @@ def make_block_max_sum(threads: int):  # type: ignore[no-untyped-def]
 
     @cuda.jit(device=True, inline="always")
     def shfl(m, s, sm, base):  # type: ignore[no-untyped-def]
-        tid = cuda.threadIdx.x
-        lane = tid % 32
+        tid = uint32(cuda.threadIdx.x)
+        lane = tid & uint32(31)
+        wid = tid >> uint32(5)
         m, s = _warp_max_sum(m, s)
         if lane == 0:
-            sm[base + tid // 32] = m
-            sm[base + slots + tid // 32] = s
+            sm[base + wid] = m
+            sm[base + slots + wid] = s
         cuda.syncthreads()
         if lane < nw:
             m = sm[base + lane]
@@ -317,11 +320,12 @@ def make_block_sum(threads: int):  # type: ignore[no-untyped-def]
 
     @cuda.jit(device=True, inline="always")
     def shfl(v, sm, base):  # type: ignore[no-untyped-def]
-        tid = cuda.threadIdx.x
-        lane = tid % 32
+        tid = uint32(cuda.threadIdx.x)
+        lane = tid & uint32(31)
+        wid = tid >> uint32(5)
         v = _warp_sum(v)
         if lane == 0:
-            sm[base + tid // 32] = v
+            sm[base + wid] = v
         cuda.syncthreads()
         w = sm[base + lane] if lane < nw else float32(0.0)
         return _warp_sum(w)

@@ -7,11 +7,41 @@ from typing import Any
 import numpy as np
 
 from kernels.arrays import SIMULATED
+from kernels.launch import Kernel, sm_count
 from kernels.reduce import BLOCK, PER
 from kernels.registry import Case
 from kernels.vector import AUTO_VECTOR, VEC_BYTES
 
 _DTYPES = ("float32", "float16")
+F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
+MAX_GRID = 2**31 - 1
+
+# v4 row kernels (make_rows in each row op): which dtypes of which op take one on the vector path, and its
+# shape: (threads per block, values per thread, launch_bounds blocks per SM, prefetch the next row, keep the
+# prefetched row as packed halves). Chosen from the side-by-side H200 timings (benchmarks/notes-memory.md,
+# "v4"); a dtype that is absent keeps the v3 vector kernel. threads x values must cover BLOCK x PER.
+V4_CONFIG: dict[str, dict[np.dtype, tuple[int, int, int, bool, bool]]] = {
+    "layernorm": {F16: (256, 16, 5, True, True)},
+    "softmax": {F16: (256, 16, 5, True, True)},
+    "rmsnorm": {F16: (256, 16, 5, True, True)},
+}
+
+
+def v4_shape(op: str, dt: np.dtype) -> tuple[int, int, int, bool, bool]:
+    """The make_rows arguments after width for `op` at `dt`. Under the simulator: BLOCK threads x PER values
+    (the same longest row as the v3 kernels there), one block per SM, the same prefetch mode."""
+    t, p, b, pf, raw = V4_CONFIG[op][dt]
+    assert t * p >= BLOCK * PER, (op, dt)
+    return (BLOCK, PER, 1, pf, raw) if SIMULATED else (t, p, b, pf, raw)
+
+
+def v4_launch_shape(k: Kernel, shape: tuple[int, int, int, bool, bool], rows: int) -> tuple[int, int]:
+    """(block, grid) for a v4 kernel: one block per row, or for the prefetching kernels a persistent grid of
+    every block the SMs hold at once (never more blocks than rows)."""
+    threads, prefetch = shape[0], shape[3]
+    if prefetch:
+        return threads, min(rows, sm_count() * k.resident_blocks(threads))
+    return threads, min(rows, MAX_GRID)
 
 
 def _cases(shapes: list[tuple[str, int, int]]) -> tuple[Case, ...]:
@@ -30,6 +60,16 @@ def row_cases() -> dict[str, tuple[Case, ...]]:
     }
 
 
+def row_path_of(op: str) -> Any:
+    """row_path for `op`, naming its v4 kernel ("v4") where V4_CONFIG gives `op` one for the case's dtype."""
+
+    def path(case: Case) -> str:
+        p = row_path(case)
+        return "v4" if p == "vector" and np.dtype(case.dtype) in V4_CONFIG[op] else p
+
+    return path
+
+
 def row_path(case: Case) -> str:
     """The kernel a row op's "auto" launcher takes for `case` on this machine (verify/bench record it):
     "vector" (16-byte loads; device allocations are 256-byte aligned, so only the row length decides),
@@ -44,10 +84,16 @@ def row_path(case: Case) -> str:
 
 
 def row_ptx_kernels(
-    name: str, reg: Any, stream: Any, vec: dict[Any, Any], sigs: dict[Any, str]
+    name: str,
+    reg: Any,
+    stream: Any,
+    vec: dict[Any, Any],
+    sigs: dict[Any, str],
+    v4: dict[Any, Any] | None = None,
 ) -> tuple[tuple[str, Any, str], ...]:
-    """The offline-PTX list of a row op: its register-row, streaming and vector kernels for every dtype."""
+    """The offline-PTX list of a row op: its register-row, streaming and vector kernels for every dtype, and
+    its v4 kernels (`v4`: dtype -> function) for the dtypes that have one."""
     kinds = (("reg", lambda dt: reg), ("stream", lambda dt: stream), ("vec", lambda dt: vec[dt]))
-    return tuple(
-        (f"{name}_{kind}_{dt.name}", fn(dt), sig) for kind, fn in kinds for dt, sig in sigs.items()
-    )
+    out = [(f"{name}_{kind}_{dt.name}", fn(dt), sig) for kind, fn in kinds for dt, sig in sigs.items()]
+    out += [(f"{name}_v4_{dt.name}", fn, sigs[dt]) for dt, fn in (v4 or {}).items()]
+    return tuple(out)

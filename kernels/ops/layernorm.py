@@ -26,7 +26,7 @@ from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
 from kernels.launch import FastCache, kernel
 from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum, make_block_welford, row_slots
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import row_cases, row_path, row_ptx_kernels
+from kernels.rowcases import V4_CONFIG, row_cases, row_path_of, row_ptx_kernels, v4_launch_shape, v4_shape
 from kernels.vector import WIDTH, choose, ldg_into, make_prefetch_io, make_row_io, stg_from, vector_ok
 
 
@@ -246,6 +246,9 @@ _REG = {dt: kernel(_layernorm_reg, sig) for dt, sig in _SIGS.items()}
 _VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
+_V4_SHAPE = {dt: v4_shape("layernorm", dt) for dt in V4_CONFIG["layernorm"]}
+_V4_FNS = {dt: make_rows(WIDTH[dt], *shape) for dt, shape in _V4_SHAPE.items()}
+_V4 = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _V4_FNS.items()}
 _FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
 
 
@@ -280,11 +283,19 @@ def layernorm(
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, bo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    k = (_VEC if choose(path, xo.dtype, ok) else _REG if n <= BLOCK * PER else _KERNELS)[xo.dtype]
-    grid, args = min(xr.shape[0], MAX_GRID), (xr, wo, bo, arrays.as_rows(oo), e)
-    k.launch(grid, BLOCK, args, stream=stream)
+    block, grid = BLOCK, min(xr.shape[0], MAX_GRID)
+    if choose(path, xo.dtype, ok):
+        k = _VEC[xo.dtype]
+        k4 = _V4.get(xo.dtype)
+        if k4 is not None:  # the v4 kernel where rowcases.V4_CONFIG names one
+            k = k4
+            block, grid = v4_launch_shape(k4, _V4_SHAPE[xo.dtype], xr.shape[0])
+    else:
+        k = (_REG if n <= BLOCK * PER else _KERNELS)[xo.dtype]
+    args = (xr, wo, bo, arrays.as_rows(oo), e)
+    k.launch(grid, block, args, stream=stream)
     if out is not None and xo.host is None and wo.host is None and bo.host is None and oo.host is None:
-        _FAST.store((x, weight, bias, out), (eps, path), k.bind(grid, BLOCK, args))
+        _FAST.store((x, weight, bias, out), (eps, path), k.bind(grid, block, args))
     return arrays.finish(sync, oo, out, xo)
 
 
@@ -345,7 +356,7 @@ SPEC = register(
         **row_cases(),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=row_ptx_kernels("layernorm", _layernorm_reg, _layernorm_kernel, _VEC_FNS, _SIGS),
-        path=row_path,
+        ptx_kernels=row_ptx_kernels("layernorm", _layernorm_reg, _layernorm_kernel, _VEC_FNS, _SIGS, _V4_FNS),
+        path=row_path_of("layernorm"),
     )
 )

@@ -38,7 +38,7 @@ from kernels.reduce import (
     row_slots,
 )
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import row_cases, row_path, row_ptx_kernels
+from kernels.rowcases import V4_CONFIG, row_cases, row_path_of, row_ptx_kernels, v4_launch_shape, v4_shape
 from kernels.vector import WIDTH, choose, make_prefetch_io, make_row_io, stg_from, vector_ok
 
 NAN = float32(math.nan)
@@ -249,6 +249,9 @@ _REG = {dt: kernel(_softmax_reg, sig) for dt, sig in _SIGS.items()}
 _VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
+_V4_SHAPE = {dt: v4_shape("softmax", dt) for dt in V4_CONFIG["softmax"]}
+_V4_FNS = {dt: make_rows(WIDTH[dt], *shape) for dt, shape in _V4_SHAPE.items()}
+_V4 = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _V4_FNS.items()}
 _FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
 
 
@@ -269,11 +272,19 @@ def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> 
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    k = (_VEC if choose(path, xo.dtype, ok) else _REG if n <= BLOCK * PER else _KERNELS)[xo.dtype]
-    grid, args = min(xr.shape[0], MAX_GRID), (xr, arrays.as_rows(oo))
-    k.launch(grid, BLOCK, args, stream=stream)
+    block, grid = BLOCK, min(xr.shape[0], MAX_GRID)
+    if choose(path, xo.dtype, ok):
+        k = _VEC[xo.dtype]
+        k4 = _V4.get(xo.dtype)
+        if k4 is not None:  # the v4 kernel where rowcases.V4_CONFIG names one
+            k = k4
+            block, grid = v4_launch_shape(k4, _V4_SHAPE[xo.dtype], xr.shape[0])
+    else:
+        k = (_REG if n <= BLOCK * PER else _KERNELS)[xo.dtype]
+    args = (xr, arrays.as_rows(oo))
+    k.launch(grid, block, args, stream=stream)
     if out is not None and xo.host is None and oo.host is None:
-        _FAST.store((x, out), path, k.bind(grid, BLOCK, args))
+        _FAST.store((x, out), path, k.bind(grid, block, args))
     return arrays.finish(sync, oo, out, xo)
 
 
@@ -319,7 +330,7 @@ SPEC = register(
         **row_cases(),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=row_ptx_kernels("softmax", _softmax_reg, _softmax_kernel, _VEC_FNS, _SIGS),
-        path=row_path,
+        ptx_kernels=row_ptx_kernels("softmax", _softmax_reg, _softmax_kernel, _VEC_FNS, _SIGS, _V4_FNS),
+        path=row_path_of("softmax"),
     )
 )
