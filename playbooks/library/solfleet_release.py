@@ -67,6 +67,8 @@ options:
   rollback_to: {description: "rollback target version (empty = previous)", type: str, default: ""}
 """
 
+# Releases that failed after activation kept for inspection by prune (the newest ones); older ones go.
+KEEP_FAILED_RELEASES = 1
 ARTIFACT_RECORD = "artifact.json"  # in releases/V/verify/: which artifact sha256 this release came from
 
 # What a controller Ctrl-C (or a dropped SSH session) delivers to the module: ansible-playbook's cancel, with
@@ -370,6 +372,10 @@ class Deployment:
         candidates = [v for v in verified if v not in protected]
         budget = max(self.p["keep_releases"] - (len(verified) - len(candidates)), 0)
         doomed = candidates[: max(len(candidates) - budget, 0)]
+        # Releases that failed after activation are kept for inspection, but only the newest: repeated
+        # failed deploys must not fill the node's disk. current/previous are never removed.
+        failed = [v for v in self.layout.failed_releases() if v not in protected]
+        doomed += failed[:-KEEP_FAILED_RELEASES]
         for version in doomed:
             self.layout.remove_release_tree(self.layout.release_dir(version))
         kept = set(self.layout.release_names())

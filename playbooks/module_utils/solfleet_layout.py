@@ -185,6 +185,18 @@ class NodeLayout:
         # Releases with no journal line (journal lost) sort first, by name, so they are pruned first.
         return sorted(verified, key=lambda n: (order.get(n, -1), n))
 
+    def failed_releases(self) -> list[str]:
+        """Releases that failed after activation (verify/failed.json), oldest failure first."""
+        failed = [n for n in self.release_names() if self.failed_record(n) is not None]
+
+        def failed_at(name: str) -> float:
+            try:
+                return os.lstat(os.path.join(self.release_dir(name), VERIFY_DIR, FAILED_RECORD)).st_mtime
+            except OSError:
+                return 0.0
+
+        return sorted(failed, key=lambda n: (failed_at(n), n))
+
     def remove_release_tree(self, path: str) -> None:
         """Remove a release (verified ones are read-only: give write back to the owner first)."""
         if not os.path.lexists(path):

@@ -433,6 +433,35 @@ def _set_version(d: Path, version: str) -> None:
     (d / "MANIFEST.json").write_text(json.dumps(manifest))
 
 
+def test_prune_keeps_only_the_newest_failed_release(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    """Two deploys that fail health after activation leave two failed releases (a failed run prunes
+    nothing); the next good deploy keeps only the newest failure for inspection."""
+
+    def unhealthy(d: Path, version: str) -> None:
+        _set_version(d, version)
+        path = d / "kernels" / "health.py"
+        path.write_text(
+            path.read_text() + "\n\ndef run():  # injected: always unhealthy\n    return {'ok': False}\n"
+        )
+
+    for version in ("4.0.0", "4.1.0"):
+        bad = repack(
+            built[V1], tmp_path / f"solfleet-ops-{version}.tar.gz", lambda d, v=version: unhealthy(d, v)
+        )
+        failed = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(version, bad))
+        assert failed.results["n1"]["outcome"] == "health_failed", failed.messages
+        time.sleep(0.05)  # failed.json mtimes order the failures
+    assert {"4.0.0", "4.1.0"} <= {p.name for p in (node_on_v1 / "releases").iterdir()}
+
+    good = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, built[V2]))
+    assert good.status == "successful", good.messages
+    assert sorted(p.name for p in (node_on_v1 / "releases").iterdir()) == [V1, V2, "4.1.0"]
+    assert (node_on_v1 / "releases" / "4.1.0" / "verify" / "failed.json").exists()
+    assert good.results["n1"]["pruned"] == ["4.0.0"]
+
+
 def test_tampered_previous_release_is_refused_but_never_removed(
     tmp_path: Path, built: dict[str, Path], node_on_v1: Path
 ) -> None:
