@@ -237,8 +237,9 @@ def main() -> None:  # noqa: C901, PLR0915
 
     P = Probe(args.out)
     dev = cuda.get_current_device()
-    P.meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": dev.name.decode()
-              if isinstance(dev.name, bytes) else str(dev.name), "sms": dev.MULTIPROCESSOR_COUNT,
+    name = getattr(dev, "name", "?")
+    P.meta = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": name.decode()
+              if isinstance(name, bytes) else str(name), "sms": getattr(dev, "MULTIPROCESSOR_COUNT", 0),
               "numpy": np.__version__, "cupy": cp.__version__,
               "method": {"sets": SETS, "warm": WARM, "iters": ITERS, "spin_us": SPIN_US}}  # fmt: skip
 
