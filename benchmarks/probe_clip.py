@@ -60,6 +60,13 @@ class Probe:
             json.dump({"meta": self.meta, "rows": self.rows}, f, indent=1)
 
 
+def _free_deferred() -> None:
+    """numba frees device memory lazily; release it now (no such list under the simulator)."""
+    d = getattr(cuda.current_context(), "deallocations", None)
+    if d is not None:
+        d.clear()
+
+
 def _stats(us: list[float]) -> dict[str, float]:
     a = np.asarray(us)
     return {"median": round(float(np.median(a)), 2), "p10": round(float(np.percentile(a, 10)), 2),
@@ -222,7 +229,7 @@ def _probe_dtype(P: Probe, dt: np.dtype, copy_gbs: float) -> None:  # noqa: C901
         P.log(json.dumps(r))
     P.save()  # the buffers go with this frame
     cp.get_default_memory_pool().free_all_blocks()
-    cuda.current_context().deallocations.clear()
+    _free_deferred()
     P.save()
 
 
@@ -282,7 +289,7 @@ def main() -> None:  # noqa: C901, PLR0915
     for dt in (np.dtype(np.float32), np.dtype(np.float16)):
         _probe_dtype(P, dt, copy_gbs)
         cp.get_default_memory_pool().free_all_blocks()
-        cuda.current_context().deallocations.clear()
+        _free_deferred()
 
     # the short table
     print(f"\ncopy {copy_gbs:.0f} GB/s; SOL vs that copy; bytes: 3 passes (clip)")
