@@ -35,34 +35,24 @@ from kernels.ops import o_proj as op  # noqa: E402
 from kernels.ops.cuda import mma  # noqa: E402
 
 SETS, WARMUP = 3, 3
+INTERLEAVE = 0  # --interleave R: rounds of round-robin timing (0: one batch of 20 calls per candidate)
 T0 = time.time()
 LOG: list[str] = []
 
 # every candidate of round 1, most important first (the time guard drops the tail, never the baseline)
 VARIANTS: dict[str, mma.Config] = {
-    # block-barrier kernels (group 0)
-    "base": mma.Config(),
-    "late_c32": mma.Config(late=True, cpy32=True),
-    "k64_late_c32": mma.Config(bk=64, late=True, cpy32=True),
-    "epi": mma.Config(epi=True),
-    "t128x256": mma.Config(bn=256, wn=4, late=True, cpy32=True),
-    "k64": mma.Config(bk=64),
-    "b3": mma.Config(minb=3),
-    "late": mma.Config(late=True),
-    "s4_late_c32": mma.Config(stages=4, late=True, cpy32=True),
-    "late_c32_g16": mma.Config(late=True, cpy32=True, group_m=16),
+    # block-barrier kernels (group 0). Config() is the production default since round 1: k64 + late + cpy32
+    # + epi; "old" is the production tile before (run 3 of notes-matmul.md)
+    "old": mma.Config(bk=32, late=False, cpy32=False, epi=False),
+    "k64_lc": mma.Config(epi=False),  # round 1's k64_late_c32
+    "lc_epi": mma.Config(bk=32),  # 32-wide slices with late + cpy32 + epi
+    "prod_g16": mma.Config(group_m=16),
     # mbarrier kernels (group 1)
-    "mbar_late_c32": mma.Config(mbar=True, late=True, cpy32=True),
-    "t128x256_mbar": mma.Config(bn=256, wn=4, mbar=True, late=True, cpy32=True),
-    "mbar_lc_p": mma.Config(mbar=True, late=True, cpy32=True, persist=True),
-    "t128x256_mbar_p": mma.Config(bn=256, wn=4, mbar=True, late=True, cpy32=True, persist=True),
-    "all_k64": mma.Config(bk=64, mbar=True, late=True, cpy32=True, epi=True),
-    "all_p": mma.Config(mbar=True, late=True, cpy32=True, epi=True, persist=True),
-    "t256x128_mbar": mma.Config(bm=256, wm=4, mbar=True, late=True, cpy32=True),
-    "mbar": mma.Config(mbar=True),
-    "t128x256_k64_mbar": mma.Config(bn=256, wn=4, bk=64, mbar=True, late=True, cpy32=True),
-    "t128x256_s4_mbar": mma.Config(bn=256, wn=4, stages=4, mbar=True, late=True, cpy32=True),
+    "all_k64": mma.Config(mbar=True),  # round 1's all_k64: k64 + mbar + late + cpy32 + epi
+    "all_k64_p": mma.Config(mbar=True, persist=True),
+    "all_p": mma.Config(bk=32, mbar=True, persist=True),
 }
+OPROJ_VARIANTS = ("old", "lc_epi", "all_k64", "all_k64_p")
 BENCH = [(4096, 4096, 4096), (8192, 2560, 2560)]
 # aligned: partial M / N tiles, partial and short K (KT < stages); more tiles than resident blocks (persistent
 # blocks walk several tiles, their slice stream crossing tiles) with long and short K
@@ -93,6 +83,46 @@ def time_us(fn: Callable[[int], None], iters: int = 20) -> dict[str, float]:
     us = np.array([cp.cuda.get_elapsed_time(a, b) * 1e3 for a, b in evs])
     return {"median_us": float(np.median(us)), "p10_us": float(np.percentile(us, 10)),
             "p90_us": float(np.percentile(us, 90))}  # fmt: skip
+
+
+def time_interleaved(
+    cands: list[tuple[str, Callable[[int], None]]], rounds: int, per: int = 5
+) -> dict[str, Any]:
+    """Round 1 (2026-11-30) saw the same kernel drift by up to 13 % between batches seconds apart (clock
+    under load), so candidates are timed round-robin: `rounds` rounds of `per` calls each, CUDA events per
+    call; the median over all of a candidate's calls. Drift then lands on every candidate alike."""
+    times: dict[str, list[float]] = {name: [] for name, _ in cands}
+    for _name, fn in cands:
+        for i in range(WARMUP):
+            fn(i)
+    for r in range(rounds):
+        for name, fn in cands:
+            evs = []
+            for i in range(per):
+                a, b = cp.cuda.Event(), cp.cuda.Event()
+                a.record()
+                fn(r * per + i)
+                b.record()
+                evs.append((a, b))
+            cp.cuda.runtime.deviceSynchronize()
+            times[name] += [cp.cuda.get_elapsed_time(a, b) * 1e3 for a, b in evs]
+    out = {}
+    for name, us in times.items():
+        x = np.array(us)
+        out[name] = {"median_us": float(np.median(x)), "p10_us": float(np.percentile(x, 10)),
+                     "p90_us": float(np.percentile(x, 90)), "calls": len(us)}  # fmt: skip
+    return out
+
+
+def gpu_state() -> str:
+    """SM clock, temperature, power and throttle reasons from nvidia-smi (context for the drift)."""
+    q = "clocks.sm,temperature.gpu,power.draw,clocks_throttle_reasons.active"
+    try:
+        p = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=10, check=False)  # fmt: skip
+        return p.stdout.strip()
+    except Exception as e:  # noqa: BLE001
+        return repr(e)
 
 
 def rel_err(out: Any, ref: Any) -> float | None:
@@ -153,14 +183,14 @@ def bench_gemm(
         g.cublas_gemm_f16_f32(a, b, outs[i % SETS])
 
     c = cp.full((m, n), cp.nan, dtype=cp.float32)
+    cands: list[tuple[str, Callable[[int], None]]] = []
     if refs:
         g.gemm(sets[0][0], sets[0][1], c, path="mma")
         record("production", shape, rel_err(c, ref))
         c.fill(cp.nan)
         g.cublas_gemm_f16_f32(sets[0][0], sets[0][1], c)
         record("cublas", shape, rel_err(c, ref))
-        add("cublas", time_us(cub))
-        add("production", time_us(prod))
+    cands += [("cublas" if refs else "cublas_g1", cub), ("production" if refs else "production_g1", prod)]
     for name in usable:
         if elapsed() > until:
             log(f"skip timing {name} {shape}: time")
@@ -174,9 +204,17 @@ def bench_gemm(
         def f(i: int, cfg: mma.Config = cfg) -> None:
             run_cfg(cfg, *sets[i % SETS], outs[i % SETS])
 
-        add(name, time_us(f))
-    add("cublas_again" if refs else "cublas_end", time_us(cub))
-    add("production_again" if refs else "production_end", time_us(prod))
+        cands.append((name, f))
+    if INTERLEAVE:
+        st0 = gpu_state()
+        for name, st in time_interleaved(cands, INTERLEAVE).items():
+            add(name, st)
+        log(f"{shape}: nvidia-smi before {st0} / after {gpu_state()}")
+    else:
+        for name, fn in cands:
+            add(name, time_us(fn))
+        add("cublas_again" if refs else "cublas_end", time_us(cub))
+        add("production_again" if refs else "production_end", time_us(prod))
     return rows
 
 
@@ -206,15 +244,18 @@ def bench_oproj(usable: list[str], record: Record, refs: bool = True) -> list[di
         return f
 
     cands: list[tuple[str, Callable[[int], None]]] = (
-        [("cublas+add", ocub), ("production", oprod)] if refs else []
+        [("cublas+add", ocub), ("production", oprod)] if refs else [("production_g1", oprod)]
     )
-    cands += [(nm, ocfg(VARIANTS[nm])) for nm in ("epi", "all_k64", "all_p") if nm in usable]
+    cands += [(nm, ocfg(VARIANTS[nm])) for nm in usable if nm in OPROJ_VARIANTS]
+    ok = []
     for name, fn in cands:
         d[0]["out"].fill(cp.nan)
         fn(0)
         if record(f"o_proj {name}", shape, rel_err(d[0]["out"], ref), op.SPEC.tolerance["float16"]):
-            st = time_us(fn)
-            rows.append({"shape": shape, "impl": name, **st, "tflops": flops / st["median_us"] / 1e6})
+            ok.append((name, fn))
+    timed = time_interleaved(ok, INTERLEAVE) if INTERLEAVE else {name: time_us(fn) for name, fn in ok}
+    for name, st in timed.items():
+        rows.append({"shape": shape, "impl": name, **st, "tflops": flops / st["median_us"] / 1e6})
     return rows
 
 
@@ -293,11 +334,14 @@ def main() -> int:
         "--prod-checks", action="store_true", help="check the production ops at verify shapes first"
     )
     ap.add_argument("--ncu-target", action="store_true")
+    ap.add_argument("--interleave", type=int, default=0, help="rounds of round-robin timing (0: batches)")
     ap.add_argument("--budget", type=float, default=135.0, help="seconds; later variants are dropped past it")
     args = ap.parse_args()
     if args.ncu_target:
         ncu_target()
         return 0
+    global INTERLEAVE
+    INTERLEAVE = args.interleave
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = [v for v in args.variants.split(",") if v]
@@ -381,7 +425,7 @@ def compile_check(group: list[str], record: Record, res: dict[str, Any], until: 
         t = time.time()
         try:
             ok = all([record(name, f"{m}x{n}x{k}", check(cfg, m, n, k)) for m, n, k in CHECK])
-            if name in ("base", "k64"):  # the other switches leave the unaligned kernel unchanged
+            if name in ("old", "lc_epi"):  # the other switches leave the unaligned kernel unchanged
                 ok &= record(name, "x".join(map(str, ODD)), check(cfg, *ODD))
             res[name] = {"compile_check_s": round(time.time() - t, 1), **resources(cfg, (False, True))}
             if ok:

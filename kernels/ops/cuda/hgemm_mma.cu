@@ -21,6 +21,11 @@
 // When K or N is not a multiple of 8, or a pointer is not 16-byte aligned, 16-byte chunks could straddle the
 // edge: that case (`aligned == 0`) fills shared memory with bounds-checked scalar loads instead; the rest of
 // the kernel is the same.
+//
+// Production defaults (benchmarks/notes-mma.md, H200 round 1, 2026-11-30): 128x128 blocks of 4 warps, 64-wide K
+// slices in 3 stages (96 KB, 2 blocks per SM), the prefetch issued after the first k-step's ldmatrix with a
+// 32-bit copy plan (HG_LATE, HG_CPY32: ~7 issue cycles per HMMA per warp instead of ~9.6), and a vector
+// epilogue (HG_EPI). HG_MBAR / HG_PERSIST and other tiles were measured and are off by default.
 
 #ifndef HG_BM
 #define HG_BM 128
@@ -41,22 +46,22 @@
 #define HG_SUFFIX
 #endif
 #ifndef HG_BK
-#define HG_BK 32
+#define HG_BK 64
 #endif
 #ifndef HG_MBAR
 #define HG_MBAR 0  // 1: aligned kernels synchronise stages with mbarriers instead of one __syncthreads per slice
 #endif
 #ifndef HG_LATE
-#define HG_LATE 0  // 1: a slice's prefetch is issued after the first k-step's fragment loads, not before them
+#define HG_LATE 1  // 1: a slice's prefetch is issued after the first k-step's fragment loads, not before them
 #endif
 #ifndef HG_CPY32
-#define HG_CPY32 0  // 1: aligned copy plan with 32-bit chunk offsets and predicates (fewer integer instructions)
+#define HG_CPY32 1  // 1: aligned copy plan with 32-bit chunk offsets and predicates (fewer integer instructions)
 #endif
 #ifndef HG_PERSIST
 #define HG_PERSIST 0  // 1 (needs HG_MBAR): aligned kernels are persistent, one block walks tiles b, b + grid, ...
 #endif
 #ifndef HG_EPI
-#define HG_EPI 0  // 1: aligned kernels' epilogue uses 2-element vector accesses, residual loads batched first
+#define HG_EPI 1  // 1: aligned kernels' epilogue uses 2-element vector accesses, residual loads batched first
 #endif
 #ifndef HG_GROUP_M
 #define HG_GROUP_M 8  // block swizzle: 8 tile-rows share their B columns in L2

@@ -16,8 +16,8 @@ link the same source with #defines in front.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, replace
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,11 @@ class Config:
     stages: int = 3
     wm: int = 2
     wn: int = 2
-    bk: int = 32
+    bk: int = 64
     mbar: bool = False
-    epi: bool = False
-    late: bool = False
-    cpy32: bool = False
+    epi: bool = True
+    late: bool = True
+    cpy32: bool = True
     minb: int = 0
     group_m: int = 8
     persist: bool = False
@@ -78,6 +78,13 @@ class Config:
 
     def grid(self, m: int, n: int) -> int:
         return ((m + self.bm - 1) // self.bm) * ((n + self.bn - 1) // self.bn)
+
+    @cached_property
+    def unaligned(self) -> Config:
+        """The configuration whose scalar-load kernels serve the unaligned shapes of this one: 32-wide slices
+        (with 64 the scalar-load kernel needs 255 registers and spills 472 bytes; the switches only change the
+        aligned kernels, so they are dropped too)."""
+        return replace(self, bk=32, stages=3, mbar=False, persist=False, minb=0) if self.bk != 32 else self
 
 
 DEFAULT = Config()
@@ -203,6 +210,8 @@ def launch(
     aligned = k % 8 == 0 and n % 8 == 0 and (a | b) % 16 == 0
     aligned = aligned and (not cfg.epi or (out | res | bias) % 16 == 0)
     aligned = aligned and (not cfg.cpy32 or (k * cfg.bm < 2**31 and n * cfg.bk < 2**31))
+    if not aligned:
+        cfg = cfg.unaligned
     key = (out_half, aligned)
     kern = _kernels(cfg)[key]
     cap = _ready.get((cfg, *key))
