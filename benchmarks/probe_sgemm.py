@@ -56,22 +56,27 @@ def elapsed() -> float:
 # --- variants: name -> (kernel factory args) ----------------------------------------------------------------
 # each is _simt2(bk, vec, has_bias, has_res, group, dbuf, min_blocks, layout); launched through kernels.launch
 VARIANTS: dict[str, dict[str, Any]] = {
-    "s2_v": {"bk": 8, "vec": True},  # the candidate: 16-byte global loads, 4x8 warp layout, group 8, lb 2
-    "s2_scalar": {"bk": 8, "vec": False},  # the unaligned fallback (4-byte loads and stores)
-    "s2_v_nodbuf": {"bk": 8, "vec": True, "dbuf": False},
-    "s2_v_g1": {"bk": 8, "vec": True, "group": 1},
-    "s2_v_2x16": {"bk": 8, "vec": True, "layout": "2x16"},
-    "s2_v_nolb": {"bk": 8, "vec": True, "min_blocks": 0},
-    "s2_v_bk16": {"bk": 16, "vec": True},  # BK=16 at 2 blocks/SM: 88 B spill (ptxas)
-    "s2_v_bk16_lb1": {"bk": 16, "vec": True, "min_blocks": 1},
+    # round 2: around the production setting (gemm.S2_CONFIG: BK 16, no register cap, 4x8 lanes, group 8)
+    "P_scalar": {"bk": 16, "vec": False, "min_blocks": 1},  # production's 4-byte fallback (unaligned shapes)
+    "P_2x16": {"bk": 16, "vec": True, "min_blocks": 1, "layout": "2x16"},
+    "P_g1": {"bk": 16, "vec": True, "min_blocks": 1, "group": 1},
+    "P_2x16_g1": {"bk": 16, "vec": True, "min_blocks": 1, "layout": "2x16", "group": 1},
+    "W_bk8": {
+        "bk": 8,
+        "vec": True,
+        "min_blocks": 1,
+        "tn": 16,
+    },  # 128 x 256 tiles, 8 x 16 per thread, 241 regs
+    "W_bk16": {"bk": 16, "vec": True, "min_blocks": 1, "tn": 16},  # same, BK 16, 48 KB shared, 249 regs
+    "W_bk8_2x16": {"bk": 8, "vec": True, "min_blocks": 1, "tn": 16, "layout": "2x16"},
 }
 
 
 def variant_kernel(name: str, has_bias: bool = False, has_res: bool = False) -> Any:
-    p = dict(VARIANTS[name])
+    p = VARIANTS[name]
     return kernel(
-        g._simt2(p.pop("bk"), p.pop("vec"), has_bias, has_res, p.get("group", 8), p.get("dbuf", True),
-                 p.get("min_blocks", 2), p.get("layout", "4x8")),
+        g._simt2(p["bk"], p["vec"], has_bias, has_res, p.get("group", 8), p.get("dbuf", True),
+                 p.get("min_blocks", 2), p.get("layout", "4x8"), p.get("tn", 8)),
         g.SIG_FLAT,
     )  # fmt: skip
 
@@ -81,7 +86,8 @@ def launch_variant(name: str, kern: Any, a: Any, b: Any, c: Any, res: Any = None
     ro = arrays.operand("r", res) if res is not None else co
     m, k = a.shape
     n = b.shape[1]
-    kern.launch(((m + 127) // 128) * ((n + 127) // 128), 256, (ao, bo, co, ro, co, m, n, k))
+    bn = 16 * VARIANTS[name].get("tn", 8)
+    kern.launch(((m + 127) // 128) * ((n + bn - 1) // bn), 256, (ao, bo, co, ro, co, m, n, k))
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
@@ -226,41 +232,47 @@ def bench_oproj(report: dict[str, Any], iters: int, paths: list[str]) -> None:
 
 
 def host_overhead(report: dict[str, Any], n_calls: int = 2000) -> None:
-    """Wall time per call at 64^3 (GPU time per call is a few us: the host is the bottleneck), median of 5
-    batches each synchronised once; cupy.matmul for scale."""
+    """Host time per call on device arrays at 64^3, two ways: `issue_us`, the wall time of 200 calls issued
+    back to back with no synchronisation inside (the launch queue absorbs them: host cost only), median of 10
+    batches, each started after a synchronisation; and `sync_us`, 2000 calls then one synchronisation
+    (bounded by the GPU when the kernel takes longer than the host). `gpu_us`: CUDA events around one call.
+    cupy.matmul for scale."""
     rows = []
     a, b, c = (cp.ones((64, 64), dtype=cp.float32) for _ in range(3))
     na, nb, nc = (cuda.to_device(np.ones((64, 64), np.float32)) for _ in range(3))
-    at, r, o = (
-        cp.ones((1, 64, 64), cp.float32),
-        cp.ones((1, 64, 64), cp.float32),
-        cp.empty((1, 64, 64), cp.float32),
-    )
+    at, r, o = (cp.ones((1, 64, 64), cp.float32), cp.ones((1, 64, 64), cp.float32),
+                cp.empty((1, 64, 64), cp.float32))  # fmt: skip
+    n3a, n3r, n3o = (cuda.to_device(np.ones((1, 64, 64), np.float32)) for _ in range(3))
     calls: dict[str, Callable[[], Any]] = {
         "cupy.matmul (cuBLAS) 64^3": lambda: cp.matmul(a, b, out=c),
-        "gemm auto, cupy arrays": lambda: g.gemm(a, b, c),
-        "gemm auto, numba arrays": lambda: g.gemm(na, nb, nc),
+        "gemm auto (simt2), cupy arrays": lambda: g.gemm(a, b, c),
+        "gemm auto (simt2), numba arrays": lambda: g.gemm(na, nb, nc),
         "gemm simt, cupy arrays": lambda: g.gemm(a, b, c, path="simt"),
-        "gemm simt2, cupy arrays": lambda: g.gemm(a, b, c, path="simt2"),
-        "gemm simt2, numba arrays": lambda: g.gemm(na, nb, nc, path="simt2"),
-        "o_proj auto fp32, cupy": lambda: op.o_proj(at, b, r, None, o),
-        "o_proj simt2 fp32, cupy": lambda: op.o_proj(at, b, r, None, o, path="simt2"),
-    }
+        "o_proj auto (simt2) fp32, cupy": lambda: op.o_proj(at, b, r, None, o),
+        "o_proj auto (simt2) fp32, numba": lambda: op.o_proj(n3a, nb, n3r, None, n3o),
+    }  # fmt: skip
     for name, fn in calls.items():
         try:
             for _ in range(50):
                 fn()
             cp.cuda.runtime.deviceSynchronize()
-            per = []
-            for _ in range(5):
-                t = time.perf_counter()
-                for _ in range(n_calls // 5):
-                    fn()
+            issue = []
+            for _ in range(10):
                 cp.cuda.runtime.deviceSynchronize()
-                per.append((time.perf_counter() - t) / (n_calls // 5) * 1e6)
-            rows.append({"call": name, "median_us": float(np.median(per)), "min_us": float(min(per)),
-                         "max_us": float(max(per))})  # fmt: skip
-            log(f"overhead {name}: {np.median(per):.1f} us")
+                t = time.perf_counter()
+                for _ in range(200):
+                    fn()
+                issue.append((time.perf_counter() - t) / 200 * 1e6)
+            cp.cuda.runtime.deviceSynchronize()
+            t = time.perf_counter()
+            for _ in range(n_calls):
+                fn()
+            cp.cuda.runtime.deviceSynchronize()
+            sync_us = (time.perf_counter() - t) / n_calls * 1e6
+            gpu = time_us(lambda i, fn=fn: fn(), 20)["median_us"]
+            rows.append({"call": name, "issue_us": float(np.median(issue)), "issue_min_us": float(min(issue)),
+                         "sync_us": sync_us, "gpu_us": gpu})  # fmt: skip
+            log(f"overhead {name}: issue {np.median(issue):.1f} us, sync {sync_us:.1f} us, gpu {gpu:.1f} us")
         except Exception as ex:  # noqa: BLE001
             rows.append({"call": name, "error": repr(ex)})
             log(f"overhead {name}: {ex!r}")
@@ -353,28 +365,33 @@ def main() -> None:
             "simt": lambda a, b, c: g.gemm(a, b, c, path="simt"),
             "simt2": lambda a, b, c: g.gemm(a, b, c, path="simt2"),
         }
-        # 1. the production paths (old simt, new simt2) against cuBLAS: checks, both gemm shapes, o_proj
+        # 1. the production paths (old simt, simt2 = auto) against cuBLAS: checks, both gemm shapes, o_proj
+        shapes = [(4096, 4096, 4096), (8192, 2560, 2560)]
         checks(impls, report)
         save()
-        bench_gemm(impls, [(4096, 4096, 4096), (8192, 2560, 2560)], report, args.iters, args.budget)
+        bench_gemm(impls, shapes, report, args.iters, args.budget)
         save()
         bench_oproj(report, args.iters, ["simt", "simt2"])
         save()
-        # 2. ncu on one launch of each, 3. host overhead
-        if not args.no_ncu:
-            ncu_stage(report, min(50.0, max(10.0, args.budget - elapsed() - 20)))
-            save()
+        # 2. host overhead
         host_overhead(report)
         save()
-        # 4. the variants, as far as the time budget goes: compile, check at two aligned shapes, time 4096^3
+        # 3. the variants, as far as the time budget goes: compile, check at aligned shapes (and unaligned for
+        # the 4-byte one), time both shapes; then the production path once more (run-to-run spread)
         for nm in names:
-            if elapsed() > args.budget - 12:
+            if elapsed() > args.budget - 30:
                 log(f"skip variant {nm}: time budget")
                 continue
             kern = variant_kernel(nm)
             fn = lambda a, b, c, nm=nm, kern=kern: launch_variant(nm, kern, a, b, c)  # noqa: E731
-            checks({nm: fn}, report, ((520, 392, 264), (131, 260, 36)))
-            bench_gemm({nm: fn}, [(4096, 4096, 4096)], report, args.iters, args.budget - 3)
+            checks({nm: fn}, report, ((520, 392, 264), (131, 260, 36), (257, 129, 67)))
+            bench_gemm({nm: fn}, shapes, report, args.iters, args.budget - 25)
+            save()
+        bench_gemm({"simt2 again": impls["simt2"]}, shapes, report, args.iters, args.budget - 20)
+        save()
+        # 4. ncu on one launch of the old and the production kernel, with what time is left
+        if not args.no_ncu and args.budget - elapsed() > 25:
+            ncu_stage(report, args.budget - elapsed() - 3)
             save()
     except Exception:  # noqa: BLE001
         log(traceback.format_exc())

@@ -50,7 +50,7 @@ from kernels.registry import Case, OpSpec, Problem, register
 PATHS = ("auto", "portable", "simt", "simt_wide", "simt2", "mma")
 # what "auto" runs for fp32 on a GPU (and fp16 without tensor cores); chosen from H200 measurements, see
 # benchmarks/notes-matmul.md
-SIMT_DEFAULT = "simt"
+SIMT_DEFAULT = "simt2"
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
 
@@ -409,12 +409,29 @@ def _helpers() -> dict[str, Any]:
 
 
 def gen_source(
-    bk: int, vec: bool, has_bias: bool, has_res: bool, group: int = 8, dbuf: bool = True, layout: str = "4x8"
+    bk: int,
+    vec: bool,
+    has_bias: bool,
+    has_res: bool,
+    group: int = 8,
+    dbuf: bool = True,
+    layout: str = "4x8",
+    tn: int = 8,
 ) -> str:
-    """Python source of one simt2 kernel (see module notes)."""
-    BM = BN = 128
-    LDA = BM + 4  # padded A row: the transposed 4-float stores of two lanes with the same row hit other banks
-    nv = bk // 8  # 16-byte vectors per thread per slice, for A and for B
+    """Python source of one simt2 kernel: 256 threads, block tile 128 x (16 * tn), each thread 8 x tn outputs
+    (rows ty*4 + {0..3} and 64 + ty*4 + {0..3}; columns tx*4 + 64*h + {0..3}), K in slices of `bk` through
+    two shared buffers. `vec`: 16-byte global loads/stores (K, N multiples of 4, aligned pointers). `group`:
+    block rows per rasterisation group. `dbuf`: fragments double-buffered in registers. `layout`: lanes of a
+    warp as 4 x 8 or 2 x 16 (ty, tx) groups. Every loop here runs in Python: the emitted code is straight."""
+    BM = 128
+    BN = 16 * tn
+    nh = tn // 4  # 4-wide column groups per thread, 64 apart
+    # A row padded by 4 floats (transposed stores of lanes sharing a row hit other banks) while the two
+    # buffers fit numba's 48 KB of static shared memory
+    LDA = BM + 4 if 2 * bk * (BM + 4 + BN) * 4 <= 48 * 1024 else BM
+    nva = bk * BM // 1024  # 16-byte vectors per thread per slice of A, and of B
+    nvb = bk * BN // 1024
+    nparts = max(nva, nvb)
     sa_sz = 2 * bk * LDA
     sb_sz = 2 * bk * BN
     L: list[str] = []
@@ -447,26 +464,26 @@ def gen_source(
         e("    bn = pid % gn")
     e(f"    m0 = bm * {BM}")
     e(f"    n0 = bn * {BN}")
-    # global-load plan: vector v = tid + 256 j; A: row v // (bk/4), k col (v % (bk/4)) * 4; B: k row v // 32,
-    # col (v % 32) * 4. Rows/cols past the matrix are clamped onto the last one: they load real memory and
-    # feed only outputs that are never stored, so the main loop carries no predicates.
-    for j in range(nv):
-        e(f"    va{j} = tid + {256 * j}")
-        e(f"    ar{j} = va{j} // {bk // 4}")
-        e(f"    ak{j} = (va{j} % {bk // 4}) * 4")
+    # global-load plan: vector v = tid + 256 j; A: row v // (bk/4), k col (v % (bk/4)) * 4; B: k row
+    # v // (BN/4), col (v % (BN/4)) * 4. Rows/cols past the matrix are clamped onto the last one: they load
+    # real memory and feed only outputs that are never stored, so the main loop carries no predicates.
+    for j in range(nva):
+        e(f"    ar{j} = (tid + {256 * j}) // {bk // 4}")
+        e(f"    ak{j} = (tid % {bk // 4}) * 4")
         e(f"    ga{j} = min(m0 + ar{j}, m - 1) * k + ak{j}")
-        e(f"    br{j} = va{j} // 32")
-        e(f"    bc{j} = (va{j} % 32) * 4")
+    for j in range(nvb):
+        e(f"    br{j} = (tid + {256 * j}) // {BN // 4}")
+        e(f"    bc{j} = (tid % {BN // 4}) * 4")
         if vec:
             e(f"    gb{j} = min(n0 + bc{j}, n - 4)")
         else:
             e(f"    gb{j} = n0 + bc{j}")
     for i in range(8):
-        for j in range(8):
+        for j in range(tn):
             e(f"    c{i}_{j} = float32(0.0)")
 
-    def load_part(ind: str, k0: str, checked: bool, j: int) -> None:
-        # A: 4 consecutive k of one row
+    def load_a(ind: str, k0: str, checked: bool, j: int) -> None:
+        """A: 4 consecutive k of one row."""
         if vec:
             if checked:
                 e(f"{ind}if {k0} + ak{j} < k:")
@@ -483,7 +500,9 @@ def gen_source(
                     e(f"{ind}xa{j}_{q} = {ld} if {k0} + ak{j} + {q} < k else float32(0.0)")
                 else:
                     e(f"{ind}xa{j}_{q} = ldg1(a, ga{j} + {k0} + {q})")
-        # B: 4 consecutive columns of one k row
+
+    def load_b(ind: str, k0: str, checked: bool, j: int) -> None:
+        """B: 4 consecutive columns of one k row."""
         e(f"{ind}rowb = ({k0} + br{j}) * n")
         if checked:
             e(f"{ind}if {k0} + br{j} < k:")
@@ -500,22 +519,29 @@ def gen_source(
             for q in range(4):
                 e(f"{ind}    xb{j}_{q} = float32(0.0)")
 
-    def store_part(ind: str, buf: str, j: int) -> None:
-        for q in range(4):
-            e(f"{ind}sts1(sa, ({buf}) * {bk * LDA} + (ak{j} + {q}) * {LDA} + ar{j}, xa{j}_{q})")
-        xb = ", ".join(f"xb{j}_{q}" for q in range(4))
-        e(f"{ind}sts4(sb, ({buf}) * {bk * BN} + br{j} * {BN} + bc{j}, {xb})")
+    def load_part(ind: str, k0: str, checked: bool, j: int) -> None:
+        if j < nva:
+            load_a(ind, k0, checked, j)
+        if j < nvb:
+            load_b(ind, k0, checked, j)
 
-    nfull = f"k // {bk}"
-    e(f"    nfull = {nfull}")
+    def store_part(ind: str, buf: str, j: int) -> None:
+        if j < nva:
+            for q in range(4):
+                e(f"{ind}sts1(sa, ({buf}) * {bk * LDA} + (ak{j} + {q}) * {LDA} + ar{j}, xa{j}_{q})")
+        if j < nvb:
+            xb = ", ".join(f"xb{j}_{q}" for q in range(4))
+            e(f"{ind}sts4(sb, ({buf}) * {bk * BN} + br{j} * {BN} + bc{j}, {xb})")
+
+    e(f"    nfull = k // {bk}")
     e(f"    nt = (k + {bk - 1}) // {bk}")
     e("    if nfull > 0:")
-    for j in range(nv):
+    for j in range(nparts):
         load_part("        ", "0", False, j)
     e("    else:")
-    for j in range(nv):
+    for j in range(nparts):
         load_part("        ", "0", True, j)
-    for j in range(nv):
+    for j in range(nparts):
         store_part("    ", "0", j)
     e("    cuda.syncthreads()")
     e("    for t in range(nt):")
@@ -527,13 +553,14 @@ def gen_source(
     def frag(s: int, kk: int) -> None:
         e(f"        a{s}_0, a{s}_1, a{s}_2, a{s}_3 = lds4(sa, oa + {kk * LDA})")
         e(f"        a{s}_4, a{s}_5, a{s}_6, a{s}_7 = lds4(sa, oa + {kk * LDA + 64})")
-        e(f"        b{s}_0, b{s}_1, b{s}_2, b{s}_3 = lds4(sb, ob + {kk * BN})")
-        e(f"        b{s}_4, b{s}_5, b{s}_6, b{s}_7 = lds4(sb, ob + {kk * BN + 64})")
+        for h in range(nh):
+            regs = ", ".join(f"b{s}_{4 * h + q}" for q in range(4))
+            e(f"        {regs} = lds4(sb, ob + {kk * BN + 64 * h})")
 
-    # the next slice is staged in nv parts (one A and one B vector each): part j is loaded at step j * span
+    # the next slice is staged in parts (one A and/or one B vector each): part j is loaded at step j * span
     # and stored to the other buffer after step (j + 1) * span - 1 (that buffer was last read before the
-    # previous barrier), so only 8 staging registers are live at any time whatever BK is
-    span = bk // nv
+    # previous barrier), so at most 8 staging registers are live at any time whatever BK is
+    span = bk // nparts
     for kk in range(bk):
         s = kk % 2 if dbuf else 0
         part, r = divmod(kk, span)
@@ -547,7 +574,7 @@ def gen_source(
         if dbuf and kk + 1 < bk:
             frag((kk + 1) % 2, kk + 1)
         for i in range(8):
-            for j in range(8):
+            for j in range(tn):
                 e(f"        c{i}_{j} += a{s}_{i} * b{s}_{j}")
         if not dbuf and kk + 1 < bk:
             frag(0, kk + 1)
@@ -555,12 +582,12 @@ def gen_source(
             e("        if t + 1 < nt:")
             store_part("            ", "1 - cur", part)
     e("        cuda.syncthreads()")
-    # epilogue: 8 rows x two 4-wide column groups per thread
+    # epilogue: 8 rows x nh 4-wide column groups per thread
     for i in range(8):
         r = f"m0 + ty * 4 + {i % 4 + (i // 4) * 64}"
         e(f"    r = {r}")
         e("    if r < m:")
-        for h in range(2):
+        for h in range(nh):
             e(f"        cc = n0 + tx * 4 + {h * 64}")
             vals = [f"c{i}_{h * 4 + q}" for q in range(4)]
             if vec:
@@ -588,7 +615,7 @@ def gen_source(
 
 
 SIMT2_THREADS = 256
-S2_BM = S2_BN = 128  # simt2's block tile (gen_source)
+S2_BM = 128  # simt2's block tile rows (gen_source); its columns are 16 * tn
 
 
 @cache
@@ -601,10 +628,13 @@ def _simt2(
     dbuf: bool = True,
     min_blocks: int = 2,
     layout: str = "4x8",
+    tn: int = 8,
 ) -> Any:
-    src = gen_source(bk, vec, has_bias, has_res, group, dbuf, layout)
+    """The numba kernel for one generator setting (gen_source); `min_blocks` > 0 sets launch_bounds (256,
+    min_blocks), which caps registers (2 -> 128 per thread), 0 leaves ptxas free."""
+    src = gen_source(bk, vec, has_bias, has_res, group, dbuf, layout, tn)
     ns: dict[str, Any] = {"cuda": cuda, "float32": float32, "min": min, **_helpers()}
-    exec(compile(src, f"<simt2 bk={bk} vec={vec} bias={has_bias} res={has_res}>", "exec"), ns)
+    exec(compile(src, f"<simt2 bk={bk} tn={tn} vec={vec} bias={has_bias} res={has_res}>", "exec"), ns)
     opts: dict[str, Any] = (
         {} if SIMULATED else {"launch_bounds": (SIMT2_THREADS, min_blocks)} if min_blocks else {}
     )
@@ -691,7 +721,8 @@ def run_matmul(
     if path == "simt2":
         ptrs = (a.ptr, b.ptr, out.ptr) + ((bias.ptr,) if bias else ()) + ((res.ptr,) if res else ())
         kern = _fast2(simt2_vec_ok(m, n, k, ptrs), bias is not None, res is not None)
-        grid: Any = ((m + S2_BM - 1) // S2_BM) * ((n + S2_BN - 1) // S2_BN)
+        bn2 = 16 * S2_CONFIG[5]
+        grid: Any = ((m + S2_BM - 1) // S2_BM) * ((n + bn2 - 1) // bn2)
         block = SIMT2_THREADS
     else:
         kern = _fast(path, bias is not None, res is not None, a.dtype, out.dtype)
@@ -746,9 +777,20 @@ def _mma_replay(m: int, n: int, k: int, out_half: bool, has_res: bool, has_bias:
 SIG_FLAT = "void(float32[::1], float32[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64)"
 
 
+# the generator settings "simt2" runs: (bk, group, dbuf, min_blocks, layout, tn). Round 1 on the H200
+# (benchmarks/notes-matmul.md): BK 16 with no register cap (167 regs, 1 block of 8 warps per SM) 45.4 TF at
+# 4096^3 against 41.6 for BK 8 capped at 128 regs for 2 blocks per SM
+S2_CONFIG: tuple[int, int, bool, int, str, int] = (16, 8, True, 1, "4x8", 8)  # (..., layout, tn)
+
+
 @cache
 def _fast2(vec: bool, has_bias: bool, has_res: bool) -> Any:
-    return kernel(_simt2(8, vec, has_bias, has_res, 8, True, 2, "4x8"), SIG_FLAT)
+    return kernel(_simt2_prod(vec, has_bias, has_res), SIG_FLAT)
+
+
+def _simt2_prod(vec: bool, has_bias: bool, has_res: bool) -> Any:
+    bk, group, dbuf, min_blocks, layout, tn = S2_CONFIG
+    return _simt2(bk, vec, has_bias, has_res, group, dbuf, min_blocks, layout, tn)
 
 
 def simt2_vec_ok(m: int, n: int, k: int, ptrs: tuple[int, ...]) -> bool:
@@ -885,13 +927,15 @@ def _bytes(c: Case) -> float:
 
 
 def ptx_kernels(op: str, has_bias: bool, has_res: bool, out_same_dtype: bool) -> tuple[tuple[Any, ...], ...]:
-    """Offline-PTX entries (kernels.ptx) for the kernels an op runs: portable and simt per input dtype, and
-    the aligned tensor-core kernel (linked CUDA C: the 4th item names the file)."""
+    """Offline-PTX entries (kernels.ptx) for the kernels an op runs: portable and simt per input dtype, simt2
+    (fp32), and the aligned tensor-core kernel (linked CUDA C: the 4th item names the file)."""
     out: list[tuple[Any, ...]] = []
     for dt in (F32, F16):
         o = dt if out_same_dtype else F32
         out.append((f"{op}_portable_{dt.name}", _portable(has_bias, has_res), _sig(dt, o)))
         out.append((f"{op}_simt_{dt.name}", _simt(has_bias, has_res), _sig(dt, o)))
+    # simt2 is fp32 only (fp32 in and out for gemm and o_proj alike): its 16-byte variant, what auto runs
+    out.append((f"{op}_simt2_float32", _simt2_prod(True, has_bias, has_res), SIG_FLAT))
     mma_kernel = mma.dispatchers(mma.DEFAULT)[(out_same_dtype, True)]
     out.append((f"{op}_mma_float16", mma_kernel, mma.KERNEL_SIG, (mma.CU_FILE,)))
     return tuple(out)

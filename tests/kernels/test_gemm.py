@@ -78,14 +78,13 @@ def test_simt2_path(m: int, n: int, k: int) -> None:
     assert err <= g.SPEC.tolerance["float32"], err
 
 
-def _launch_gen(kern: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _launch_gen(kern: Any, a: np.ndarray, b: np.ndarray, tn: int) -> np.ndarray:
     m, k = a.shape
     n = b.shape[1]
     c = cuda.to_device(np.full((m, n), np.nan, np.float32))
     da, db = cuda.to_device(a.ravel()), cuda.to_device(b.ravel())
-    kern[((m + 127) // 128) * ((n + 127) // 128), g.SIMT2_THREADS](
-        da, db, c.ravel(), c.ravel(), c.ravel(), m, n, k
-    )
+    grid = ((m + 127) // 128) * ((n + 16 * tn - 1) // (16 * tn))
+    kern[grid, g.SIMT2_THREADS](da, db, c.ravel(), c.ravel(), c.ravel(), m, n, k)
     return c.copy_to_host()
 
 
@@ -97,6 +96,8 @@ def _launch_gen(kern: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         ({"bk": 16, "vec": False}, (19, 23, 49)),
         ({"bk": 8, "vec": True, "dbuf": False, "layout": "2x16"}, (21, 28, 20)),
         ({"bk": 8, "vec": False, "group": 2}, (300, 140, 9)),  # 3 x 2 blocks in groups of 2 block rows
+        ({"bk": 8, "vec": True, "tn": 16}, (20, 260, 12)),  # 128 x 256 tiles: 2 column blocks, K tail
+        ({"bk": 16, "vec": False, "tn": 16}, (19, 37, 21)),  # 48 KB of shared memory: unpadded A rows
     ],
 )
 def test_simt2_generator_variants(params: dict[str, Any], shape: tuple[int, int, int]) -> None:
@@ -105,9 +106,11 @@ def test_simt2_generator_variants(params: dict[str, Any], shape: tuple[int, int,
     rng = np.random.default_rng()
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
-    p = {"group": 8, "dbuf": True, "min_blocks": 2, "layout": "4x8", **params}
-    kern = g._simt2(p["bk"], p["vec"], False, False, p["group"], p["dbuf"], p["min_blocks"], p["layout"])
-    got = _launch_gen(kern, a, b).astype(np.float64)
+    p = {"group": 8, "dbuf": True, "min_blocks": 2, "layout": "4x8", "tn": 8, **params}
+    kern = g._simt2(
+        p["bk"], p["vec"], False, False, p["group"], p["dbuf"], p["min_blocks"], p["layout"], p["tn"]
+    )
+    got = _launch_gen(kern, a, b, p["tn"]).astype(np.float64)
     assert np.isfinite(got).all(), "output not fully written"
     ref = a.astype(np.float64) @ b
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= 2e-5
