@@ -12,7 +12,6 @@ fails it).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import sys
@@ -29,20 +28,31 @@ ROWS, COLS = 16384, 4096
 SETS, WARM, ITERS = 3, 3, 20
 BUDGET_S = 120.0  # stop starting new variants after this much wall time (the command's limit is 150 s)
 
-# (threads per block, values per thread, launch_bounds blocks per SM, prefetch the next row, keep the
-# prefetched fp16 row as packed halves)
-FP16_VARIANTS = [
-    (256, 16, 6, False, False),  # v3's shape, one barrier per row instead of four
-    (128, 32, 8, False, False),  # 8 rows per SM in registers
-    (256, 16, 4, True, False),  # next row's loads in flight during this row's reduction
-    # (256, 16, 5, True, True): prefetched row as packed halves, 5 blocks x 2 rows per SM = "prod" (V4_CONFIG)
-    (128, 32, 6, True, True),  # 6 blocks x 2 rows
-]
-FP32_VARIANTS = [
-    (256, 16, 6, False, False),
-    (256, 16, 4, True, False),
-]
-RMS_VARIANTS = {"float16": [(128, 32, 8, False, False), (256, 16, 6, True, True)], "float32": []}
+# Round 2 candidates: name -> (builder(mod, width) -> dispatcher, threads, persistent grid?). Round 1 (v4:
+# merged Welford / online-softmax reductions, prefetch) lost to v3 everywhere; v5 = fewer instructions per
+# element (one two-sum reduction for layernorm, two barriers for softmax, FMA output) and/or numba's
+# fastmath (fast exp / division / rsqrt, flush-to-zero: ~40 % fewer SASS instructions in these kernels).
+Builder = Callable[[Any, int], Any]
+VARIANTS: dict[str, list[tuple[str, Builder, int, bool]]] = {
+    "layernorm": [
+        ("v3fm", lambda m, w: m._make_vec(w, True), 256, False),
+        ("v5_256x16_b6", lambda m, w: m.make_rows5(w, 256, 16, 6, False, False), 256, False),
+        ("v5_256x16_b6_fm", lambda m, w: m.make_rows5(w, 256, 16, 6, True, False), 256, False),
+        ("v5_128x32_b8_fm", lambda m, w: m.make_rows5(w, 128, 32, 8, True, False), 128, False),
+        ("v5_256x16_b3_fm_wbreg", lambda m, w: m.make_rows5(w, 256, 16, 3, True, True), 256, True),
+        ("v5_256x16_b4_fm_wbreg", lambda m, w: m.make_rows5(w, 256, 16, 4, True, True), 256, True),
+    ],
+    "softmax": [
+        ("v3fm", lambda m, w: m._make_vec(w, True), 256, False),
+        ("v5_256x16_b6", lambda m, w: m.make_rows5(w, 256, 16, 6, False), 256, False),
+        ("v5_256x16_b6_fm", lambda m, w: m.make_rows5(w, 256, 16, 6, True), 256, False),
+        ("v5_128x32_b8_fm", lambda m, w: m.make_rows5(w, 128, 32, 8, True), 128, False),
+    ],
+    "rmsnorm": [
+        ("v3fm", lambda m, w: m._make_vec(w, True), 256, False),
+        ("v4_128x32_b8", lambda m, w: m.make_rows(w, 128, 32, 8, False), 128, False),
+    ],
+}
 
 LOG: list[str] = []
 
@@ -81,19 +91,17 @@ def rel_err(cp: Any, got: Any, ref: Any) -> float:
     return float(cp.linalg.norm(g - ref) / cp.linalg.norm(ref))
 
 
-def row_ops(cp: Any, res: dict[str, Any], copy_gbs: float, dtypes: str) -> None:
+def row_ops(cp: Any, res: dict[str, Any], copy_gbs: float, dt_name: str) -> None:
     from numba import cuda
 
-    for dt_name, variants in ((dtypes, FP16_VARIANTS if dtypes == "float16" else FP32_VARIANTS),):
-        for opname in ("layernorm", "softmax", "rmsnorm"):
-            v = RMS_VARIANTS[dt_name] if opname == "rmsnorm" else variants
-            try:
-                _row_case(cp, res, copy_gbs, opname, dt_name, v)
-            except Exception:  # one op's failure must not hide the others' figures
-                res.setdefault("errors", []).append(traceback.format_exc()[-1500:])
-                log(res["errors"][-1])
-            cp.get_default_memory_pool().free_all_blocks()
-            cuda.synchronize()
+    for opname in ("layernorm", "softmax", "rmsnorm"):
+        try:
+            _row_case(cp, res, copy_gbs, opname, dt_name, VARIANTS[opname])
+        except Exception:  # one op's failure must not hide the others' figures
+            res.setdefault("errors", []).append(traceback.format_exc()[-1500:])
+            log(res["errors"][-1])
+        cp.get_default_memory_pool().free_all_blocks()
+        cuda.synchronize()
 
 
 def _row_case(
@@ -102,10 +110,10 @@ def _row_case(
     copy_gbs: float,
     opname: str,
     dt_name: str,
-    variants: list[tuple[int, int, int, bool, bool]],
+    variants: list[tuple[str, Builder, int, bool]],
 ) -> None:
     from kernels import arrays
-    from kernels.launch import _driver, kernel, sm_count
+    from kernels.launch import kernel, sm_count
     from kernels.ops import layernorm as ln
     from kernels.ops import rmsnorm as rn
     from kernels.ops import softmax as sm
@@ -174,42 +182,35 @@ def _row_case(
         else (xo[i], oo[i])
         for i in range(SETS)
     ]
-    # v3's vector kernel (one 256-thread block per row, four barriers), launched directly: "vector" is v4 now
-    cands.append(("v3_vector", lambda s: mod._VEC[dt].launch(ROWS, BLOCK, v3args[s]), {}))
-    if hasattr(mod, "make_rows"):
-        for th, per, mb, pf, raw in variants:
-            label = f"v4_{th}x{per}_b{mb}{'_pf' if pf else ''}{'raw' if raw else ''}"
-            try:
-                t_c = time.monotonic()
-                k = kernel(mod.make_rows(WIDTH[dt], th, per, mb, pf, raw), mod._SIGS[dt])
-                k._prepare()
-                occ = ctypes.c_int()
-                _driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(occ), k._func, th, 0)
-                grid = min(ROWS, sms * occ.value) if pf else ROWS
-                meta = {
-                    "regs": k.regs,
-                    "occupancy_blocks": occ.value,
-                    "grid": grid,
-                    "compile_s": round(time.monotonic() - t_c, 2),
-                }
-                args = [
-                    (xo[i], wo, bo, oo[i], 1e-5)
-                    if opname == "layernorm"
-                    else (xo[i], wo, oo[i], 1e-6)
-                    if opname == "rmsnorm"
-                    else (xo[i], oo[i])
-                    for i in range(SETS)
-                ]
+    # v3's vector kernel (one 256-thread block per row, four barriers), launched directly
+    small = _small_cases(cp, opname, dt)
+    v3meta = {"small_cases_err": _check_small(cp, mod._VEC[dt], BLOCK, False, 0, opname, small)}
+    cands.append(("v3_vector", lambda s: mod._VEC[dt].launch(ROWS, BLOCK, v3args[s]), v3meta))
+    for vname, build, th, persistent in variants:
+        label = vname
+        try:
+            t_c = time.monotonic()
+            k = kernel(build(mod, WIDTH[dt]), mod._SIGS[dt])
+            k._prepare()
+            occ = k.resident_blocks(th)
+            grid = min(ROWS, sms * occ) if persistent else ROWS
+            meta: dict[str, Any] = {
+                "regs": k.regs,
+                "occupancy_blocks": occ,
+                "grid": grid,
+                "compile_s": round(time.monotonic() - t_c, 2),
+                "small_cases_err": _check_small(cp, k, th, persistent, sms * occ, opname, small),
+            }
 
-                def fn(s: int, k: Any = k, grid: int = grid, th: int = th, args: Any = args) -> None:
-                    k.launch(grid, th, args[s])
+            def fn(s: int, k: Any = k, grid: int = grid, th: int = th) -> None:
+                k.launch(grid, th, v3args[s])
 
-                cands.append((label, fn, meta))
-            except Exception as e:  # a variant that does not build is recorded, the rest still run
-                rows_out.append({"op": opname, "dtype": dt_name, "variant": label, "error": repr(e)[:300]})
-                log(f"{opname} {dt_name} {label}: build failed: {e!r}")
-            if elapsed() > BUDGET_S:
-                break
+            cands.append((label, fn, meta))
+        except Exception as e:  # a variant that does not build is recorded, the rest still run
+            rows_out.append({"op": opname, "dtype": dt_name, "variant": label, "error": repr(e)[:300]})
+            log(f"{opname} {dt_name} {label}: build failed: {e!r}")
+        if elapsed() > BUDGET_S:
+            break
     for label, fn, meta in cands:
         if elapsed() > BUDGET_S:
             log(f"budget: skipping {opname} {dt_name} {label}")
@@ -234,6 +235,64 @@ def _row_case(
             row = {"op": opname, "dtype": dt_name, "variant": label, "error": repr(e)[:300]}
         rows_out.append(row)
         log(json.dumps(row))
+
+
+def _small_cases(cp: Any, opname: str, dt: np.dtype) -> list[tuple[Any, ...]]:
+    """Odd shapes every variant must also get right: partial vectors at the row end (1000 columns), a full
+    row, and for softmax -inf entries (masked positions) and a row that is all -inf (NaN, as float64)."""
+    out = []
+    for rows, cols in ((37, 1000), (5, 4096), (3, 8)):
+        if opname == "softmax":
+            x = cp.random.standard_normal((rows, cols), dtype=cp.float32) * 4.0 + 40.0
+            x[0, ::3] = -cp.inf
+            if rows > 2:
+                x[2, :] = -cp.inf
+        else:
+            x = cp.random.standard_normal((rows, cols), dtype=cp.float32) * 2.0 + 3.0
+        x = x.astype(dt)
+        w = (1.0 + 0.5 * cp.random.standard_normal(cols, dtype=cp.float32)).astype(dt)
+        b = (0.5 * cp.random.standard_normal(cols, dtype=cp.float32)).astype(dt)
+        x64 = x.astype(cp.float64)
+        if opname == "layernorm":
+            mean = x64.mean(axis=-1, keepdims=True)
+            var = ((x64 - mean) ** 2).mean(axis=-1, keepdims=True)
+            ref = (x64 - mean) / cp.sqrt(var + 1e-5) * w.astype(cp.float64) + b.astype(cp.float64)
+        elif opname == "softmax":
+            with np.errstate(invalid="ignore"):
+                e = cp.exp(x64 - x64.max(axis=-1, keepdims=True))
+                ref = e / e.sum(axis=-1, keepdims=True)
+        else:
+            ref = x64 / cp.sqrt(cp.mean(x64 * x64, axis=-1, keepdims=True) + 1e-6) * w.astype(cp.float64)
+        out.append((x, w, b, ref))
+    return out
+
+
+def _check_small(cp: Any, k: Any, th: int, persistent: bool, resident: int, opname: str,
+                 cases: list[tuple[Any, ...]]) -> float:  # fmt: skip
+    """Worst relative error of kernel `k` over the small cases (NaN rows must be NaN exactly where the
+    reference is); inf when anything else is not finite."""
+    from kernels import arrays
+
+    worst = 0.0
+    for x, w, b, ref in cases:
+        out = cp.full(x.shape, cp.nan, dtype=x.dtype)
+        xo, oo, wo, bo = (arrays.operand(n, a) for n, a in (("x", x), ("o", out), ("w", w), ("b", b)))
+        if opname == "layernorm":
+            args: tuple[Any, ...] = (xo, wo, bo, oo, 1e-5)
+        else:
+            args = (xo, wo, oo, 1e-6) if opname == "rmsnorm" else (xo, oo)
+        grid = min(x.shape[0], resident) if persistent else x.shape[0]
+        k.launch(grid, th, args)
+        got = out.astype(cp.float64)
+        nan_ref = cp.isnan(ref)
+        if not bool((cp.isnan(got) == nan_ref).all()):
+            return float("inf")
+        good = ~nan_ref.any(axis=-1)
+        g, r = got[good], ref[good]
+        if not bool(cp.isfinite(g).all()):
+            return float("inf")
+        worst = max(worst, float(cp.linalg.norm(g - r) / cp.linalg.norm(r)))
+    return worst
 
 
 def elementwise(cp: Any, res: dict[str, Any], copy_gbs: float) -> None:
@@ -370,9 +429,10 @@ def main() -> int:
         by.setdefault((r["op"], r["dtype"]), []).append(r)
     for (op, dt), rs in by.items():
         ok = [r for r in rs if "median_us" in r and r["rel_err"] == r["rel_err"] and r["rel_err"] < 3e-3]
+        # (a variant whose small odd-shape cases failed is listed, marked !SMALL, never "best")
         bad = [r["variant"] for r in rs if r not in ok]
         get = {r["variant"]: r for r in ok}
-        mine = [r for r in ok if r["variant"] != "cupy"]
+        mine = [r for r in ok if r["variant"] != "cupy" and r.get("small_cases_err", 0) <= 3e-3]
         best = min(mine, key=lambda r: r["median_us"]) if mine else None
         line = f"{op[:9]:<9} {dt[:7]:<7}"
         for lab in ("prod", "cupy"):
@@ -383,9 +443,16 @@ def main() -> int:
         if bad:
             line += f" FAILED: {','.join(bad)}"
         print(line)
-        v4 = [r for r in ok if r["variant"].startswith("v4_")]
-        if v4:
-            print("   " + " ".join(f"{r['variant'][3:]}={r['median_us']:.1f}/r{r.get('regs')}" for r in v4))
+        others = [r for r in ok if r["variant"] not in ("prod", "cupy")]
+        if others:
+            print(
+                "   "
+                + " ".join(
+                    f"{r['variant']}={r['median_us']:.1f}"
+                    + ("!SMALL" if not r.get("small_cases_err", 0) <= 3e-3 else "")
+                    for r in others
+                )
+            )
     if res.get("errors") or res.get("error"):
         print(f"ERRORS: {len(res.get('errors', [])) + bool(res.get('error'))} (see mem.txt)")
     for r in res.get("overhead", []):

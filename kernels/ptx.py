@@ -71,8 +71,10 @@ def _ptxas_once(ptx: str, cc: tuple[int, int], relocatable: bool) -> dict[str, A
 def compile_one(fn: Any, sig: str, cc: tuple[int, int]) -> str:
     py = getattr(fn, "py_func", fn)
     # a dispatcher's launch_bounds change register allocation: compile with the same ones
-    lb = getattr(fn, "targetoptions", {}).get("launch_bounds")
-    ptx, _ = cuda.compile_ptx(py, sig, cc=cc, launch_bounds=lb)
+    opts = getattr(fn, "targetoptions", {})
+    lb = opts.get("launch_bounds")
+    # and the same fastmath flag (approximate exp / division / sqrt change the code)
+    ptx, _ = cuda.compile_ptx(py, sig, cc=cc, launch_bounds=lb, fastmath=bool(opts.get("fastmath", False)))
     return str(ptx)
 
 

@@ -341,3 +341,96 @@ def make_block_sum(threads: int):  # type: ignore[no-untyped-def]
         return acc
 
     return serial if SIMULATED else shfl
+
+
+# --- v5: explicitly unrolled, division-free reducers (round 1: v4's merged reductions cost more than the
+# barriers they saved: the tuple loop `for off in (16, 8, 4, 2, 1)` was not unrolled in its second use, and
+# Chan's merge divides at every step, with a slow-path call for zero counts) ------------------------------
+
+
+@cuda.jit(device=True, inline="always")
+def _warp_sum2(a, b):  # type: ignore[no-untyped-def]
+    """Sums of a and b over the warp, valid in lane 0."""
+    a += cuda.shfl_down_sync(FULL, a, 16)
+    b += cuda.shfl_down_sync(FULL, b, 16)
+    a += cuda.shfl_down_sync(FULL, a, 8)
+    b += cuda.shfl_down_sync(FULL, b, 8)
+    a += cuda.shfl_down_sync(FULL, a, 4)
+    b += cuda.shfl_down_sync(FULL, b, 4)
+    a += cuda.shfl_down_sync(FULL, a, 2)
+    b += cuda.shfl_down_sync(FULL, b, 2)
+    a += cuda.shfl_down_sync(FULL, a, 1)
+    b += cuda.shfl_down_sync(FULL, b, 1)
+    return a, b
+
+
+def make_block_sum2(threads: int):  # type: ignore[no-untyped-def]
+    """block_sum2(a, b, sm, base) -> (sum of a, sum of b) over the block, in every thread; `sm` >= base +
+    2 * row_slots(threads); one barrier, none at the end (alternate `base` between rows)."""
+    nw = threads // 32
+    slots = row_slots(threads)
+
+    @cuda.jit(device=True, inline="always")
+    def shfl(a, b, sm, base):  # type: ignore[no-untyped-def]
+        tid = uint32(cuda.threadIdx.x)
+        lane = tid & uint32(31)
+        wid = tid >> uint32(5)
+        a, b = _warp_sum2(a, b)
+        if lane == 0:
+            sm[base + wid] = a
+            sm[base + slots + wid] = b
+        cuda.syncthreads()
+        if lane < nw:
+            a = sm[base + lane]
+            b = sm[base + slots + lane]
+        else:
+            a = float32(0.0)
+            b = float32(0.0)
+        a, b = _warp_sum2(a, b)
+        return cuda.shfl_sync(FULL, a, 0), cuda.shfl_sync(FULL, b, 0)
+
+    @cuda.jit(device=True, inline="always")
+    def serial(a, b, sm, base):  # type: ignore[no-untyped-def]
+        tid = cuda.threadIdx.x
+        sm[base + tid] = a
+        sm[base + slots + tid] = b
+        cuda.syncthreads()
+        sa = float32(0.0)
+        sb = float32(0.0)
+        for t in range(slots):
+            sa += sm[base + t]
+            sb += sm[base + slots + t]
+        return sa, sb
+
+    return serial if SIMULATED else shfl
+
+
+def make_block_max(threads: int):  # type: ignore[no-untyped-def]
+    """block_max1(v, sm, base) -> the block's max in every thread; `sm` >= base + row_slots(threads); one
+    barrier, none at the end."""
+    nw = threads // 32
+    slots = row_slots(threads)
+
+    @cuda.jit(device=True, inline="always")
+    def shfl(v, sm, base):  # type: ignore[no-untyped-def]
+        tid = uint32(cuda.threadIdx.x)
+        lane = tid & uint32(31)
+        wid = tid >> uint32(5)
+        v = _warp_max(v)
+        if lane == 0:
+            sm[base + wid] = v
+        cuda.syncthreads()
+        w = sm[base + lane] if lane < nw else NEG_INF
+        return _warp_max(w)
+
+    @cuda.jit(device=True, inline="always")
+    def serial(v, sm, base):  # type: ignore[no-untyped-def]
+        tid = cuda.threadIdx.x
+        sm[base + tid] = v
+        cuda.syncthreads()
+        m = NEG_INF
+        for t in range(slots):
+            m = max(m, sm[base + t])
+        return m
+
+    return serial if SIMULATED else shfl

@@ -24,7 +24,16 @@ from numba import cuda, float32, uint32
 from kernels import arrays
 from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
 from kernels.launch import FastCache, kernel
-from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum, make_block_welford, row_slots
+from kernels.reduce import (
+    BLOCK,
+    PER,
+    ROW_JIT,
+    VEC_ROW_JIT,
+    block_sum,
+    make_block_sum2,
+    make_block_welford,
+    row_slots,
+)
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.rowcases import V4_CONFIG, row_cases, row_path_of, row_ptx_kernels, v4_launch_shape, v4_shape
 from kernels.vector import WIDTH, choose, ldg_into, make_prefetch_io, make_row_io, stg_from, vector_ok
@@ -124,10 +133,11 @@ def _layernorm_reg(x, w, b, out, eps):  # type: ignore[no-untyped-def]
         row += cuda.gridDim.x
 
 
-def _make_vec(width: int):  # type: ignore[no-untyped-def]
+def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-def]
     load_row, col_of = make_row_io(width, BLOCK, PER)
+    jit_kw: dict[str, Any] = dict(VEC_ROW_JIT, fastmath=True) if fastmath and not SIMULATED else VEC_ROW_JIT
 
-    @cuda.jit(**VEC_ROW_JIT)
+    @cuda.jit(**jit_kw)
     def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(BLOCK, float32)
         v = cuda.local.array(PER, float32)
@@ -233,6 +243,83 @@ def make_rows(  # type: ignore[no-untyped-def]
             if prefetch:
                 take(v, vn, n)
             row = nxt
+
+    return k
+
+
+def make_rows5(  # type: ignore[no-untyped-def]
+    width: int, threads: int, per: int, min_blocks: int, fastmath: bool, wb_regs: bool
+):
+    """v5 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules), built for few
+    instructions per element (round 1: the fp16 row kernels issue ~20 instructions per element, so
+    instruction count, not barriers, is what v4 made worse):
+      - ONE block reduction of two plain sums (unrolled shuffles, no division), one barrier per row: the
+        sum and sum of squares of (x - k), k = x[row, 0] (every thread reads it; padding lanes hold k, so
+        they add 0). Shifting by a sample of the row keeps var = E[(x-k)^2] - E[x-k]^2 free of the
+        cancellation the unshifted formula has when |mean| >> std (tests/kernels/test_layernorm.py).
+      - out = ((x - k) - mean(x - k)) * rstd * w + b: no large mean is ever rounded (x * rstd - mean * rstd
+        would cancel, and x - mean would carry mean's rounding when |mean| >> std).
+      - `fastmath`: approximate rsqrt / division (numba's fastmath flag).
+      - `wb_regs`: a persistent grid (blocks walk rows grid-stride) whose threads convert their columns of
+        weight and bias to fp32 registers once, instead of loading and converting them for every row."""
+    nv = per // width
+    load_row, col_of = make_row_io(width, threads, per)
+    bsum2 = make_block_sum2(threads)
+    half = 2 * row_slots(threads)
+    smem_size = 2 * half  # two halves: the reduction slots alternate between rows
+    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
+    if fastmath:
+        jit_kw["fastmath"] = True
+    nwb = per if wb_regs else 1
+
+    @cuda.jit(**jit_kw)
+    def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(smem_size, float32)
+        v = cuda.local.array(per, float32)
+        tw = cuda.local.array(width, float32)
+        tb = cuda.local.array(width, float32)
+        rw = cuda.local.array(nwb, float32)
+        rb = cuda.local.array(nwb, float32)
+        rows = x.shape[0]
+        n = x.shape[1]
+        fn = float32(n)
+        row = cuda.blockIdx.x
+        step = cuda.gridDim.x
+        base = 0
+        if wb_regs:
+            load_row(rw, w, n, float32(0.0))
+            load_row(rb, b, n, float32(0.0))
+        while row < rows:
+            xr = x[row]
+            kk = float32(xr[0])
+            load_row(v, xr, n, kk)
+            s = float32(0.0)
+            q = float32(0.0)
+            for e in range(per):
+                d = v[e] - kk
+                v[e] = d  # kept shifted: (x - k) - mean(x - k) is exact where x - mean(x) would round mean
+                s += d
+                q += d * d
+            s, q = bsum2(s, q, sm, base)
+            base = half - base
+            ms = s / fn
+            var = max(q / fn - ms * ms, float32(0.0))
+            rstd = float32(1.0) / math.sqrt(var + eps)
+            orow = out[row]
+            for qv in range(nv):
+                col = col_of(qv)
+                if col < n:
+                    if wb_regs:
+                        for e in range(width):
+                            j = qv * width + e
+                            tw[e] = (v[j] - ms) * rstd * rw[j] + rb[j]
+                    else:
+                        ldg_into(tw, 0, w, col)
+                        ldg_into(tb, 0, b, col)
+                        for e in range(width):
+                            tw[e] = (v[qv * width + e] - ms) * rstd * tw[e] + tb[e]
+                    stg_from(orow, col, tw, 0)
+            row += step
 
     return k
 

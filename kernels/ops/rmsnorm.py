@@ -107,10 +107,11 @@ def _rmsnorm_reg(x, w, out, eps):  # type: ignore[no-untyped-def]
         row += cuda.gridDim.x
 
 
-def _make_vec(width: int):  # type: ignore[no-untyped-def]
+def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-def]
     load_row, col_of = make_row_io(width, BLOCK, PER)
+    jit_kw: dict[str, Any] = dict(VEC_ROW_JIT, fastmath=True) if fastmath and not SIMULATED else VEC_ROW_JIT
 
-    @cuda.jit(**VEC_ROW_JIT)
+    @cuda.jit(**jit_kw)
     def k(x, w, out, eps):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(BLOCK, float32)
         v = cuda.local.array(PER, float32)

@@ -34,7 +34,9 @@ from kernels.reduce import (
     block_max,
     block_max_sum,
     block_sum,
+    make_block_max,
     make_block_max_sum,
+    make_block_sum,
     row_slots,
 )
 from kernels.registry import Case, OpSpec, Problem, register
@@ -136,10 +138,11 @@ def _softmax_reg(x, out):  # type: ignore[no-untyped-def]
         row += cuda.gridDim.x
 
 
-def _make_vec(width: int):  # type: ignore[no-untyped-def]
+def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-def]
     load_row, col_of = make_row_io(width, BLOCK, PER)
+    jit_kw: dict[str, Any] = dict(VEC_ROW_JIT, fastmath=True) if fastmath and not SIMULATED else VEC_ROW_JIT
 
-    @cuda.jit(**VEC_ROW_JIT)
+    @cuda.jit(**jit_kw)
     def k(x, out):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(BLOCK, float32)
         v = cuda.local.array(PER, float32)
@@ -236,6 +239,56 @@ def make_rows(  # type: ignore[no-untyped-def]
             if prefetch:
                 take(v, vn, n)
             row = nxt
+
+    return k
+
+
+def make_rows5(width: int, threads: int, per: int, min_blocks: int, fastmath: bool):  # type: ignore[no-untyped-def]
+    """v5 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules): v3's order
+    (block max, then exp(v - max) once per element kept in its register, block sum, scale on the way out)
+    with unrolled reducers whose slots alternate between rows, so two barriers per row instead of four, and
+    `fastmath` (numba's flag: exp becomes ex2.approx of x * log2(e), one FMUL + one MUFU per element; the
+    division fast too). `threads`, `per`, `min_blocks`: as kernels.ops.layernorm.make_rows."""
+    nv = per // width
+    load_row, col_of = make_row_io(width, threads, per)
+    bmax = make_block_max(threads)
+    bsum = make_block_sum(threads)
+    half = row_slots(threads)
+    smem_size = 4 * half  # max and sum slots, two halves each: they alternate between rows
+    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
+    if fastmath:
+        jit_kw["fastmath"] = True
+
+    @cuda.jit(**jit_kw)
+    def k(x, out):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(smem_size, float32)
+        v = cuda.local.array(per, float32)
+        rows = x.shape[0]
+        n = x.shape[1]
+        row = cuda.blockIdx.x
+        base = 0
+        while row < rows:
+            load_row(v, x[row], n, NEG_INF)
+            m = NEG_INF
+            for e in range(per):
+                m = max(m, v[e])
+            m = bmax(m, sm, base)
+            s = float32(0.0)
+            for e in range(per):
+                ex = math.exp(v[e] - m)  # padding: exp(-inf) = 0
+                v[e] = ex
+                s += ex
+            s = bsum(s, sm, base + half)
+            base = 2 * half - base
+            inv = float32(1.0) / s
+            orow = out[row]
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    for e in range(width):
+                        v[q * width + e] *= inv
+                    stg_from(orow, col, v, q * width)
+            row += cuda.gridDim.x
 
     return k
 

@@ -79,3 +79,35 @@ def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # typ
     ref = op.reference(x, w, b, 1e-5)
     assert np.isfinite(got).all()
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < (2e-3 if dt == np.float16 else 1e-5)
+
+
+# v5 register-row kernels (make_rows5: one two-sum reduction of x - x[row, 0], FMA output; fastmath and
+# weight/bias held in registers across a grid-stride row loop), as the v4 test above.
+@needs_device
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize(("per", "fastmath", "wb_regs", "rows", "cols", "grid"),
+                         [(16, True, False, 5, 136, 5), (16, False, True, 5, 136, 2),
+                          (8, True, True, 4, 256, 3)])  # fmt: skip
+def test_make_rows5_variants(dtype, per, fastmath, wb_regs, rows, cols, grid):  # type: ignore[no-untyped-def]
+    from numba import cuda
+
+    from kernels import arrays
+    from kernels.launch import kernel
+    from kernels.reduce import BLOCK
+    from kernels.vector import WIDTH
+
+    rng = np.random.default_rng()
+    dt = np.dtype(dtype)
+    x = (rng.standard_normal((rows, cols)) * 2 + 3).astype(dt)
+    x[1] = 1000.0 + 0.1 * rng.standard_normal(cols)  # |mean| / std = 1e4: the shift by x[row, 0] must hold
+    w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
+    b = (0.5 * rng.standard_normal(cols)).astype(dt)
+    dev = [cuda.to_device(a) for a in (x, w, b, np.full((rows, cols), np.nan, dt))]
+    k = kernel(op.make_rows5(WIDTH[dt], BLOCK, per, 1, fastmath, wb_regs), op._SIGS[dt])
+    k.launch(grid, BLOCK, (*(arrays.operand(n, a) for n, a in zip("xwbo", dev, strict=True)), 1e-5))
+    got = dev[3].copy_to_host().astype(np.float64)
+    ref = op.reference(x, w, b, 1e-5)
+    assert np.isfinite(got).all()
+    tol = 2e-3 if dt == np.float16 else 1e-5
+    for r in range(rows):  # row by row: the offset row must not hide in the others' norm
+        assert np.linalg.norm(got[r] - ref[r]) / np.linalg.norm(ref[r]) < tol, r
