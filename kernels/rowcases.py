@@ -16,34 +16,36 @@ _DTYPES = ("float32", "float16")
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 MAX_GRID = 2**31 - 1
 
-# v4 row kernels (make_rows in each row op): which dtypes of which op take one on the vector path, and its
-# shape: (threads per block, values per thread, launch_bounds blocks per SM, prefetch the next row, keep the
-# prefetched row as packed halves). Chosen from the side-by-side H200 timings (benchmarks/notes-memory.md,
-# "v4"); a dtype that is absent keeps the v3 vector kernel. threads x values must cover BLOCK x PER.
-# Round 1 (2026-11-30, notes-memory.md "v4 outcome"): every v4 shape was slower than v3's vector kernel
-# (layernorm fp16 89-163 us vs 76, softmax 102-186 vs 83, rmsnorm 71-77 vs 70), so no op takes one.
-V4_CONFIG: dict[str, dict[np.dtype, tuple[int, int, int, bool, bool]]] = {
+# The vector-path kernel of each row op and dtype, where it is not v3's `_make_vec` kernel. Entries:
+#   ("v3", fastmath)                                       v3's kernel, built with numba's fastmath flag
+#   ("v4", threads, per, blocks, prefetch, raw)            make_rows (v4; round 1: slower than v3, unused)
+#   ("v5", threads, per, blocks, fastmath, wb_regs)        make_rows5 (layernorm; softmax takes no wb_regs)
+# threads x per must cover BLOCK x PER; blocks = launch_bounds' blocks per SM. Chosen from the side-by-side
+# H200 timings (benchmarks/notes-memory.md, "v4", "v5"); an absent dtype keeps v3's plain vector kernel.
+ROW_KERNELS: dict[str, dict[np.dtype, tuple[Any, ...]]] = {
     "layernorm": {},
     "softmax": {},
     "rmsnorm": {},
 }
 
 
-def v4_shape(op: str, dt: np.dtype) -> tuple[int, int, int, bool, bool]:
-    """The make_rows arguments after width for `op` at `dt`. Under the simulator: BLOCK threads x PER values
-    (the same longest row as the v3 kernels there), one block per SM, the same prefetch mode."""
-    t, p, b, pf, raw = V4_CONFIG[op][dt]
-    assert t * p >= BLOCK * PER, (op, dt)
-    return (BLOCK, PER, 1, pf, raw) if SIMULATED else (t, p, b, pf, raw)
+def sim_spec(spec: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`spec` as it runs here: under the simulator v4/v5 kernels take BLOCK threads x PER values (the same
+    longest row as v3 there) and one block per SM; otherwise unchanged."""
+    kind = spec[0]
+    if kind in ("v4", "v5"):
+        assert spec[1] * spec[2] >= BLOCK * PER, spec
+        if SIMULATED:
+            return (kind, BLOCK, PER, 1, *spec[4:])
+    return spec
 
 
-def v4_launch_shape(k: Kernel, shape: tuple[int, int, int, bool, bool], rows: int) -> tuple[int, int]:
-    """(block, grid) for a v4 kernel: one block per row, or for the prefetching kernels a persistent grid of
-    every block the SMs hold at once (never more blocks than rows)."""
-    threads, prefetch = shape[0], shape[3]
-    if prefetch:
-        return threads, min(rows, sm_count() * k.resident_blocks(threads))
-    return threads, min(rows, MAX_GRID)
+def row_grid(k: Kernel, threads: int, persistent: bool, rows: int) -> int:
+    """Blocks to launch: one per row, or for grid-stride (persistent) kernels every block the SMs hold at
+    once (the driver's occupancy answer), never more blocks than rows."""
+    if persistent:
+        return min(rows, sm_count() * k.resident_blocks(threads))
+    return min(rows, MAX_GRID)
 
 
 def _cases(shapes: list[tuple[str, int, int]]) -> tuple[Case, ...]:
@@ -63,11 +65,15 @@ def row_cases() -> dict[str, tuple[Case, ...]]:
 
 
 def row_path_of(op: str) -> Any:
-    """row_path for `op`, naming its v4 kernel ("v4") where V4_CONFIG gives `op` one for the case's dtype."""
+    """row_path for `op`, naming the ROW_KERNELS kernel (e.g. "v5", "v3-fastmath") where `op` has one for
+    the case's dtype."""
 
     def path(case: Case) -> str:
         p = row_path(case)
-        return "v4" if p == "vector" and np.dtype(case.dtype) in V4_CONFIG[op] else p
+        spec = ROW_KERNELS[op].get(np.dtype(case.dtype))
+        if p != "vector" or spec is None:
+            return p
+        return spec[0] + ("-fastmath" if spec[0] == "v3" and spec[1] else "")
 
     return path
 
@@ -97,5 +103,5 @@ def row_ptx_kernels(
     its v4 kernels (`v4`: dtype -> function) for the dtypes that have one."""
     kinds = (("reg", lambda dt: reg), ("stream", lambda dt: stream), ("vec", lambda dt: vec[dt]))
     out = [(f"{name}_{kind}_{dt.name}", fn(dt), sig) for kind, fn in kinds for dt, sig in sigs.items()]
-    out += [(f"{name}_v4_{dt.name}", fn, sigs[dt]) for dt, fn in (v4 or {}).items()]
+    out += [(f"{name}_row_{dt.name}", fn, sigs[dt]) for dt, fn in (v4 or {}).items()]
     return tuple(out)

@@ -35,7 +35,7 @@ from kernels.reduce import (
     row_slots,
 )
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import V4_CONFIG, row_cases, row_path_of, row_ptx_kernels, v4_launch_shape, v4_shape
+from kernels.rowcases import ROW_KERNELS, row_cases, row_grid, row_path_of, row_ptx_kernels, sim_spec
 from kernels.vector import WIDTH, choose, ldg_into, make_prefetch_io, make_row_io, stg_from, vector_ok
 
 
@@ -333,9 +333,25 @@ _REG = {dt: kernel(_layernorm_reg, sig) for dt, sig in _SIGS.items()}
 _VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
-_V4_SHAPE = {dt: v4_shape("layernorm", dt) for dt in V4_CONFIG["layernorm"]}
-_V4_FNS = {dt: make_rows(WIDTH[dt], *shape) for dt, shape in _V4_SHAPE.items()}
-_V4 = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _V4_FNS.items()}
+
+
+def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
+    """(dispatcher, threads per block, grid-stride?) of a kernels.rowcases.ROW_KERNELS entry."""
+    kind = spec[0]
+    if kind == "v3":
+        return _make_vec(width, spec[1]), BLOCK, False
+    if kind == "v4":
+        t, p, b, pf, raw = spec[1:]
+        return make_rows(width, t, p, b, pf, raw), t, pf
+    if kind == "v5":
+        t, p, b, fm, wbr = spec[1:]
+        return make_rows5(width, t, p, b, fm, wbr), t, wbr
+    raise ValueError(f"layernorm: no row kernel of kind {kind!r}")
+
+
+_ROW = {dt: _row_kernel(sim_spec(spec), WIDTH[dt]) for dt, spec in ROW_KERNELS["layernorm"].items()}
+_ROW_FNS = {dt: fn for dt, (fn, _, _) in _ROW.items()}
+_ROW_K = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _ROW_FNS.items()}
 _FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
 
 
@@ -373,10 +389,10 @@ def layernorm(
     block, grid = BLOCK, min(xr.shape[0], MAX_GRID)
     if choose(path, xo.dtype, ok):
         k = _VEC[xo.dtype]
-        k4 = _V4.get(xo.dtype)
-        if k4 is not None:  # the v4 kernel where rowcases.V4_CONFIG names one
-            k = k4
-            block, grid = v4_launch_shape(k4, _V4_SHAPE[xo.dtype], xr.shape[0])
+        row = _ROW.get(xo.dtype)
+        if row is not None:  # the kernel rowcases.ROW_KERNELS names for this op and dtype
+            k, block = _ROW_K[xo.dtype], row[1]
+            grid = row_grid(k, block, row[2], xr.shape[0])
     else:
         k = (_REG if n <= BLOCK * PER else _KERNELS)[xo.dtype]
     args = (xr, wo, bo, arrays.as_rows(oo), e)
@@ -443,7 +459,9 @@ SPEC = register(
         **row_cases(),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=row_ptx_kernels("layernorm", _layernorm_reg, _layernorm_kernel, _VEC_FNS, _SIGS, _V4_FNS),
+        ptx_kernels=row_ptx_kernels(
+            "layernorm", _layernorm_reg, _layernorm_kernel, _VEC_FNS, _SIGS, _ROW_FNS
+        ),
         path=row_path_of("layernorm"),
     )
 )

@@ -144,3 +144,42 @@ def test_v4_row_kernels_one_barrier_and_packed_prefetch():  # type: ignore[no-un
     assert len(lines) == 3, lines
     for ln in lines:
         assert ln.endswith("['ld.global.v4.b32', 'ld.global.v4.u32', 'st.global.v4.b32'] False 1"), ln
+
+
+# kernels.rowcases.ROW_KERNELS: every kind of entry a row op can be configured with, through the op's own
+# launcher (path="vector"; under the simulator v4/v5 take BLOCK x PER and a grid of one block per SM)
+_ROW_SPECS = [
+    ("layernorm", ("v3", True)),
+    ("layernorm", ("v5", 256, 16, 6, True, False)),
+    ("layernorm", ("v5", 256, 16, 4, True, True)),
+    ("softmax", ("v3", True)),
+    ("softmax", ("v5", 256, 16, 6, True)),
+    ("rmsnorm", ("v3", True)),
+    ("rmsnorm", ("v4", 128, 32, 8, False, False)),
+]
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize(("opname", "spec"), _ROW_SPECS)
+def test_row_kernel_specs_through_launchers(monkeypatch, opname, spec, dtype):  # type: ignore[no-untyped-def]
+    from kernels.launch import kernel
+    from kernels.rowcases import sim_spec
+
+    mod = {"layernorm": layernorm, "softmax": softmax, "rmsnorm": rmsnorm}[opname]
+    dt = np.dtype(dtype)
+    row = mod._row_kernel(sim_spec(spec), vector.WIDTH[dt])
+    monkeypatch.setitem(mod._ROW, dt, row)
+    monkeypatch.setitem(mod._ROW_K, dt, kernel(row[0], mod._SIGS[dt]))
+    monkeypatch.setattr(mod, "_FAST", type(mod._FAST)())
+    rng = np.random.default_rng()
+    x = (rng.standard_normal((7, 136)) * 2 + 3).astype(dt)
+    w = (1 + 0.5 * rng.standard_normal(136)).astype(dt)
+    b = (0.5 * rng.standard_normal(136)).astype(dt)
+    if opname == "layernorm":
+        got, ref = mod.layernorm(x, w, b, path="vector"), mod.reference(x, w, b, 1e-5)
+    elif opname == "softmax":
+        got, ref = mod.softmax(x, path="vector"), mod.reference(x)
+    else:
+        got, ref = mod.rmsnorm(x, w, path="vector"), mod.reference(x, w, 1e-6)
+    assert _rel(got, ref) < (2e-3 if dt == F16 else 1e-5)
