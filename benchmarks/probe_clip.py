@@ -31,6 +31,7 @@ T0 = time.time()
 COUNT, ELEMS = 8, 8388608
 SETS, WARM, ITERS = 3, 3, 20
 SPIN_US = 400
+FINAL = False  # --final: round 2 (kernels.bench's own run first, then the production path and the v4 kinds)
 BUDGET_S = 128  # stop starting new variants past this (the command runs under `timeout 150`)
 COPY_GBS = 4190.0  # PERF.md's copy ceiling; the probe also measures a CuPy copy in this run
 
@@ -163,58 +164,65 @@ def _probe_dtype(P: Probe, dt: np.dtype, copy_gbs: float) -> None:  # noqa: C901
     def direct(kind: str, cfg: Any) -> Callable[[int], None]:
         return lambda s: op.launch_v4(kind, ops_[s], no_op, mx, 0, cfg)
 
-    main_cfg = op.V4_DEFAULT[dt]
-    variant("v4 two (auto cfg)", public("two"))
-    variant("v4 two_last", public("two_last"))
-    variant("v4 one", public("one"))
-    variant("v3 fused_vector (prod fp16)", public("fused_vector"))
-    if dt == np.float32:
-        variant("v2 split (prod fp32)", public("split"))
-
-    # the two halves of "two" apart: norm only (partials checked), then scale only (reuses those partials)
-    gq = op.v4_grid(dt, main_cfg, "norm")
-    part = op._v4_buf("part", gq, np.float32)
-    kn = op._v4_kernel(dt, main_cfg, "norm")
-    ks = op._v4_kernel(dt, main_cfg, "scale")
-    gs = op.v4_grid(dt, main_cfg, "scale")
-
-    def norm_only(s: int) -> None:
-        kn.launch(gq, op.BLOCK, (*ops_[s], part), stream=0)
-
-    def norm_check(s: int) -> float:
-        return abs(math.sqrt(float(np.sum(part.dev.copy_to_host().astype(np.float64)))) - norm) / norm
-
-    def scale_only(s: int) -> None:
-        ks.launch(gs, op.BLOCK, (*ops_[s], part, no_op, mx), stream=0)
-
-    variant("half: norm pass only", norm_only, "norm", norm_check)
-    variant("half: scale pass only", scale_only, "scale")
-
     # CuPy (what torch's clip_grad_norm_ does, as the bench's provider)
     names = {f"g{k}": None for k in range(COUNT)}
     cps = [{**{n: sets[s][k] for k, n in enumerate(names)}, "max_norm": mx, "norm": cp.asarray(norm_out)}
            for s in range(SETS)]  # fmt: skip
     variant("cupy", lambda s: op._cupy(cps[s]))
 
-    # the L2 reuse: the same two kernels' work with the scale pass walking forwards
-    fwd = op.V4Config(main_cfg.u_sq, main_cfg.u_sc, main_cfg.bps_sq, main_cfg.bps_sc, rev=False)
-    ks_fwd = op._v4_kernel(dt, fwd, "scale")
+    if FINAL:
+        # round 2: the production path ("auto") as the bench times it, beside the other v4 kinds
+        variant(f"auto (production: {op.AUTO_V4.get(dt, 'v3 rules')})", public("auto"))
+        for kind in op.V4_KINDS:
+            if kind != op.AUTO_V4.get(dt):
+                variant(f"v4 {kind}", public(kind))
+    else:
+        main_cfg = op.V4_DEFAULT[dt]
+        variant("v4 two (auto cfg)", public("two"))
+        variant("v4 two_last", public("two_last"))
+        variant("v4 one", public("one"))
+        variant("v3 fused_vector (prod fp16)", public("fused_vector"))
+        if dt == np.float32:
+            variant("v2 split (prod fp32)", public("split"))
 
-    def two_fwd(s: int) -> None:
-        kn.launch(gq, op.BLOCK, (*ops_[s], part), stream=0)
-        ks_fwd.launch(gs, op.BLOCK, (*ops_[s], part, no_op, mx), stream=0)
+        # the two halves of "two" apart: norm only (partials checked), then scale only (reuses those partials)
+        gq = op.v4_grid(dt, main_cfg, "norm")
+        part = op._v4_buf("part", gq, np.float32)
+        kn = op._v4_kernel(dt, main_cfg, "norm")
+        ks = op._v4_kernel(dt, main_cfg, "scale")
+        gs = op.v4_grid(dt, main_cfg, "scale")
 
-    variant("v4 two, scale walks forwards", two_fwd)
-    # other unrolls / blocks per SM (ptxas: no spills at these)
-    alts = {  # most promising first (the budget may cut the last)
-        np.dtype(np.float32): ((4, 2, 4, 8), (2, 2, 8, 8), (8, 4, 2, 2)),
-        np.dtype(np.float16): ((4, 2, 8, 8), (2, 2, 8, 8), (4, 2, 4, 4)),
-    }[dt]
-    for alt in (op.V4Config(*a) for a in alts):
-        variant(f"v4 two {alt.key()[:4]}", direct("two", alt))
+        def norm_only(s: int) -> None:
+            kn.launch(gq, op.BLOCK, (*ops_[s], part), stream=0)
+
+        def norm_check(s: int) -> float:
+            return abs(math.sqrt(float(np.sum(part.dev.copy_to_host().astype(np.float64)))) - norm) / norm
+
+        def scale_only(s: int) -> None:
+            ks.launch(gs, op.BLOCK, (*ops_[s], part, no_op, mx), stream=0)
+
+        variant("half: norm pass only", norm_only, "norm", norm_check)
+        variant("half: scale pass only", scale_only, "scale")
+
+        # the L2 reuse: the same two kernels' work with the scale pass walking forwards
+        fwd = op.V4Config(main_cfg.u_sq, main_cfg.u_sc, main_cfg.bps_sq, main_cfg.bps_sc, rev=False)
+        ks_fwd = op._v4_kernel(dt, fwd, "scale")
+
+        def two_fwd(s: int) -> None:
+            kn.launch(gq, op.BLOCK, (*ops_[s], part), stream=0)
+            ks_fwd.launch(gs, op.BLOCK, (*ops_[s], part, no_op, mx), stream=0)
+
+        variant("v4 two, scale walks forwards", two_fwd)
+        # other unrolls / blocks per SM (ptxas: no spills at these)
+        alts = {  # most promising first (the budget may cut the last)
+            np.dtype(np.float32): ((4, 2, 4, 8), (2, 2, 8, 8), (8, 4, 2, 2)),
+            np.dtype(np.float16): ((4, 2, 8, 8), (2, 2, 8, 8), (4, 2, 4, 4)),
+        }[dt]
+        for alt in (op.V4Config(*a) for a in alts):
+            variant(f"v4 two {alt.key()[:4]}", direct("two", alt))
 
     # no-clip: every v4 path leaves the arrays bit-identical and reports the norm
-    for path in ("two", "two_last", "one"):
+    for path in ("auto", "two", "two_last", "one"):
         for d, p in zip(sets_nb[0], pr_nb, strict=True):
             d.copy_to_device(p)
         try:
@@ -236,7 +244,10 @@ def _probe_dtype(P: Probe, dt: np.dtype, copy_gbs: float) -> None:  # noqa: C901
 def main() -> None:  # noqa: C901, PLR0915
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--final", action="store_true", help="round 2: kernels.bench first, fewer variants")
     args = ap.parse_args()
+    global FINAL
+    FINAL = args.final
     import cupy as cp
 
     from kernels import overhead
@@ -269,13 +280,29 @@ def main() -> None:  # noqa: C901, PLR0915
     _spin[1, 1](1)
     cuda.synchronize()
 
+    if FINAL:  # what the coordinator's final `python -m kernels bench --compare cupy` will report for this op
+        from kernels import bench
+
+        try:
+            rep = bench.run([op.SPEC], compare="cupy")
+            P.meta["bench"] = rep
+            for r in rep["results"]:
+                c = r.get("cupy", {})
+                P.log(f"bench {r['dtype']} {r.get('path')}: {r.get('median_us')} us (p10 {r.get('p10_us')}, "
+                      f"p90 {r.get('p90_us')}), {r.get('gbs')} GB/s, SOL {r.get('sol')}, ok {r.get('ok')}, "
+                      f"cupy {c.get('median_us')} us, ratio {r.get('ratio_vs_cupy')}")  # fmt: skip
+        except Exception as e:  # noqa: BLE001
+            P.meta["bench"] = {"error": f"{type(e).__name__}: {e}"}
+            P.log(f"bench failed: {e}")
+        P.save()
+
     # host overhead first (it compiles the fp32 kernels the bench shape reuses): 2 small fp32 device arrays,
     # max_norm large (no clip), kernels.overhead's timing (median of 1000 calls)
     rng = np.random.default_rng()
     g = [cuda.to_device(rng.standard_normal(1000).astype(np.float32)) for _ in range(2)]
     nrm = cuda.device_array(1, np.float32)
     ref = math.sqrt(float(sum(np.sum(x.copy_to_host().astype(np.float64) ** 2) for x in g)))
-    for path in ("two", "two_last", "one", "fused_vector", "split"):
+    for path in ("auto", "two", "two_last", "one", "fused_vector", "split"):
         try:
             st = overhead._time(lambda path=path: op.clip_grad_norm(g, 1e9, norm_out=nrm, path=path), 1000)
             r = {"dtype": "float32", "variant": f"overhead {path}", "what": "overhead", **st}
@@ -309,6 +336,9 @@ def main() -> None:  # noqa: C901, PLR0915
             print(f"{r['dtype']:8} {r['variant']:34} {r['bench']['median']:9.1f} {r['gpu']['median']:8.1f} "
                   f"{r['host_bench']['median']:8.1f} {r.get('sol_bench', 0):5.2f} {r.get('sol_gpu', 0):5.2f} "
                   f"{r['ok']}")  # fmt: skip
+    for r in P.meta.get("bench", {}).get("results", []):
+        print(f"kernels.bench {r['dtype']:8} {str(r.get('path')):9} {r.get('median_us')} us  "
+              f"SOL {r.get('sol')}  ratio vs cupy {r.get('ratio_vs_cupy')}  ok {r.get('ok')}")  # fmt: skip
     bad = [r["variant"] for r in P.rows if r.get("what") == "noclip" and not r.get("ok")]
     print("noclip checks:", "all ok" if not bad else f"FAILED {bad}")
     P.log(f"done in {time.time() - T0:.0f} s")
