@@ -41,12 +41,16 @@ VARIANTS: dict[str, list[tuple[str, Builder, int, bool]]] = {
         ("v5_128x32_b8_fm", lambda m, w: m.make_rows5(w, 128, 32, 8, True, False), 128, False),
         ("v5_256x16_b3_fm_wbreg", lambda m, w: m.make_rows5(w, 256, 16, 3, True, True), 256, True),
         ("v5_256x16_b4_fm_wbreg", lambda m, w: m.make_rows5(w, 256, 16, 4, True, True), 256, True),
+        ("v5_512x8_b4_fm", lambda m, w: m.make_rows5(w, 512, 8, 4, True, False), 512, False),
     ],
     "softmax": [
         ("v3fm", lambda m, w: m._make_vec(w, True), 256, False),
         ("v5_256x16_b6", lambda m, w: m.make_rows5(w, 256, 16, 6, False), 256, False),
         ("v5_256x16_b6_fm", lambda m, w: m.make_rows5(w, 256, 16, 6, True), 256, False),
         ("v5_128x32_b8_fm", lambda m, w: m.make_rows5(w, 128, 32, 8, True), 128, False),
+        ("v5_256x16_b8_fm", lambda m, w: m.make_rows5(w, 256, 16, 8, True), 256, False),
+        ("v5_128x32_b10_fm", lambda m, w: m.make_rows5(w, 128, 32, 10, True), 128, False),
+        ("v5_512x8_b4_fm", lambda m, w: m.make_rows5(w, 512, 8, 4, True), 512, False),
     ],
     "rmsnorm": [
         ("v3fm", lambda m, w: m._make_vec(w, True), 256, False),
