@@ -720,8 +720,9 @@ def run_matmul(
     block: Any
     if path == "simt2":
         ptrs = (a.ptr, b.ptr, out.ptr) + ((bias.ptr,) if bias else ()) + ((res.ptr,) if res else ())
-        kern = _fast2(simt2_vec_ok(m, n, k, ptrs), bias is not None, res is not None)
-        bn2 = 16 * S2_CONFIG[5]
+        vec = simt2_vec_ok(m, n, k, ptrs)
+        kern = _fast2(vec, bias is not None, res is not None)
+        bn2 = 16 * s2_config(vec, res is not None)[5]
         grid: Any = ((m + S2_BM - 1) // S2_BM) * ((n + bn2 - 1) // bn2)
         block = SIMT2_THREADS
     else:
@@ -777,10 +778,24 @@ def _mma_replay(m: int, n: int, k: int, out_half: bool, has_res: bool, has_bias:
 SIG_FLAT = "void(float32[::1], float32[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64)"
 
 
-# the generator settings "simt2" runs: (bk, group, dbuf, min_blocks, layout, tn). Round 1 on the H200
-# (benchmarks/notes-matmul.md): BK 16 with no register cap (167 regs, 1 block of 8 warps per SM) 45.4 TF at
-# 4096^3 against 41.6 for BK 8 capped at 128 regs for 2 blocks per SM
-S2_CONFIG: tuple[int, int, bool, int, str, int] = (16, 8, True, 1, "4x8", 8)  # (..., layout, tn)
+# the generator settings (bk, group, dbuf, min_blocks, layout, tn) "simt2" runs, per case; chosen from the
+# H200 rounds of benchmarks/probe_sgemm.py (benchmarks/notes-matmul.md, "fp32 v2"):
+# 16-byte loads, no residual: 128 x 256 tiles (8 x 16 per thread), BK 16, 249 regs, 1 block of 8 warps per SM:
+# 0.916x / 0.956x cuBLAS at 4096^3 / 8192x2560x2560 (128 x 128 BK 16: 0.886x / 0.920x)
+S2_GEMM: tuple[int, int, bool, int, str, int] = (16, 8, True, 1, "4x8", 16)
+# 16-byte loads with a residual epilogue (o_proj): 128 x 128, BK 8, capped at 128 regs for 2 blocks per SM, so
+# one block's residual reads and stores overlap the other block's main loop: 0.953x cuBLAS + add, where the
+# 1-block-per-SM BK 16 kernel pays ~115 us of exposed epilogue (0.918x)
+S2_RES: tuple[int, int, bool, int, str, int] = (8, 8, True, 2, "4x8", 8)
+# 4-byte fallback (K or N not a multiple of 4, or unaligned pointers): 128 x 128, BK 16, no register cap
+# (0.737x / 0.790x; capped at 128 regs it spilled and ran at 0.661x)
+S2_SCALAR: tuple[int, int, bool, int, str, int] = (16, 8, True, 1, "4x8", 8)
+
+
+def s2_config(vec: bool, has_res: bool) -> tuple[int, int, bool, int, str, int]:
+    if not vec:
+        return S2_SCALAR
+    return S2_RES if has_res else S2_GEMM
 
 
 @cache
@@ -789,7 +804,7 @@ def _fast2(vec: bool, has_bias: bool, has_res: bool) -> Any:
 
 
 def _simt2_prod(vec: bool, has_bias: bool, has_res: bool) -> Any:
-    bk, group, dbuf, min_blocks, layout, tn = S2_CONFIG
+    bk, group, dbuf, min_blocks, layout, tn = s2_config(vec, has_res)
     return _simt2(bk, vec, has_bias, has_res, group, dbuf, min_blocks, layout, tn)
 
 

@@ -64,13 +64,15 @@ def test_numpy_in_numpy_out_and_auto_path_name() -> None:
 
 
 # --- simt2: the generated kernel, on the simulator at small shapes that reach every code path ---------------
-# (tile 128 x 128, BK 8): one partial block; K tails of 4 and 1; N, K multiples of 4 (16-byte variant) and
-# not (4-byte variant); 2 x 2 blocks with full interior rows/columns and clamped edges
+# (16-byte variant: 128 x 256 tiles, BK 16; 4-byte variant: 128 x 128, BK 16): one partial block; K tails of
+# 4, 12 and 1; N, K multiples of 4 (16-byte variant) and not (4-byte variant); 2 x 2 blocks with full
+# interior rows/columns and clamped edges
 
 
 @needs_device
 @pytest.mark.parametrize(
-    ("m", "n", "k"), [(19, 23, 17), (20, 24, 12), (5, 8, 4), (1, 3, 1), (130, 132, 20), (129, 131, 9)]
+    ("m", "n", "k"),
+    [(19, 23, 17), (20, 24, 12), (5, 8, 4), (1, 3, 1), (130, 132, 20), (129, 131, 9), (129, 264, 28)],
 )
 def test_simt2_path(m: int, n: int, k: int) -> None:
     case = Case("x", {"M": m, "N": n, "K": k}, "float32")
