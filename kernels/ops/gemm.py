@@ -5,7 +5,8 @@ This module owns the matmul kernels; `o_proj` reuses them with its fused epilogu
 Floors (H200): FLOPs 2*M*N*K; bytes (M*K + K*N) * itemsize + 4*M*N. 4096^3: 137 GFLOP over 0.20 GB fp32 ->
 2.05 ms at the 66.9 TFLOP/s fp32 FMA peak vs 0.05 ms at 4.1 TB/s: compute-bound by ~40x. fp16 inputs on
 tensor cores: ~0.19 ms at cuBLAS's ~740 TFLOP/s, still compute-bound. Measured on the H200 (see
-benchmarks/notes-matmul.md): simt 28.3 TFLOP/s (0.55x cuBLAS SGEMM), mma 385 TFLOP/s (0.52x cuBLAS).
+benchmarks/notes-matmul.md): simt2 47.1 / 46.9 TFLOP/s at 4096^3 / 8192x2560x2560 (0.916x / 0.956x cuBLAS
+SGEMM; the old simt 28.3, 0.55x), mma 385 TFLOP/s (0.52x cuBLAS).
 
 Four paths, one contract (`PATHS`):
   - "portable": 16x16 shared-memory tiles, one output per thread. Pure numba, runs under the CUDA simulator
@@ -18,12 +19,13 @@ Four paths, one contract (`PATHS`):
     small intrinsic that emits one 16-byte shared load.
   - "simt_wide": the same with an 8 x 16 tile per thread (block 128 x 256), fewer shared loads per FFMA but
     198 registers, so one block per SM: measured 2-10% slower than "simt", kept as an explicit path.
-  - "simt2" (fp32 only): the simt tiling (128 x 128 x 8, 256 threads, 8 x 8 per thread) generated as Python
-    source by `gen_source` and compiled by numba, so that nothing is left for LLVM to keep rolled: every k
-    step, the 64 accumulators and the fragment registers are spelled out (simt's kk loop stayed a loop: 59 %
-    of its issue slots were FFMA, ~85 % here). Fragments double-buffered in registers, 16-byte global loads
-    where K, N and the pointers allow (else 4-byte loads, same kernel), out-of-range rows/columns clamped
-    instead of predicated, `launch_bounds` for 2 blocks per SM. Runs under the simulator too.
+  - "simt2" (fp32 only): register-blocked tiles generated as Python source by `gen_source` and compiled by
+    numba, so that nothing is left for LLVM to keep rolled: every k step, every accumulator and fragment
+    register is spelled out (simt's kk loop stayed a loop: 59 % of its issue slots were FFMA, 84-88 % here).
+    Fragments double-buffered in registers, 16-byte global loads where K, N and the pointers allow (else
+    4-byte loads), out-of-range rows/columns clamped instead of predicated. The tile setting is chosen per
+    case from H200 measurements (`s2_config`): 128 x 256 x 16 for gemm, 128 x 128 x 8 at 2 blocks per SM when
+    the epilogue reads a residual (o_proj), 128 x 128 x 16 for the 4-byte fallback. Runs under the simulator.
   - "mma": fp16 inputs on tensor cores (mma.sync m16n8k16, fp32 accumulate) through linked CUDA C
     (kernels/ops/cuda/). Not available under the simulator, which cannot link CUDA C.
 "auto" picks portable under the simulator, mma for fp16 where tensor cores exist, SIMT_DEFAULT for fp32
