@@ -56,7 +56,7 @@ def elapsed() -> float:
 # --- variants: name -> (kernel factory args) ----------------------------------------------------------------
 # each is _simt2(bk, vec, has_bias, has_res, group, dbuf, min_blocks, layout); launched through kernels.launch
 VARIANTS: dict[str, dict[str, Any]] = {
-    # round 2: around the production setting (gemm.S2_CONFIG: BK 16, no register cap, 4x8 lanes, group 8)
+    # round 2: around round 1's winner (BK 16, no register cap, 4x8 lanes, group 8; now gemm.S2_SCALAR)
     "P_scalar": {"bk": 16, "vec": False, "min_blocks": 1},  # production's 4-byte fallback (unaligned shapes)
     "P_2x16": {"bk": 16, "vec": True, "min_blocks": 1, "layout": "2x16"},
     "P_g1": {"bk": 16, "vec": True, "min_blocks": 1, "group": 1},
