@@ -43,7 +43,9 @@ class Config:
     (HG_CPY32); `minb` > 0: launch bounds asking for that many blocks per SM (caps the registers at
     64K / (threads * minb)); `group_m`: tile-rows walked before moving right (L2 reuse of B, HG_GROUP_M);
     `persist` (with `mbar`): the aligned kernels run one wave of resident blocks that walk the tiles, the next
-    tile's first slices loading during the current one's epilogue (HG_PERSIST)."""
+    tile's first slices loading during the current one's epilogue (HG_PERSIST). The defaults are the
+    production tile (H200, 2026-11-30: 0.53x / 0.56x cublasGemmEx at 4096^3 / 8192x2560x2560, see
+    benchmarks/notes-mma.md)."""
 
     bm: int = 128
     bn: int = 128
