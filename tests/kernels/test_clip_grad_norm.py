@@ -11,6 +11,7 @@ from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, small_
 from kernels import arrays
 from kernels.launch import Kernel
 from kernels.ops import clip_grad_norm as op
+from kernels.registry import Case
 
 
 @needs_device
@@ -180,3 +181,38 @@ def test_fast_values_declines_what_the_general_path_must_check():  # type: ignor
     assert op.fast_values([ok], _FakeDeviceArray((2,), f32, 1 << 41)) is None
     assert op.fast_values([ok], _FakeDeviceArray((1,), f16, 1 << 41)) is None
     assert op.fast_values([ok], np.zeros(1, np.float32)) is None
+
+
+def test_cached_values_live_only_as_long_as_the_arrays():  # type: ignore[no-untyped-def]
+    import gc
+
+    f32 = np.dtype(np.float32)
+    a = _FakeDeviceArray((64,), f32, 1 << 40)
+    no = _FakeDeviceArray((1,), f32, 1 << 41)
+    assert arrays.is_device_array(a)
+    first = op.cached_values([a], no)
+    assert first is not None and op.cached_values((a,), no) is first  # a hit: the same object back
+    key = (id(a), id(no))
+    assert key in op._words
+    del a
+    gc.collect()
+    assert key not in op._words  # dropped with the array: its id can be reused safely
+    assert op.cached_values([np.ones(4, np.float32)], no) is None  # numpy: never the fast path
+
+
+@needs_device
+def test_auto_runs_the_measured_v4_kind():  # type: ignore[no-untyped-def]
+    # "auto" on aligned arrays of at most SLOTS takes AUTO_V4's kind, here and in the registry's path label
+    rng = np.random.default_rng()
+    for dt in (np.float32, np.float16):
+        case = Case("8x9-clip", {"count": 8, "elems": 9, "clip": 1}, np.dtype(dt).name)
+        assert op._case_path(case) == op.AUTO_V4[np.dtype(dt)]
+        grads = [(rng.standard_normal(n) * 0.1).astype(dt) for n in (300, 9)]
+        before = [g.copy() for g in grads]
+        full = float(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in before)))
+        norm, scaled = op.reference(before, full / 2.0)
+        got = op.clip_grad_norm(grads, full / 2.0)
+        assert abs(got - norm) / norm < 1e-5
+        tol = 1e-6 if dt == np.float32 else 1e-3
+        for g, s in zip(grads, scaled, strict=True):
+            assert np.linalg.norm(g - s) / np.linalg.norm(s) < tol
