@@ -4,7 +4,19 @@ by max_norm / (total + 1e-6) (PyTorch's rule); returns total.
 Floors for N elements in all: 2N FLOP for the norm (+1N for the scale when it clips); bytes = N * itemsize
 to read for the norm, plus 2N * itemsize to read and write when it clips (the norm must be complete before
 any scaling, so the data is read twice unless it fits in L2).
-Kernels, all on one stream, no host round trip between them:
+
+What "auto" runs (v4, section "v4" below; benchmarks/notes-clip.md has every figure): for up to SLOTS
+16-byte aligned arrays and no `workspace`, the "two" path: kernel 1 = sum of squares over the tiles of ALL
+arrays numbered as one sequence and dealt round-robin to a persistent grid (16-byte loads, one fp32 partial
+per block, no atomics); kernel 2 = every block sums the partials in one fixed order (the same norm in every
+block) and scales its tiles walking from the end of the sequence (what kernel 1 read last may still be in
+L2). H200: 211 / 110.5 us of device time for the bench case (fp32 / fp16, 0.92 / 0.88 of copy). Device
+arrays with `norm_out` take a lean host path (parameter words written with one struct.pack_into per
+kernel, remembered per array objects). Other paths stay selectable: "one" (both passes in one launch with
+a grid barrier: same device time, less host time, but needs a co-resident grid), "two_last", and the
+older ones below. More arrays or a `workspace` take "split".
+
+Kernels of the older paths, all on one stream, no host round trip between them:
   1. `_zero`: clears a float64 accumulator on the device;
   2. `_sumsq` per array: persistent blocks over contiguous tiles, fp32 sum of squares per thread (8 or 16
      loads in flight), a block reduction, then one float64 atomic add per block;
@@ -864,10 +876,14 @@ class _FastPlan:
 
 
 _fast_plans: dict[tuple[np.dtype, str], _FastPlan] = {}
-# the v4 kind "auto" takes per dtype (absent: the v3 rules). Round 1 on the H200: "one" and "two" take the
-# same device time (fp32 211.4 / 211.1 us, fp16 113.1 / 113.8), "one" half the host time (8.7 vs 14.3 us per
-# call on 2 small arrays: one launch instead of two); "two_last" is 2-3x slower (one short block per tile).
-AUTO_V4: dict[np.dtype, str] = {F32: "one", F16: "one"}
+# the v4 kind "auto" takes per dtype (absent: the v3 rules). H200, rounds 1 and 2 (notes-clip.md): "one" and
+# "two" take the same device time (fp32 211.3 / 211.9 us, fp16 110.6 / 110.5); timed as kernels.bench times
+# them, "two" was faster in all four comparisons (by 4-13 us), while "one" has less host time per call in a
+# steady loop (8.3 vs 15.0 us, one launch instead of two). "two" is the default because it has no grid
+# barrier: "one" needs every block co-resident, and a block that waits past SPIN_LIMIT (another stream's
+# long kernel holding SMs, e.g. a collective) would scale with an incomplete norm. "two_last" is 2-3x
+# slower (one short block per tile).
+AUTO_V4: dict[np.dtype, str] = {F32: "two", F16: "two"}
 
 
 # Calls on the same array objects (a training loop's gradients; the bench's input sets) skip even the
@@ -971,9 +987,10 @@ def clip_grad_norm(
 
     Returns the norm before clipping as a Python float, or, when `norm_out` (a float32 device array of one
     element) is given, writes it there and returns `norm_out` without waiting for the device.
-    `path`: "auto" (fp16 on a GPU, up to SLOTS 16-byte aligned arrays, no `workspace`: fused_vector; split
-    otherwise: the faster of the two measured on the H200 for each case), "split" (v2: 1 + 2 x count
-    launches), "fused" (one launch, scalar loads) or "fused_vector" (one launch, 16-byte loads).
+    `path`: "auto" (up to SLOTS 16-byte aligned arrays and no `workspace`: AUTO_V4's v4 path, "two";
+    otherwise "split"), "two" / "two_last" / "one" (v4: two launches / two launches, the second one block per
+    tile / one launch with a grid barrier), "split" (v2: 1 + 2 x count launches), "fused" (v3: one launch,
+    scalar loads) or "fused_vector" (v3: one launch, 16-byte loads).
     """
     if (
         not USE_DISPATCHER
@@ -1037,9 +1054,8 @@ def _choose_path(path: str, flat: list[Operand], has_workspace: bool) -> str:
         kind = AUTO_V4.get(flat[0].dtype, "")
         if kind and fits and aligned:
             return kind  # the lean launcher's choice too (numpy inputs, no norm_out, ... come here)
-        # Measured on the H200 (benchmarks/notes-memory.md, v3 run): one launch with 16-byte loads beats the
-        # split path for fp16 (169 vs 221 us); for fp32 the scalar fused path lost to split in the bench
-        # (329 vs 290 us), so everything but aligned fp16 on a GPU stays on split.
+        # (the v3 rule, for a dtype without an AUTO_V4 entry: one launch with 16-byte loads for aligned fp16
+        # on a GPU, split otherwise; the v4 paths replace it wherever they apply)
         vec = fits and aligned and not SIMULATED and flat[0].dtype in AUTO_VECTOR
         return "fused_vector" if vec else "split"
     if path != "split" and not fits:
