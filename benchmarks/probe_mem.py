@@ -371,13 +371,20 @@ def overhead(res: dict[str, Any]) -> None:
 
 
 def main() -> int:
+    global BUDGET_S
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--skip", default="", help="comma list of sections to skip: rows,elementwise,overhead")
+    ap.add_argument("--prod-only", action="store_true", help="time the production paths, v3 and CuPy only")
+    ap.add_argument("--budget", type=float, default=BUDGET_S, help="start no new timing after this many s")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     skip = set(a.skip.split(",")) if a.skip else set()
+    BUDGET_S = a.budget
+    if a.prod_only:
+        for k in VARIANTS:
+            VARIANTS[k] = []
     import cupy as cp
     from numba import cuda
 

@@ -22,10 +22,15 @@ MAX_GRID = 2**31 - 1
 #   ("v5", threads, per, blocks, fastmath, wb_regs)        make_rows5 (layernorm; softmax takes no wb_regs)
 # threads x per must cover BLOCK x PER; blocks = launch_bounds' blocks per SM. Chosen from the side-by-side
 # H200 timings (benchmarks/notes-memory.md, "v4", "v5"); an absent dtype keeps v3's plain vector kernel.
+# A dtype listed here takes its vector kernel on "auto" even when it is not in kernels.vector.AUTO_VECTOR.
+# Round 2 (notes-memory.md "v5 outcome", H200, 16384 x 4096, us): layernorm fp16 v3 76.4 -> v5 128x32 b8
+# fastmath 73.7; softmax fp16 83.4 -> v5 256x16 b8 fastmath 69.7; layernorm / rmsnorm fp32 scalar 140.1 /
+# 139.5 -> v3 vector 135.6 / 135.2 (the same ~3 % in round 1). rmsnorm fp16 (v3 69.9, fastmath 69.3) and
+# softmax fp32 (scalar 134.7, best variant 132.1) are within the run-to-run spread: unchanged.
 ROW_KERNELS: dict[str, dict[np.dtype, tuple[Any, ...]]] = {
-    "layernorm": {},
-    "softmax": {},
-    "rmsnorm": {},
+    "layernorm": {F16: ("v5", 128, 32, 8, True, False), F32: ("v3", False)},
+    "softmax": {F16: ("v5", 256, 16, 8, True)},
+    "rmsnorm": {F32: ("v3", False)},
 }
 
 
@@ -70,8 +75,9 @@ def row_path_of(op: str) -> Any:
 
     def path(case: Case) -> str:
         p = row_path(case)
-        spec = ROW_KERNELS[op].get(np.dtype(case.dtype))
-        if p != "vector" or spec is None:
+        dt = np.dtype(case.dtype)
+        spec = ROW_KERNELS[op].get(dt)
+        if spec is None or SIMULATED or p == "stream" or (case.params["cols"] * dt.itemsize) % VEC_BYTES:
             return p
         return spec[0] + ("-fastmath" if spec[0] == "v3" and spec[1] else "")
 

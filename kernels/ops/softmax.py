@@ -342,7 +342,8 @@ def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> 
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, oo.ptr), n * xo.dtype.itemsize)
     block, grid = BLOCK, min(xr.shape[0], MAX_GRID)
-    if choose(path, xo.dtype, ok):
+    # (a dtype that rowcases.ROW_KERNELS lists takes its vector kernel on "auto" too)
+    if choose(path, xo.dtype, ok) or (ok and path == "auto" and xo.dtype in _ROW and not SIMULATED):
         k = _VEC[xo.dtype]
         row = _ROW.get(xo.dtype)
         if row is not None:  # the kernel rowcases.ROW_KERNELS names for this op and dtype
