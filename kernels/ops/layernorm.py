@@ -7,6 +7,10 @@ Kernels, one block of 256 threads per row, as rmsnorm:
     exact two-pass E[(x - mean)^2] at the cost of one more block reduction, no extra memory traffic.
   - `_layernorm_vec` (v3, same rows when x, weight, bias, out are 16-byte aligned and a row is a multiple
     of 16 bytes): the register kernel with 16-byte loads and stores (kernels.vector).
+  - `make_rows5` (v5) / `make_rows` (v4): the vector kernel with other block shapes, reductions and numba's
+    fastmath; kernels/rowcases.py ROW_KERNELS picks, per dtype, the one the vector path takes (fp16: v5
+    128 threads x 32 values, 8 blocks/SM, fastmath; fp32: v3's vector kernel, also on "auto"), from the
+    side-by-side H200 timings in benchmarks/notes-memory.md ("v4", "v5").
   - `_layernorm_kernel` (longer rows): pass 1 accumulates the sum and the sum of squares of (x - k) with
     k = x[i, 0]: shifting by a sample of the row keeps var = E[(x-k)^2] - E[x-k]^2 free of the catastrophic
     cancellation the unshifted formula suffers when |mean| >> std, in a single read of the row. Pass 2

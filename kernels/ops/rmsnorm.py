@@ -7,6 +7,8 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
     with every load in flight at once, reduces, and writes from registers: one read, one write.
   - `_rmsnorm_vec` (v3, same rows when x, weight, out are 16-byte aligned and a row is a multiple of 16
     bytes): the register kernel with 16-byte loads and stores (kernels.vector), 8 halves per instruction.
+  - `make_rows` (v4): other block shapes / prefetch (slower on the H200); kernels/rowcases.py ROW_KERNELS
+    sends fp32 "auto" calls to the v3 vector kernel (3 % faster than the register kernel there).
   - `_rmsnorm_kernel` (longer rows): pass 1 streams the row with four loads in flight per thread; pass 2
     reads it again, from L1/L2 (the same block read it microseconds before), not device memory.
 """

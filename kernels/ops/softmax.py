@@ -8,6 +8,10 @@ Kernels, one block of 256 threads per row:
     one read, one write, one exp per element.
   - `_softmax_vec` (v3, same rows when x and out are 16-byte aligned and a row is a multiple of 16
     bytes): the register kernel with 16-byte loads and stores (kernels.vector).
+  - `make_rows5` (v5) / `make_rows` (v4): the vector kernel with other block shapes, reductions and numba's
+    fastmath; kernels/rowcases.py ROW_KERNELS picks the one fp16 takes (v5 256 x 16, 8 blocks/SM, fastmath:
+    exp as ex2.approx, 2 SASS instructions per element instead of 5) from the H200 timings in
+    benchmarks/notes-memory.md ("v5"). fp32 keeps the register kernel.
   - `_softmax_kernel` (longer rows): pass 1 is the online softmax: each thread carries (max, sum of
     exp(v - max)) and rescales its sum when the max grows, so the row is read from memory once; the partials
     merge across the block with the same rule. Pass 2 re-reads the row from L1/L2 and writes.
