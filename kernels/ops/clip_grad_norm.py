@@ -1172,6 +1172,12 @@ SPEC = register(
             *((f"clip_grad_norm_sumsq_{dt.name}", _sumsq[dt], s) for dt, s in _SUMSQ_SIGS.items()),
             *((f"clip_grad_norm_scale_{dt.name}", _scale[dt], s) for dt, s in _SCALE_SIGS.items()),
             *_FUSED_PTX,
+            # what "auto" runs on a GPU: the v4 "two" kernels at their default configs
+            *(
+                (f"clip_grad_norm_v4_{name}_{dt.name}", v4_fns(dt, V4_DEFAULT[dt])[name], _v4_sigs(dt)[name])
+                for dt in (F32, F16)
+                for name in ("norm", "scale")
+            ),
         ),
         path=_case_path,
     )
