@@ -3,7 +3,9 @@
 Method (../.library/device/METHOD.md): inputs drawn at random once per case, then cloned into `SETS`
 device-side copies that are used in rotation, so no timed call finds its inputs in L2 from the call before
 (every bench case moves >= 256 MB against a 60 MB L2). In-place inputs are restored from a pristine copy
-before every call, outside the timed region. Each call is bracketed by its own pair of CUDA events on the
+before every call, outside the timed region, followed by a short device-side pause so that the host's
+launch of the op happens while the stream is busy (as it does for back-to-back out-of-place calls); host
+time per call is measured apart (`--overhead`). Each call is bracketed by its own pair of CUDA events on the
 launch stream, after `WARMUP` untimed calls (compilation, module load). Reported: median, p10 and p90 of
 the per-call times, achieved TFLOP/s and GB/s from the op's FLOP and byte floors, and SOL = achieved /
 binding peak (memory ops: the measured copy bandwidth; compute ops: the fp32 FMA peak, or the dense fp16
@@ -18,6 +20,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -53,18 +56,42 @@ def _clone(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Device-side pause before each timed call of an in-place op, in microseconds: long enough to cover the host
+# time of any launcher here (tens of us), short against the op.
+SPIN_US = 150
+
+
+@cache
+def _spin_kernel() -> Any:
+    @cuda.jit
+    def spin(us):  # type: ignore[no-untyped-def]
+        for _ in range(us):
+            cuda.nanosleep(1000)
+
+    return spin
+
+
 def _time_calls(
     fn: Callable[[dict[str, Any]], None],
     sets: list[dict[str, Any]],
     restore: Callable[[dict[str, Any]], None] | None,
     iters: int,
 ) -> list[float]:
-    """Per-call device times in microseconds, rotating over `sets`."""
+    """Per-call device times in microseconds, rotating over `sets`.
+
+    Calls of out-of-place ops run back to back, so each call's host work overlaps the previous call's kernels
+    and the events measure the device. An in-place op's inputs are restored before every call by a few small
+    copies, each issued from Python, so the device drains and the start event would also time the host
+    launching the op. A short device-side pause after the restore keeps the stream busy while the host
+    launches: the events then measure the device for in-place ops too (ours and CuPy's alike)."""
+    spin = _spin_kernel() if restore is not None else None
     events = []
     for i in range(WARMUP + iters):
         args = sets[i % len(sets)]
         if restore is not None:
             restore(args)
+        if spin is not None:
+            spin[1, 1](SPIN_US)
         a, b = cuda.event(), cuda.event()
         a.record()
         fn(args)
