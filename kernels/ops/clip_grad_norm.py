@@ -32,7 +32,10 @@ That is the v2 "split" path: 1 + 2 x count launches. The v3 "fused" path does it
   (kernels.launch) does a plain cuLaunchKernel. So the grid is sized to be co-resident (SMs x
   FUSED_BLOCKS_PER_SM, capped by the occupancy query) and thread 0 of each block arrives on a device counter:
   the last block to arrive resets the counter and bumps a generation word; the others spin on an atomic read
-  of the generation. The state lives on the device between calls, so a call needs no memset launch:
+  of the generation, for at most SPIN_LIMIT polls (~1 s): a block that gives up (a grid that was not
+  co-resident after all, e.g. another stream's kernel held SMs) scales nothing and writes NaN as the norm,
+  so the caller sees the failure instead of a silently wrong clip. The state lives on the device between
+  calls, so a call needs no memset launch:
     bar[0]  arrivals in this call (the last arrival puts it back to 0)
     bar[1]  generation: the number of completed calls (read by every block before it arrives)
     acc[gen & 1]  this call's float64 sum of squares; block 0 zeroes acc[1 - (gen & 1)] for the next call
@@ -255,10 +258,12 @@ def _make_fused(unroll_sq: int, unroll_sc: int, vec: bool, width: int):  # type:
         smem = cuda.shared.array(BLOCK, float32)
         gen_s = cuda.shared.array(1, int32)
         tot_s = cuda.shared.array(1, float64)
+        late = cuda.shared.array(1, int32)  # 1: this block gave up waiting at the barrier
         v = cuda.local.array(nv, float32)
         tid = cuda.threadIdx.x
         if tid == 0:
             gen_s[0] = cuda.atomic.add(bar, 1, 0)  # atomic read: never a stale cached value
+            late[0] = 0
         cuda.syncthreads()
         gen = gen_s[0]
         slot = gen & 1
@@ -282,14 +287,21 @@ def _make_fused(unroll_sq: int, unroll_sc: int, vec: bool, width: int):  # type:
                 cuda.threadfence()
                 cuda.atomic.add(bar, 1, 1)  # release every spinning block
             else:
-                # bounded: if the grid were ever not co-resident the call finishes with a wrong norm (that
-                # verify reports) instead of hanging the GPU; a real wait is one block's share, ~100 us
+                # bounded: if the grid were ever not co-resident the GPU must not hang; a block that gives
+                # up does not know the norm, so it scales nothing and reports NaN (never a wrong norm). A
+                # real wait is one block's share, ~100 us.
                 spins = 0
                 while cuda.atomic.add(bar, 1, 0) == gen and spins < SPIN_LIMIT:
                     spins += 1
+                if spins >= SPIN_LIMIT:
+                    late[0] = 1
             cuda.threadfence()
             tot_s[0] = cuda.atomic.add(acc, slot, 0.0)  # every partial is in: read it coherently
         cuda.syncthreads()
+        if late[0] == 1:
+            if tid == 0:
+                norm_out[0] = float32(math.nan)
+            return
         norm = math.sqrt(tot_s[0])
         if tid == 0 and cuda.blockIdx.x == 0:
             norm_out[0] = float32(norm)
@@ -615,9 +627,11 @@ def _v4_kernels(u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, rev:
     def one(g0, g1, g2, g3, g4, g5, g6, g7, part, bar, norm_out, max_norm):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(BLOCK, float32)
         gen_s = cuda.shared.array(1, int32)
+        late = cuda.shared.array(1, int32)  # 1: this block gave up waiting at the barrier
         tid = cuda.threadIdx.x
         if tid == 0:
             gen_s[0] = cuda.atomic.add(bar, BAR_GEN, 0)  # atomic read: never a stale cached value
+            late[0] = 0
         total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem)  # (its block_sum syncs gen_s too)
         if tid == 0:
             gen = gen_s[0]
@@ -628,13 +642,20 @@ def _v4_kernels(u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, rev:
                 cuda.threadfence()
                 cuda.atomic.add(bar, BAR_GEN, 1)  # release the waiting blocks
             else:
-                # bounded as in v3: a grid that is not co-resident finishes with a wrong norm, not a hang
+                # bounded: a grid that is not co-resident must not hang the GPU. A block that gives up
+                # does not know the norm: it scales nothing and reports NaN (never a silently wrong norm).
                 spins = 0
                 while cuda.atomic.add(bar, BAR_GEN, 0) == gen and spins < SPIN_LIMIT:
                     cuda.nanosleep(V4_SPIN_NS)
                     spins += 1
+                if spins >= SPIN_LIMIT:
+                    late[0] = 1
             cuda.threadfence()
         cuda.syncthreads()
+        if late[0] == 1:
+            if tid == 0:
+                norm_out[0] = float32(math.nan)
+            return
         t = sum_parts(part, smem)
         nrm = math.sqrt(float64(t))
         if tid == 0 and cuda.blockIdx.x == 0:
