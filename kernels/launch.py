@@ -183,7 +183,6 @@ class Kernel:
         if rc != 0:
             raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {self.sig}")
 
-
     def resident_blocks(self, block: int, shared: int = 0) -> int:
         """Blocks of `block` threads one SM holds at once (the driver's occupancy query, cached): the
         persistent grids of the prefetching row kernels are SMs x this. 1 on the dispatcher path."""
@@ -203,28 +202,41 @@ class Kernel:
         return hit
 
     def bind(self, grid: int | tuple[int, ...], block: int | tuple[int, ...], args: Sequence[Any],
-             shared: int = 0) -> Bound:  # fmt: skip
+             shared: int = 0, ptr_args: Sequence[int] | None = None) -> Bound:  # fmt: skip
         """A launch of this kernel with `args` packed once into a parameter block of its own: later calls
-        pass only the array pointers (`Bound.launch`). For FastCache: same shapes, new pointers."""
+        pass only the array pointers (`Bound.launch`). For FastCache: same shapes, new pointers.
+        `ptr_args`: the argument indices `Bound.launch`'s pointers go to, in its order (array slots take
+        the data pointer, int64 slots the address itself); default: every array argument in order."""
         if not self._ready:
             self._prepare()
-        return Bound(self, grid, block, args, shared)
+        return Bound(self, grid, block, args, shared, ptr_args)
 
 
 class Bound:
     """One kernel + grid + block + a private, fully packed parameter block. `launch(ptrs, stream)` rewrites
-    only the data-pointer slot of each array argument (in signature order) and calls cuLaunchKernel."""
+    only the data-pointer slot of each array argument (in signature order; or of the arguments `ptr_args`
+    names, int64 address arguments included) and calls cuLaunchKernel."""
 
     __slots__ = ("_kern", "_call", "_slots", "_blk", "_dims", "_shared")
 
-    def __init__(self, kern: Kernel, grid: Any, block: Any, args: Sequence[Any], shared: int) -> None:
+    def __init__(self, kern: Kernel, grid: Any, block: Any, args: Sequence[Any], shared: int,
+                 ptr_args: Sequence[int] | None = None) -> None:  # fmt: skip
         own = Kernel.__new__(Kernel)
         own.__dict__.update(kern.__dict__)
         own.build_plan()  # a private block, so two bound layouts of one kernel never share slots
         own.pack(args)
         self._kern = own
         self._blk = own._block
-        self._slots = tuple(at + 4 for kind, at, _ in own._plan if kind == 0)
+        if ptr_args is None:
+            self._slots = tuple(at + 4 for kind, at, _ in own._plan if kind == 0)
+        else:
+            slots = []
+            for i in ptr_args:
+                kind, at, _ = own._plan[i]
+                if kind not in (0, 1):
+                    raise LaunchError(f"bind: argument {i} of {kern.sig} holds no pointer")
+                slots.append(at + 4 if kind == 0 else at)
+            self._slots = tuple(slots)
         g = (grid, 1, 1) if type(grid) is int else (tuple(grid) + (1, 1))[:3]
         b = (block, 1, 1) if type(block) is int else (tuple(block) + (1, 1))[:3]
         self._dims = (*g, *b)

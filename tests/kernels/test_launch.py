@@ -166,6 +166,21 @@ def test_bound_launch_rewrites_only_the_pointers(stubbed):  # type: ignore[no-un
     assert stubbed[-1][1] == (3, 256) and stubbed[-1][2][4] == 0xA000
 
 
+def test_bound_ptr_args_rewrite_int64_address_slots(stubbed):  # type: ignore[no-untyped-def]
+    # the mma replay: every argument an int64 (addresses, then sizes); ptrs go to the slots ptr_args names
+    sig = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
+    k = launch.Kernel(rmsnorm._rmsnorm_kernel, sig)
+    b = k.bind(7, 128, (1, 2, 0, 3, 4, 64, 48, 32), shared=1024, ptr_args=(0, 1, 4, 3))
+    b.launch((0xA0, 0xB0, 0xC0, 0xD0))
+    k.pack((0xA0, 0xB0, 0, 0xD0, 0xC0, 64, 48, 32))
+    assert list(b._blk) == list(k._block) == [0xA0, 0xB0, 0, 0xD0, 0xC0, 64, 48, 32]
+    assert stubbed[-1][1] == (7, 128)
+    with pytest.raises(ValueError):
+        b.launch((1, 2, 3))  # one pointer per named argument
+    with pytest.raises(launch.LaunchError):
+        launch.Kernel(rmsnorm._rmsnorm_kernel, "void(float32, int64)").bind(1, 32, (0.5, 1), ptr_args=(0,))
+
+
 @pytest.mark.parametrize("opname", ["rmsnorm", "layernorm", "softmax", "residual_add", "cast"])
 def test_launchers_replay_validated_layouts_only(stubbed, opname):  # type: ignore[no-untyped-def]
     f32, f16 = np.float32, np.float16

@@ -190,6 +190,23 @@ def _prepare(cfg: Config, key: tuple[bool, bool], kern: Kernel) -> int:
     return cap
 
 
+def _select(a: int, b: int, bias: int, res: int, out: int, m: int, n: int, k: int, out_half: bool,
+            cfg: Config) -> tuple[Kernel, int, Config]:  # fmt: skip
+    """(kernel, grid, configuration) of one matmul; the rules are `launch`'s docstring."""
+    aligned = k % 8 == 0 and n % 8 == 0 and (a | b) % 16 == 0
+    aligned = aligned and (not cfg.epi or (out | res | bias) % 16 == 0)
+    aligned = aligned and (not cfg.cpy32 or (k * cfg.bm < 2**31 and n * cfg.bk < 2**31))
+    if not aligned:
+        cfg = cfg.unaligned
+    key = (out_half, aligned)
+    kern = _kernels(cfg)[key]
+    cap = _ready.get((cfg, *key))
+    if cap is None:
+        cap = _prepare(cfg, key, kern)
+    grid = cfg.grid(m, n)
+    return kern, (min(grid, cap) if cap else grid), cfg
+
+
 def launch(
     *,
     a: int,
@@ -209,16 +226,30 @@ def launch(
     `cfg.epi` the aligned kernels also move output / residual / bias column pairs in one access, so those
     pointers must be 16-byte aligned as well (0, absent, is); with `cfg.cpy32` the copy plan's offsets must
     fit 32 bits (bm * K and bk * N < 2^31; larger shapes take the scalar-load kernels)."""
-    aligned = k % 8 == 0 and n % 8 == 0 and (a | b) % 16 == 0
-    aligned = aligned and (not cfg.epi or (out | res | bias) % 16 == 0)
-    aligned = aligned and (not cfg.cpy32 or (k * cfg.bm < 2**31 and n * cfg.bk < 2**31))
-    if not aligned:
-        cfg = cfg.unaligned
-    key = (out_half, aligned)
-    kern = _kernels(cfg)[key]
-    cap = _ready.get((cfg, *key))
-    if cap is None:
-        cap = _prepare(cfg, key, kern)
-    grid = cfg.grid(m, n)
+    kern, grid, cfg = _select(a, b, bias, res, out, m, n, k, out_half, cfg)
     args = (a, b, bias, res, out, m, n, k)
-    kern.launch(min(grid, cap) if cap else grid, cfg.threads, args, shared=cfg.smem_bytes, stream=stream)
+    kern.launch(grid, cfg.threads, args, shared=cfg.smem_bytes, stream=stream)
+
+
+def bind(
+    *,
+    a: int,
+    b: int,
+    bias: int,
+    res: int,
+    out: int,
+    m: int,
+    n: int,
+    k: int,
+    out_half: bool,
+    ptr_args: tuple[int, ...],
+    cfg: Config = DEFAULT,
+) -> _launch.Bound:
+    """`launch`'s kernel, grid and parameter block for these operands, resolved and packed once: the
+    returned `Bound.launch(ptrs, stream)` writes only the pointers (to the kernel arguments `ptr_args`
+    names: 0 a, 1 b, 2 bias, 3 res, 4 out) and launches. Valid for pointers that take the same kernel: with
+    `cfg.epi`, all of a, b, bias, res, out 16-byte aligned or not (the gemm / o_proj FastCache keys hold
+    that); a replay must not rely on it otherwise (see gemm.run_matmul)."""
+    kern, grid, cfg = _select(a, b, bias, res, out, m, n, k, out_half, cfg)
+    args = (a, b, bias, res, out, m, n, k)
+    return kern.bind(grid, cfg.threads, args, shared=cfg.smem_bytes, ptr_args=ptr_args)
