@@ -159,6 +159,35 @@ def test_fast_parameter_blocks_match_kernel_pack(kind, dtype):  # type: ignore[n
         assert list(plan.kernels[i]._block) == list(ref._block), (kind, i)
 
 
+@pytest.mark.parametrize("kind", ["two", "two_last"])
+def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(kind):  # type: ignore[no-untyped-def]
+    # a repeat call on the same cached values skips the packing; a new max_norm or new arrays repack
+    dt = np.dtype(np.float32)
+    plan = op._FastPlan(dt, kind, op.V4_DEFAULT[dt])
+    seen: list[tuple[int, list[int]]] = []
+
+    def fake(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
+        k = next(k for k in plan.kernels if k._params is params)
+        seen.append((gx, list(k._block)))
+        return 0
+
+    for k in plan.kernels:
+        k._launch, k._func = fake, 0
+    no = _FakeDeviceArray((1,), np.float32, 1 << 41)
+
+    def expect(fv, mx):  # type: ignore[no-untyped-def]
+        ref = op._FastPlan(dt, kind, op.V4_DEFAULT[dt])
+        padded = fv[1] + ref.empty_words * (op.SLOTS - len(fv[1]) // 7)
+        return [(ref.pack(i, padded, fv[2], mx), list(k._block)) for i, k in enumerate(ref.kernels)]
+
+    fv1 = op.fast_values([_FakeDeviceArray((1000,), dt, 1 << 40)], no)
+    fv2 = op.fast_values([_FakeDeviceArray((5000,), dt, 1 << 42), _FakeDeviceArray((7,), dt, 1 << 43)], no)
+    for fv, mx in ((fv1, 1.0), (fv1, 1.0), (fv1, 2.0), (fv2, 2.0), (fv2, 2.0), (fv1, 2.0)):
+        seen.clear()
+        plan.launch(fv, mx, None)
+        assert seen == expect(fv, mx), (kind, mx)
+
+
 def test_fast_values_declines_what_the_general_path_must_check():  # type: ignore[no-untyped-def]
     f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
     ok = _FakeDeviceArray((64,), f32, 1 << 40)
