@@ -7,6 +7,8 @@ pre-resolved operands, and numba's own dispatcher launching the very same compil
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,14 +22,21 @@ CALLS = 2000
 SYNC_EVERY = 200  # drain the queue now and then, outside the timed region
 
 
-def _time(fn: Callable[[], Any], calls: int) -> dict[str, float]:
-    # warm up for 0.2 s, not a fixed count: the first rows of a run measured 7.2 and 10.6 us for the same
-    # call in two runs (2026-11-30), a host still ramping up its clock
-    t_end = time.perf_counter() + 0.2
+def _warm(fn: Callable[[], Any], seconds: float = 0.2) -> None:
+    """Call `fn` for `seconds` (not a fixed count: a host still ramping up its clock), draining the queue."""
+    t_end = time.perf_counter() + seconds
     while time.perf_counter() < t_end:
         for _ in range(50):
             fn()
         cuda.synchronize()
+
+
+def _time(fn: Callable[[], Any], calls: int) -> dict[str, float]:
+    # warm up for 0.2 s right before the timed calls; `measure` has also run one warm-up pass over every row
+    # first, so the first row is not timed on a host (and process) still settling: residual_add, row 1,
+    # read 10.11 us on numba arrays next to 6.79 us on CuPy arrays in the same run (H200, 2026-11-30)
+    _warm(fn)
+    gc.collect()  # every row starts its timed calls with the same (empty) garbage-collector state
     ns = []
     for i in range(calls):
         t0 = time.perf_counter_ns()
@@ -108,13 +117,19 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
         rows.append(("cupy.add, cupy arrays (for scale)", lambda: cp.add(cx, cr, out=cout)))
     except ImportError:
         pass
+    # one untimed warm-up pass over all rows first (compiles, caches, clocks), then the timed pass: every row
+    # is timed after the same warm-up, the first one included; a row that fails here fails again below
+    for _label, fn in rows:
+        with contextlib.suppress(Exception):
+            _warm(fn)
     res: list[dict[str, Any]] = []
     for label, fn in rows:
         try:
             res.append({"call": label, **_time(fn, calls)})
         except Exception as e:  # one op that cannot run here (e.g. no tensor cores) must not hide the rest
-            res.append({"call": label, "error": f"{type(e).__name__}: {e}"[:200],
-                        "median_us": float("nan"), "p10_us": float("nan"), "p90_us": float("nan")})
+            nan = float("nan")
+            err = f"{type(e).__name__}: {e}"[:200]
+            res.append({"call": label, "error": err, "median_us": nan, "p10_us": nan, "p90_us": nan})
     # the timed calls must also be right: the last residual_add / rmsnorm wrote `out`
     residual_add.residual_add(x, r, out)
     ok = np.allclose(out.copy_to_host(), x.copy_to_host() + r.copy_to_host(), rtol=1e-6, atol=1e-6)
