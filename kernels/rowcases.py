@@ -20,6 +20,7 @@ MAX_GRID = 2**31 - 1
 #   ("v3", fastmath)                                       v3's kernel, built with numba's fastmath flag
 #   ("v4", threads, per, blocks, prefetch, raw)            make_rows (v4; round 1: slower than v3, unused)
 #   ("v5", threads, per, blocks, fastmath, wb_regs)        make_rows5 (layernorm; softmax takes no wb_regs)
+#   ("v6", threads, per, blocks, full_rows)                layernorm make_rows6 (fp16: half2 output stage)
 # threads x per must cover BLOCK x PER; blocks = launch_bounds' blocks per SM. Chosen from the side-by-side
 # H200 timings (benchmarks/notes-memory.md, "v4", "v5"); an absent dtype keeps v3's plain vector kernel.
 # A dtype listed here takes its vector kernel on "auto" even when it is not in kernels.vector.AUTO_VECTOR.
@@ -38,7 +39,7 @@ def sim_spec(spec: tuple[Any, ...]) -> tuple[Any, ...]:
     """`spec` as it runs here: under the simulator v4/v5 kernels take BLOCK threads x PER values (the same
     longest row as v3 there) and one block per SM; otherwise unchanged."""
     kind = spec[0]
-    if kind in ("v4", "v5"):
+    if kind in ("v4", "v5", "v6"):
         assert spec[1] * spec[2] >= BLOCK * PER, spec
         if SIMULATED:
             return (kind, BLOCK, PER, 1, *spec[4:])

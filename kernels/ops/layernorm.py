@@ -40,7 +40,16 @@ from kernels.reduce import (
 )
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.rowcases import ROW_KERNELS, row_cases, row_grid, row_path_of, row_ptx_kernels, sim_spec
-from kernels.vector import WIDTH, choose, ldg_into, make_prefetch_io, make_row_io, stg_from, vector_ok
+from kernels.vector import (
+    WIDTH,
+    choose,
+    ldg_into,
+    make_prefetch_io,
+    make_row_io,
+    stg_from,
+    stg_norm_h8,
+    vector_ok,
+)
 
 
 @cuda.jit
@@ -328,6 +337,65 @@ def make_rows5(  # type: ignore[no-untyped-def]
     return k
 
 
+def make_rows6(threads: int, per: int, min_blocks: int, full_rows: bool):  # type: ignore[no-untyped-def]
+    """v6 (fp16 only): v5's kernel (one two-sum reduction of x - x[row, 0], fastmath) with a half2 output
+    stage (kernels.vector.stg_norm_h8): y = (x - k) * rstd - mean(x - k) * rstd in fp32 (one FFMA per
+    element; x - k is small, so no large value cancels), rounded to fp16, then y * w + b as half2 FMAs on
+    weight and bias loaded as packed halves. v5 converts weight and bias to fp32 for every element of every
+    row (2 of its ~16 SASS instructions per element) and does FADD, FMUL, FFMA, half an F2FP per element in
+    the output stage; v6 does one FFMA, half an F2FP and half an HFMA2. Costs one more fp16 rounding (of y,
+    rel. 2^-11) before the affine step. `full_rows`: rows of exactly threads * per columns skip the
+    per-vector column checks (other rows take the checked loop)."""
+    width = 8
+    nv = per // width
+    load_row, col_of = make_row_io(width, threads, per)
+    bsum2 = make_block_sum2(threads)
+    half = 2 * row_slots(threads)
+    smem_size = 2 * half
+    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks), "fastmath": True}
+
+    @cuda.jit(**jit_kw)
+    def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(smem_size, float32)
+        v = cuda.local.array(per, float32)
+        rows = x.shape[0]
+        n = x.shape[1]
+        fn = float32(n)
+        full = full_rows and n == threads * per
+        row = cuda.blockIdx.x
+        step = cuda.gridDim.x
+        base = 0
+        while row < rows:
+            xr = x[row]
+            kk = float32(xr[0])
+            load_row(v, xr, n, kk)
+            s = float32(0.0)
+            q = float32(0.0)
+            for e in range(per):
+                d = v[e] - kk
+                v[e] = d
+                s += d
+                q += d * d
+            s, q = bsum2(s, q, sm, base)
+            base = half - base
+            ms = s / fn
+            var = max(q / fn - ms * ms, float32(0.0))
+            rstd = float32(1.0) / math.sqrt(var + eps)
+            shift = -ms * rstd
+            orow = out[row]
+            if full:
+                for qv in range(nv):
+                    stg_norm_h8(orow, col_of(qv), w, b, v, qv * width, rstd, shift)
+            else:
+                for qv in range(nv):
+                    col = col_of(qv)
+                    if col < n:
+                        stg_norm_h8(orow, col, w, b, v, qv * width, rstd, shift)
+            row += step
+
+    return k
+
+
 _SIGS = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[::1], float16[:, ::1], float32)",
@@ -350,6 +418,11 @@ def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
     if kind == "v5":
         t, p, b, fm, wbr = spec[1:]
         return make_rows5(width, t, p, b, fm, wbr), t, wbr
+    if kind == "v6":  # fp16 only (half2 output stage); persistent grid
+        if width != 8:
+            raise ValueError("layernorm: v6 row kernels are for float16 rows")
+        t, p, b, full = spec[1:]
+        return make_rows6(t, p, b, full), t, True
     raise ValueError(f"layernorm: no row kernel of kind {kind!r}")
 
 
@@ -357,6 +430,11 @@ _ROW = {dt: _row_kernel(sim_spec(spec), WIDTH[dt]) for dt, spec in ROW_KERNELS["
 _ROW_FNS = {dt: fn for dt, (fn, _, _) in _ROW.items()}
 _ROW_K = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _ROW_FNS.items()}
 _FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
+# v6 (make_rows6, fp16 only), opt-in as path="v6" until the H200 run decides (benchmarks/notes-memory.md,
+# "layernorm fp16 v6"): (threads, per, blocks per SM, full_rows); under the simulator BLOCK x PER, 1 block.
+V6_CONFIG = (128, 32, 8, True)
+_V6_CFG = (BLOCK, PER, 1, True) if SIMULATED else V6_CONFIG
+_V6_K = kernel(make_rows6(*_V6_CFG), _SIGS[np.dtype(np.float16)])
 
 
 def layernorm(
@@ -370,7 +448,8 @@ def layernorm(
     path: str = "auto",
 ) -> Any:
     """Row-wise layer norm over the last dimension of x (any ndim >= 1), weight and bias [x.shape[-1]].
-    `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER)."""
+    `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER), or
+    "v6" (fp16 rows of <= BLOCK * PER with 16-byte aligned operands: make_rows6, V6_CONFIG)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, weight, bias, out), (eps, path))
         if bound is not None:
@@ -391,8 +470,16 @@ def layernorm(
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, bo.ptr, oo.ptr), n * xo.dtype.itemsize)
     block, grid = BLOCK, min(xr.shape[0], MAX_GRID)
+    if path == "v6":
+        if xo.dtype != np.float16 or not ok:
+            raise ValueError(
+                "path: 'v6' needs float16 operands, 16-byte aligned, rows of a multiple of 8 and at most "
+                f"{BLOCK * PER} columns"
+            )
+        k, block = _V6_K, _V6_CFG[0]
+        grid = row_grid(k, block, True, xr.shape[0])
     # (a dtype that rowcases.ROW_KERNELS lists takes its vector kernel on "auto" too)
-    if choose(path, xo.dtype, ok) or (ok and path == "auto" and xo.dtype in _ROW and not SIMULATED):
+    elif choose(path, xo.dtype, ok) or (ok and path == "auto" and xo.dtype in _ROW and not SIMULATED):
         k = _VEC[xo.dtype]
         row = _ROW.get(xo.dtype)
         if row is not None:  # the kernel rowcases.ROW_KERNELS names for this op and dtype

@@ -111,3 +111,60 @@ def test_make_rows5_variants(dtype, per, fastmath, wb_regs, rows, cols, grid):  
     tol = 2e-3 if dt == np.float16 else 1e-5
     for r in range(rows):  # row by row: the offset row must not hide in the others' norm
         assert np.linalg.norm(got[r] - ref[r]) / np.linalg.norm(ref[r]) < tol, r
+
+
+# v6 (make_rows6, fp16, half2 output stage): grids smaller than the row count walk rows grid-stride; 136
+# columns leave vectors past the row's end; 256 = 32 threads x 8 and 512 = 32 x 16 take the full-row path.
+@needs_device
+@pytest.mark.parametrize(("per", "full_rows", "rows", "cols", "grid"),
+                         [(16, True, 5, 136, 5), (16, False, 5, 136, 2), (8, True, 7, 256, 3),
+                          (16, True, 3, 512, 2), (16, False, 3, 512, 3), (16, True, 1, 8, 1)])  # fmt: skip
+def test_make_rows6_variants(per, full_rows, rows, cols, grid):  # type: ignore[no-untyped-def]
+    from numba import cuda
+
+    from kernels import arrays
+    from kernels.launch import kernel
+    from kernels.reduce import BLOCK
+
+    rng = np.random.default_rng()
+    dt = np.dtype(np.float16)
+    x = (rng.standard_normal((rows, cols)) * 2 + 3).astype(dt)
+    if rows > 1:
+        x[1] = 1000.0 + 0.1 * rng.standard_normal(cols)  # |mean| / std = 1e4: the shift must hold
+    w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
+    b = (0.5 * rng.standard_normal(cols)).astype(dt)
+    dev = [cuda.to_device(a) for a in (x, w, b, np.full((rows, cols), np.nan, dt))]
+    k = kernel(op.make_rows6(BLOCK, per, 1, full_rows), op._SIGS[dt])
+    k.launch(grid, BLOCK, (*(arrays.operand(n, a) for n, a in zip("xwbo", dev, strict=True)), 1e-5))
+    got = dev[3].copy_to_host().astype(np.float64)
+    ref = op.reference(x, w, b, 1e-5)
+    assert np.isfinite(got).all()
+    for r in range(rows):
+        assert np.linalg.norm(got[r] - ref[r]) / np.linalg.norm(ref[r]) < 2e-3, r
+
+
+@needs_device
+@pytest.mark.parametrize(("rows", "cols"), [(3, 136), (5, 512), (2, 8)])
+def test_path_v6(rows, cols):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng()
+    x = (rng.standard_normal((rows, cols)) + 3.0).astype(np.float16)
+    w = (1 + 0.5 * rng.standard_normal(cols)).astype(np.float16)
+    b = (0.5 * rng.standard_normal(cols)).astype(np.float16)
+    got = op.layernorm(x, w, b, path="v6").astype(np.float64)
+    ref = op.reference(x, w, b, 1e-5)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-3
+    with pytest.raises(ValueError, match="path: 'v6' needs float16"):
+        op.layernorm(x.astype(np.float32), w.astype(np.float32), b.astype(np.float32), path="v6")
+    with pytest.raises(ValueError, match="path: 'v6' needs float16"):
+        op.layernorm(x[:, :-1].copy(), w[:-1].copy(), b[:-1].copy(), path="v6")
+
+
+@needs_device
+def test_v6_row_spec_builds():  # type: ignore[no-untyped-def]
+    # the ROW_KERNELS entry that would make v6 the fp16 default: ("v6", 128, 32, 8, True)
+    from kernels.rowcases import sim_spec
+
+    fn, threads, persistent = op._row_kernel(sim_spec(("v6", 128, 32, 8, True)), 8)
+    assert persistent and threads >= 32
+    with pytest.raises(ValueError, match="v6 row kernels are for float16"):
+        op._row_kernel(("v6", 128, 32, 8, True), 4)
