@@ -28,9 +28,12 @@ T0 = time.monotonic()
 SETS, WARM, ITERS = 3, 3, 20
 EPS = 1e-5
 # name -> (threads, per, blocks per SM, full_rows); "v6" is the launcher's path="v6" (V6_CONFIG)
-VARIANTS: dict[str, tuple[int, int, int, bool]] = {
-    "v6_128x32_b8_checked": (128, 32, 8, False),
-    "v6_256x16_b8_full": (256, 16, 8, True),
+# persistent: grid = SMs x occupancy (grid-stride); else one block per row. First H200 run (03:21Z): every
+# persistent v6 lost ~3 % to v5's one-block-per-row grid (16384 rows / 1056 blocks = 15.5: a 16th row tail).
+VARIANTS: dict[str, tuple[int, int, int, bool, bool]] = {
+    "v6_128x32_b8_full_persistent": (128, 32, 8, True, True),
+    "v6_128x32_b8_checked": (128, 32, 8, False, False),
+    "v6_256x16_b8_full": (256, 16, 8, True, False),
 }
 
 
@@ -169,7 +172,7 @@ def main() -> int:
             {},
         ),
     ]
-    for name, (th, per, blocks, full) in VARIANTS.items():
+    for name, (th, per, blocks, full, persistent) in VARIANTS.items():
         try:
             t_c = time.monotonic()
             if ln.SIMULATED:
@@ -178,11 +181,13 @@ def main() -> int:
                 th, per, blocks = BLOCK, PER, 1
             k = kernel(ln.make_rows6(th, per, blocks, full), sig)
 
-            def launch(x: Any, w_: Any, b_: Any, o: Any, k: Any = k, th: int = th) -> None:
+            def launch(
+                x: Any, w_: Any, b_: Any, o: Any, k: Any = k, th: int = th, p: bool = persistent
+            ) -> None:  # noqa: E501
                 ops = [
                     arrays.operand(n, v) for n, v in zip(("x", "w", "b", "out"), (x, w_, b_, o), strict=True)
                 ]
-                k.launch(row_grid(k, th, True, ops[0].shape[0]), th, (*ops, EPS))
+                k.launch(row_grid(k, th, p, ops[0].shape[0]), th, (*ops, EPS))
 
             launch(xs[0][:2], w, b, outs[0][:2])  # compile outside the timing
             cands.append((name, launch, {"compile_s": round(time.monotonic() - t_c, 2)}))

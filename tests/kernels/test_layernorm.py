@@ -165,6 +165,6 @@ def test_v6_row_spec_builds():  # type: ignore[no-untyped-def]
     from kernels.rowcases import sim_spec
 
     fn, threads, persistent = op._row_kernel(sim_spec(("v6", 128, 32, 8, True)), 8)
-    assert persistent and threads >= 32
+    assert not persistent and threads >= 32
     with pytest.raises(ValueError, match="v6 row kernels are for float16"):
         op._row_kernel(("v6", 128, 32, 8, True), 4)
