@@ -437,7 +437,7 @@ def main() -> int:
                 traceback.print_exc()
                 bench.append({"op": "gemm", "dtype": c.dtype, "shape": f"{m}x{n}x{k}", "error": repr(ex)})
             log(f"bench gemm {m}x{n}x{k} {c.dtype} done")
-        for c in ([] if args.mma_only else op.SPEC.bench_cases):
+        for c in [] if args.mma_only else op.SPEC.bench_cases:
             shape = (c.params["B"], c.params["S"], c.params["K"], c.params["N"])
             try:
                 bench += bench_oproj(shape, c.dtype, args.iters, rng)

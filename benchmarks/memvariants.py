@@ -201,8 +201,14 @@ def rows_variants(dt: np.dtype) -> list[dict]:  # type: ignore[type-arg]
     variants = [("lib: 256 thr, re-read", lambda s: rm.rmsnorm(s[0], s[1], s[2]))]
     for block in (128, 256, 512):
         k = kernel(make_rms_smem(block, N_COLS), sig)
-        variants.append((f"smem row {block} thr", lambda s, k=k, block=block: k.launch(
-            N_ROWS, block, tuple(operand(n, a) for n, a in zip("xwo", s, strict=True)) + (1e-6,))))
+        variants.append(
+            (
+                f"smem row {block} thr",
+                lambda s, k=k, block=block: k.launch(
+                    N_ROWS, block, tuple(operand(n, a) for n, a in zip("xwo", s, strict=True)) + (1e-6,)
+                ),
+            )
+        )
     bytes_ = 2 * N_ROWS * N_COLS * dt.itemsize
     for label, fn in variants:
         us = _time(fn, sets)

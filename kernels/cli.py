@@ -119,6 +119,7 @@ def _bench(args: argparse.Namespace) -> int:
                           f"p90 {r['p90_us']:.2f})" for r in rows)  # fmt: skip
         _emit({"overhead": rows}, args.json, table)
         return EXIT_OK
+
     def progress(s: str) -> None:
         print(f"  bench {s}", file=sys.stderr, flush=True)
 

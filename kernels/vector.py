@@ -66,7 +66,9 @@ def _intrinsics() -> tuple[Any, Any]:
     from numba.core import types
     from numba.cuda.extending import intrinsic
 
-    def _vec(context: Any, builder: Any, arr_ty: Any, arr: Any, idx_ty: Any, idx: Any) -> tuple[Any, Any, int]:  # noqa: E501
+    def _vec(
+        context: Any, builder: Any, arr_ty: Any, arr: Any, idx_ty: Any, idx: Any
+    ) -> tuple[Any, Any, int]:
         """A pointer to element `idx` of `arr` as a 16-byte vector in global memory, and the vector width."""
         ary = context.make_array(arr_ty)(context, builder, arr)
         i = context.cast(builder, idx, idx_ty, types.intp)
