@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"  # ansible-lint and ansible-runner find their tools in .venv
 echo "== ruff";          .venv/bin/ruff check kernels fleet tests playbooks benchmarks
+                          .venv/bin/ruff format --check kernels fleet tests playbooks benchmarks
 echo "== mypy fleet/";   .venv/bin/mypy
 echo "== ansible-lint";  (cd playbooks && ../.venv/bin/ansible-lint --offline -q .)
 echo "== pytest";        .venv/bin/pytest "$@"
