@@ -10,7 +10,7 @@ from kernels.arrays import SIMULATED
 from kernels.launch import Kernel, sm_count
 from kernels.reduce import BLOCK, PER
 from kernels.registry import Case
-from kernels.vector import AUTO_VECTOR, VEC_BYTES
+from kernels.vector import AUTO_VECTOR, VEC_BYTES, choose
 
 _DTYPES = ("float32", "float16")
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
@@ -55,6 +55,32 @@ def row_grid(k: Kernel, threads: int, persistent: bool, rows: int) -> int:
     if persistent:
         return min(rows, sm_count() * k.resident_blocks(threads))
     return min(rows, MAX_GRID)
+
+
+def pick_row_kernel(
+    path: str,
+    dt: np.dtype,
+    ok: bool,
+    n: int,
+    rows: int,
+    *,
+    plain: dict[np.dtype, Kernel],
+    reg: dict[np.dtype, Kernel],
+    vec: dict[np.dtype, Kernel],
+    row: dict[np.dtype, tuple[Any, int, bool]],
+    row_k: dict[np.dtype, Kernel],
+) -> tuple[Kernel, int, int]:
+    """(kernel, threads per block, grid) a row op launches for `path`: the vector kernel when `choose` takes
+    it, or on "auto" for a dtype that ROW_KERNELS lists (`row` / `row_k`: that entry's kernel, threads and
+    grid-stride flag, used instead of v3's `vec`); else the one-row-in-registers kernel (`reg`) for rows
+    that fit a block, the scalar grid-stride one (`plain`) beyond. `ok`: the vector path's alignment and
+    row-length conditions hold."""
+    if choose(path, dt, ok) or (ok and path == "auto" and dt in row and not SIMULATED):
+        spec = row.get(dt)
+        if spec is None:
+            return vec[dt], BLOCK, min(rows, MAX_GRID)
+        return row_k[dt], spec[1], row_grid(row_k[dt], spec[1], spec[2], rows)
+    return (reg if n <= BLOCK * PER else plain)[dt], BLOCK, min(rows, MAX_GRID)
 
 
 def _cases(shapes: list[tuple[str, int, int]]) -> tuple[Case, ...]:

@@ -39,10 +39,17 @@ from kernels.reduce import (
     row_slots,
 )
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import ROW_KERNELS, row_cases, row_grid, row_path_of, row_ptx_kernels, sim_spec
+from kernels.rowcases import (
+    ROW_KERNELS,
+    pick_row_kernel,
+    row_cases,
+    row_grid,
+    row_path_of,
+    row_ptx_kernels,
+    sim_spec,
+)
 from kernels.vector import (
     WIDTH,
-    choose,
     ldg_into,
     make_prefetch_io,
     make_row_io,
@@ -404,7 +411,6 @@ _KERNELS = {dt: kernel(_layernorm_kernel, sig) for dt, sig in _SIGS.items()}
 _REG = {dt: kernel(_layernorm_reg, sig) for dt, sig in _SIGS.items()}
 _VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
-MAX_GRID = 2**31 - 1
 
 
 def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
@@ -469,7 +475,6 @@ def layernorm(
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, bo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    block, grid = BLOCK, min(xr.shape[0], MAX_GRID)
     if path == "v6":
         if xo.dtype != np.float16 or not ok:
             raise ValueError(
@@ -478,15 +483,10 @@ def layernorm(
             )
         k, block = _V6_K, _V6_CFG[0]
         grid = row_grid(k, block, False, xr.shape[0])  # one block per row (a persistent grid lost ~3 %)
-    # (a dtype that rowcases.ROW_KERNELS lists takes its vector kernel on "auto" too)
-    elif choose(path, xo.dtype, ok) or (ok and path == "auto" and xo.dtype in _ROW and not SIMULATED):
-        k = _VEC[xo.dtype]
-        row = _ROW.get(xo.dtype)
-        if row is not None:  # the kernel rowcases.ROW_KERNELS names for this op and dtype
-            k, block = _ROW_K[xo.dtype], row[1]
-            grid = row_grid(k, block, row[2], xr.shape[0])
     else:
-        k = (_REG if n <= BLOCK * PER else _KERNELS)[xo.dtype]
+        k, block, grid = pick_row_kernel(
+            path, xo.dtype, ok, n, xr.shape[0], plain=_KERNELS, reg=_REG, vec=_VEC, row=_ROW, row_k=_ROW_K
+        )
     args = (xr, wo, bo, arrays.as_rows(oo), e)
     k.launch(grid, block, args, stream=stream)
     if out is not None and xo.host is None and wo.host is None and bo.host is None and oo.host is None:

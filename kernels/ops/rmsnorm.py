@@ -26,8 +26,15 @@ from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
 from kernels.launch import FastCache, kernel
 from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum, make_block_sum, row_slots
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import ROW_KERNELS, row_cases, row_grid, row_path_of, row_ptx_kernels, sim_spec
-from kernels.vector import WIDTH, choose, ldg_into, make_prefetch_io, make_row_io, stg_from, vector_ok
+from kernels.rowcases import (
+    ROW_KERNELS,
+    pick_row_kernel,
+    row_cases,
+    row_path_of,
+    row_ptx_kernels,
+    sim_spec,
+)
+from kernels.vector import WIDTH, ldg_into, make_prefetch_io, make_row_io, stg_from, vector_ok
 
 
 @cuda.jit
@@ -202,7 +209,6 @@ _KERNELS = {dt: kernel(_rmsnorm_kernel, sig) for dt, sig in _SIGS.items()}
 _REG = {dt: kernel(_rmsnorm_reg, sig) for dt, sig in _SIGS.items()}
 _VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
-MAX_GRID = 2**31 - 1
 
 
 def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
@@ -244,16 +250,9 @@ def rmsnorm(
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    block, grid = BLOCK, min(xr.shape[0], MAX_GRID)
-    # (a dtype that rowcases.ROW_KERNELS lists takes its vector kernel on "auto" too)
-    if choose(path, xo.dtype, ok) or (ok and path == "auto" and xo.dtype in _ROW and not SIMULATED):
-        k = _VEC[xo.dtype]
-        row = _ROW.get(xo.dtype)
-        if row is not None:  # the kernel rowcases.ROW_KERNELS names for this op and dtype
-            k, block = _ROW_K[xo.dtype], row[1]
-            grid = row_grid(k, block, row[2], xr.shape[0])
-    else:
-        k = (_REG if n <= BLOCK * PER else _KERNELS)[xo.dtype]
+    k, block, grid = pick_row_kernel(
+        path, xo.dtype, ok, n, xr.shape[0], plain=_KERNELS, reg=_REG, vec=_VEC, row=_ROW, row_k=_ROW_K
+    )
     args = (xr, wo, arrays.as_rows(oo), e)
     k.launch(grid, block, args, stream=stream)
     if out is not None and xo.host is None and wo.host is None and oo.host is None:
