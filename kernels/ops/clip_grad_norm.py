@@ -465,25 +465,29 @@ def _v4_parts(u_sq: int, u_sc: int, width: int) -> tuple[Any, Any, Any, Any]:
         return e + (n + tq - 1) // tq
 
     @cuda.jit(device=True, inline="always")
+    def sc_tile(g, base, n, tid, c, v):  # type: ignore[no-untyped-def]
+        """Scale one tile of `g` from `base` by c: 16-byte vectors when the tile is whole, else scalars."""
+        if base + tc <= n:
+            for u in range(u_sc):
+                ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
+            for e in range(u_sc * width):
+                v[e] *= c
+            for u in range(u_sc):
+                stg_from(g, base + (u * BLOCK + tid) * width, v, u * width)
+        else:
+            i = base + tid
+            while i < n:
+                g[i] = float32(g[i]) * c
+                i += BLOCK
+
+    @cuda.jit(device=True, inline="always")
     def sc_one(g, b, G, end, T, c, v):  # type: ignore[no-untyped-def]
         n = int64(g.shape[0])
         tid = cuda.threadIdx.x
         nt = (n + tc - 1) // tc
         chunk = nt - 1 - (end - T + b) % G
         while chunk >= 0:
-            base = chunk * tc
-            if base + tc <= n:
-                for u in range(u_sc):
-                    ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
-                for e in range(u_sc * width):
-                    v[e] *= c
-                for u in range(u_sc):
-                    stg_from(g, base + (u * BLOCK + tid) * width, v, u * width)
-            else:
-                i = base + tid
-                while i < n:
-                    g[i] = float32(g[i]) * c
-                    i += BLOCK
+            sc_tile(g, chunk * tc, n, tid, c, v)
             chunk -= G
         return end - nt
 
@@ -493,19 +497,7 @@ def _v4_parts(u_sq: int, u_sc: int, width: int) -> tuple[Any, Any, Any, Any]:
         tid = cuda.threadIdx.x
         chunk = (b - e) % G
         while chunk * tc < n:
-            base = chunk * tc
-            if base + tc <= n:
-                for u in range(u_sc):
-                    ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
-                for w in range(u_sc * width):
-                    v[w] *= c
-                for u in range(u_sc):
-                    stg_from(g, base + (u * BLOCK + tid) * width, v, u * width)
-            else:
-                i = base + tid
-                while i < n:
-                    g[i] = float32(g[i]) * c
-                    i += BLOCK
+            sc_tile(g, chunk * tc, n, tid, c, v)
             chunk += G
         return e + (n + tc - 1) // tc
 
