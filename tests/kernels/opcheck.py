@@ -30,3 +30,18 @@ def assert_case_passes(spec: OpSpec, case: Case) -> None:
     """The harness's own check: fresh inputs, NaN-poisoned outputs, every output written, rel_err <= tol."""
     res = verify.check_case(spec, case, np.random.default_rng())
     assert res.ok, f"{spec.name} {case.dtype} {case.label}: {res.error}"
+
+
+def run_rows(fn, sig: str, grid: int, inputs: tuple[np.ndarray, ...], *scalars, fill: float = np.nan):  # type: ignore[no-untyped-def]
+    """Launch the row kernel `fn` (compiled for `sig`) on `grid` blocks of BLOCK threads with `inputs` (host
+    arrays, x first), an output of x's shape pre-filled with `fill` (NaN: unwritten elements show), and
+    `scalars`; return the output as float64. For the row-kernel factories' tests (make_rows*)."""
+    from kernels import arrays
+    from kernels.launch import kernel
+    from kernels.reduce import BLOCK
+
+    x = inputs[0]
+    dev = [cuda.to_device(a) for a in (*inputs, np.full(x.shape, fill, x.dtype))]
+    operands = (arrays.operand(f"arg{i}", a) for i, a in enumerate(dev))
+    kernel(fn, sig).launch(grid, BLOCK, (*operands, *scalars))
+    return dev[-1].copy_to_host().astype(np.float64)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, small_cases
+from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, run_rows, small_cases
 
 from kernels.ops import layernorm as op
 
@@ -58,10 +58,6 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
                           (8, True, False, 4, 256, 3), (16, True, True, 5, 136, 2),
                           (8, True, True, 4, 256, 3)])  # fmt: skip
 def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from numba import cuda
-
-    from kernels import arrays
-    from kernels.launch import kernel
     from kernels.reduce import BLOCK
     from kernels.vector import WIDTH
 
@@ -72,10 +68,7 @@ def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # typ
     x = (rng.standard_normal((rows, cols)) * 2 + 3).astype(dt)
     w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
     b = (0.5 * rng.standard_normal(cols)).astype(dt)
-    dev = [cuda.to_device(a) for a in (x, w, b, np.full((rows, cols), np.nan, dt))]
-    k = kernel(op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch, raw), op._SIGS[dt])
-    k.launch(grid, BLOCK, (*(arrays.operand(n, a) for n, a in zip("xwbo", dev, strict=True)), 1e-5))
-    got = dev[3].copy_to_host().astype(np.float64)
+    got = run_rows(op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch, raw), op._SIGS[dt], grid, (x, w, b), 1e-5)
     ref = op.reference(x, w, b, 1e-5)
     assert np.isfinite(got).all()
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < (2e-3 if dt == np.float16 else 1e-5)
@@ -89,10 +82,6 @@ def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # typ
                          [(16, True, False, 5, 136, 5), (16, False, True, 5, 136, 2),
                           (8, True, True, 4, 256, 3)])  # fmt: skip
 def test_make_rows5_variants(dtype, per, fastmath, wb_regs, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from numba import cuda
-
-    from kernels import arrays
-    from kernels.launch import kernel
     from kernels.reduce import BLOCK
     from kernels.vector import WIDTH
 
@@ -102,10 +91,8 @@ def test_make_rows5_variants(dtype, per, fastmath, wb_regs, rows, cols, grid):  
     x[1] = 1000.0 + 0.1 * rng.standard_normal(cols)  # |mean| / std = 1e4: the shift by x[row, 0] must hold
     w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
     b = (0.5 * rng.standard_normal(cols)).astype(dt)
-    dev = [cuda.to_device(a) for a in (x, w, b, np.full((rows, cols), np.nan, dt))]
-    k = kernel(op.make_rows5(WIDTH[dt], BLOCK, per, 1, fastmath, wb_regs), op._SIGS[dt])
-    k.launch(grid, BLOCK, (*(arrays.operand(n, a) for n, a in zip("xwbo", dev, strict=True)), 1e-5))
-    got = dev[3].copy_to_host().astype(np.float64)
+    fn = op.make_rows5(WIDTH[dt], BLOCK, per, 1, fastmath, wb_regs)
+    got = run_rows(fn, op._SIGS[dt], grid, (x, w, b), 1e-5)
     ref = op.reference(x, w, b, 1e-5)
     assert np.isfinite(got).all()
     tol = 2e-3 if dt == np.float16 else 1e-5
@@ -120,10 +107,6 @@ def test_make_rows5_variants(dtype, per, fastmath, wb_regs, rows, cols, grid):  
                          [(16, True, 5, 136, 5), (16, False, 5, 136, 2), (8, True, 7, 256, 3),
                           (16, True, 3, 512, 2), (16, False, 3, 512, 3), (16, True, 1, 8, 1)])  # fmt: skip
 def test_make_rows6_variants(per, full_rows, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from numba import cuda
-
-    from kernels import arrays
-    from kernels.launch import kernel
     from kernels.reduce import BLOCK
 
     rng = np.random.default_rng()
@@ -133,10 +116,7 @@ def test_make_rows6_variants(per, full_rows, rows, cols, grid):  # type: ignore[
         x[1] = 1000.0 + 0.1 * rng.standard_normal(cols)  # |mean| / std = 1e4: the shift must hold
     w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
     b = (0.5 * rng.standard_normal(cols)).astype(dt)
-    dev = [cuda.to_device(a) for a in (x, w, b, np.full((rows, cols), np.nan, dt))]
-    k = kernel(op.make_rows6(BLOCK, per, 1, full_rows), op._SIGS[dt])
-    k.launch(grid, BLOCK, (*(arrays.operand(n, a) for n, a in zip("xwbo", dev, strict=True)), 1e-5))
-    got = dev[3].copy_to_host().astype(np.float64)
+    got = run_rows(op.make_rows6(BLOCK, per, 1, full_rows), op._SIGS[dt], grid, (x, w, b), 1e-5)
     ref = op.reference(x, w, b, 1e-5)
     assert np.isfinite(got).all()
     for r in range(rows):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, small_cases
+from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, run_rows, small_cases
 
 from kernels.ops import rmsnorm as op
 
@@ -56,10 +56,6 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
                           (8, True, False, 4, 256, 3), (16, True, True, 5, 136, 2),
                           (8, True, True, 4, 256, 3)])  # fmt: skip
 def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from numba import cuda
-
-    from kernels import arrays
-    from kernels.launch import kernel
     from kernels.reduce import BLOCK
     from kernels.vector import WIDTH
 
@@ -69,10 +65,7 @@ def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # typ
     dt = np.dtype(dtype)
     x = (rng.standard_normal((rows, cols)) * 2 + 0.5).astype(dt)
     w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
-    dev = [cuda.to_device(a) for a in (x, w, np.full((rows, cols), np.nan, dt))]
-    k = kernel(op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch, raw), op._SIGS[dt])
-    k.launch(grid, BLOCK, (*(arrays.operand(n, a) for n, a in zip("xwo", dev, strict=True)), 1e-6))
-    got = dev[2].copy_to_host().astype(np.float64)
+    got = run_rows(op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch, raw), op._SIGS[dt], grid, (x, w), 1e-6)
     ref = op.reference(x, w, 1e-6)
     assert np.isfinite(got).all()
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < (2e-3 if dt == np.float16 else 1e-5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, small_cases
+from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, run_rows, small_cases
 
 from kernels.ops import softmax as op
 
@@ -51,10 +51,6 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
                           (8, True, False, 4, 256, 3), (16, True, True, 5, 136, 2),
                           (8, True, True, 4, 256, 3)])  # fmt: skip
 def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from numba import cuda
-
-    from kernels import arrays
-    from kernels.launch import kernel
     from kernels.reduce import BLOCK
     from kernels.vector import WIDTH
 
@@ -64,12 +60,10 @@ def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # typ
     dt = np.dtype(dtype)
     x = (rng.standard_normal((rows, cols)) * 4 + 40).astype(dt)
     x[1] = -np.inf
-    xd, od = cuda.to_device(x), cuda.to_device(np.full((rows, cols), 7.0, dt))
-    k = kernel(op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch, raw), op._SIGS[dt])
+    fn = op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch, raw)
     with np.errstate(invalid="ignore"):
-        k.launch(grid, BLOCK, (arrays.operand("x", xd), arrays.operand("out", od)))
+        got = run_rows(fn, op._SIGS[dt], grid, (x,), fill=7.0)
         ref = op.reference(x)
-    got = od.copy_to_host().astype(np.float64)
     assert np.isnan(got[1]).all()
     good = np.arange(rows) != 1
     assert np.isfinite(got[good]).all()
@@ -84,10 +78,6 @@ def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # typ
 @pytest.mark.parametrize(("per", "fastmath", "rows", "cols", "grid"),
                          [(16, True, 5, 136, 5), (16, False, 5, 136, 2), (8, True, 4, 256, 3)])  # fmt: skip
 def test_make_rows5_variants(dtype, per, fastmath, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from numba import cuda
-
-    from kernels import arrays
-    from kernels.launch import kernel
     from kernels.reduce import BLOCK
     from kernels.vector import WIDTH
 
@@ -95,10 +85,7 @@ def test_make_rows5_variants(dtype, per, fastmath, rows, cols, grid):  # type: i
     dt = np.dtype(dtype)
     x = (rng.standard_normal((rows, cols)) * 4 + 40).astype(dt)
     x[0, ::3] = -np.inf  # masked positions
-    xd, od = cuda.to_device(x), cuda.to_device(np.full((rows, cols), np.nan, dt))
-    k = kernel(op.make_rows5(WIDTH[dt], BLOCK, per, 1, fastmath), op._SIGS[dt])
-    k.launch(grid, BLOCK, (arrays.operand("x", xd), arrays.operand("out", od)))
-    got = od.copy_to_host().astype(np.float64)
+    got = run_rows(op.make_rows5(WIDTH[dt], BLOCK, per, 1, fastmath), op._SIGS[dt], grid, (x,))
     ref = op.reference(x)
     assert np.isfinite(got).all()
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < (2e-3 if dt == np.float16 else 1e-5)
