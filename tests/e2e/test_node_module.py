@@ -111,6 +111,16 @@ def repack(
     return dst
 
 
+def wrap_health(d: Path, why: str, body: str) -> None:
+    """Replace `run` in an unpacked release's kernels/health.py with `body` (indented lines of a function
+    that may call the original as `_real_run()`); `why` says what the injection is for."""
+    path = d / "kernels" / "health.py"
+    path.write_text(
+        path.read_text()
+        + f"\n\n_real_run = run\n\n\ndef run():  # injected by test_node_module: {why}\n{body}"
+    )
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -277,17 +287,13 @@ def test_health_failure_after_activation_restores_prior_release(
     tmp_path: Path, built: dict[str, Path], node_on_v1: Path
 ) -> None:
     def break_health(d: Path) -> None:
-        path = d / "kernels" / "health.py"
-        path.write_text(
-            path.read_text()
-            + (
-                "\n\n_real_run = run\n\n\n"
-                "def run():  # injected by test_node_module: this release is unhealthy once activated\n"
-                "    report = _real_run()\n"
-                "    report['ok'] = False\n"
-                "    report['checks'].append({'name': 'injected', 'ok': False, 'detail': 'broken'})\n"
-                "    return report\n"
-            )
+        wrap_health(
+            d,
+            "this release is unhealthy once activated",
+            "    report = _real_run()\n"
+            "    report['ok'] = False\n"
+            "    report['checks'].append({'name': 'injected', 'ok': False, 'detail': 'broken'})\n"
+            "    return report\n",
         )
 
     bad = repack(built[V2], tmp_path / "unhealthy.tar.gz", break_health)
@@ -326,19 +332,15 @@ def test_rollback_runs_health_and_an_unhealthy_node_stays_on_the_target(
     host with the health message, and journal the failure after the switch."""
 
     def health_reads_a_node_marker(d: Path) -> None:
-        path = d / "kernels" / "health.py"
-        path.write_text(
-            path.read_text()
-            + (
-                "\n\n_real_run = run\n\n\n"
-                "def run():  # injected by test_node_module: unhealthy while <root>/unhealthy exists\n"
-                "    from pathlib import Path\n"
-                "    report = _real_run()\n"
-                "    if (Path(__file__).resolve().parents[3] / 'unhealthy').exists():\n"
-                "        report['ok'] = False\n"
-                "        report['checks'].append({'name': 'injected', 'ok': False, 'detail': 'marker'})\n"
-                "    return report\n"
-            )
+        wrap_health(
+            d,
+            "unhealthy while <root>/unhealthy exists",
+            "    from pathlib import Path\n"
+            "    report = _real_run()\n"
+            "    if (Path(__file__).resolve().parents[3] / 'unhealthy').exists():\n"
+            "        report['ok'] = False\n"
+            "        report['checks'].append({'name': 'injected', 'ok': False, 'detail': 'marker'})\n"
+            "    return report\n",
         )
 
     v1 = repack(built[V1], tmp_path / "v1-marker-health.tar.gz", health_reads_a_node_marker)
@@ -441,10 +443,7 @@ def test_prune_keeps_only_the_newest_failed_release(
 
     def unhealthy(d: Path, version: str) -> None:
         _set_version(d, version)
-        path = d / "kernels" / "health.py"
-        path.write_text(
-            path.read_text() + "\n\ndef run():  # injected: always unhealthy\n    return {'ok': False}\n"
-        )
+        wrap_health(d, "always unhealthy", "    return {'ok': False}\n")
 
     for version in ("4.0.0", "4.1.0"):
         bad = repack(
@@ -565,16 +564,10 @@ def test_signals_during_the_locked_section_do_not_interrupt_the_switch(
     tmp_path: Path, built: dict[str, Path], node_on_v1: Path
 ) -> None:
     def slow_health(d: Path) -> None:
-        path = d / "kernels" / "health.py"
-        path.write_text(
-            path.read_text()
-            + (
-                "\n\n_real_run = run\n\n\n"
-                "def run():  # injected by test_node_module: health takes long enough to be interrupted\n"
-                "    import time\n"
-                "    time.sleep(4)\n"
-                "    return _real_run()\n"
-            )
+        wrap_health(
+            d,
+            "health takes long enough to be interrupted",
+            "    import time\n    time.sleep(4)\n    return _real_run()\n",
         )
 
     slow = repack(built[V2], tmp_path / "slow-health.tar.gz", slow_health)
