@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from numba import cuda, types
@@ -254,6 +254,62 @@ class Bound:
                         k._params, None)  # fmt: skip
         if rc != 0:
             raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {k.sig}")
+
+
+class LaunchGraph:
+    """A fixed sequence of kernel launches captured once into a CUDA graph and replayed by one cuGraphLaunch.
+
+    `record(stream)` issues the launches (cuLaunchKernel calls on `stream`, a CUstream as ctypes.c_void_p);
+    it runs once, under stream capture on a private stream, so nothing executes then. The driver copies
+    every kernel's parameters at capture: a replay runs exactly the arguments packed then, whatever the
+    parameter blocks hold later. `launch(stream)` queues the whole sequence on `stream` (None: the legacy
+    default stream), ordered after the stream's earlier work like the launches it replaces.
+
+    Why: an op of two kernels (clip_grad_norm's "two") pays the driver's launch cost twice per call; one
+    graph launch pays it once (benchmarks/notes-clip.md, "Host overhead").
+    """
+
+    __slots__ = ("_exec", "_call")
+
+    def __init__(self, record: Callable[[Any], None]) -> None:
+        lib = _driver()
+        s = ctypes.c_void_p()
+        _check(lib.cuStreamCreate(ctypes.byref(s), 1), "cuStreamCreate")  # 1: CU_STREAM_NON_BLOCKING
+        graph = ctypes.c_void_p()
+        try:
+            # 2: CU_STREAM_CAPTURE_MODE_RELAXED: captures this private stream only; other threads unaffected
+            _check(lib.cuStreamBeginCapture_v2(s, 2), "cuStreamBeginCapture")
+            try:
+                record(s)
+            finally:
+                # ends the capture even when `record` failed, so the stream can be destroyed
+                rc = lib.cuStreamEndCapture(s, ctypes.byref(graph))
+            _check(rc, "cuStreamEndCapture")
+            ex = ctypes.c_void_p()
+            _check(lib.cuGraphInstantiateWithFlags(ctypes.byref(ex), graph, ctypes.c_ulonglong(0)),
+                   "cuGraphInstantiateWithFlags")  # fmt: skip
+        finally:
+            if graph.value:
+                lib.cuGraphDestroy(graph)  # the executable graph keeps what it needs
+            lib.cuStreamDestroy_v2(s)
+        self._exec = ex
+        self._call = lib.cuGraphLaunch
+
+    def launch(self, stream: Any = None) -> None:
+        rc = self._call(self._exec, stream)
+        if rc != 0:
+            raise LaunchError(f"cuGraphLaunch failed with CUresult {rc}")
+
+    def close(self) -> None:
+        """Free the executable graph (a replay still in flight completes first: the driver defers it)."""
+        if self._exec is not None:
+            _driver().cuGraphExecDestroy(self._exec)
+            self._exec = None
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise LaunchError(f"{what} failed with CUresult {rc}")
 
 
 class FastCache:
