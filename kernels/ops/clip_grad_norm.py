@@ -57,14 +57,25 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32, float64, int32, int64
+from numba import cuda, float32, float64, int32, int64, uint64
 
 from kernels import arrays
 from kernels.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
 from kernels.launch import USE_DISPATCHER, Kernel, LaunchError, _stream_handle, kernel, sm_count
 from kernels.reduce import BLOCK, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.vector import AUTO_VECTOR, WIDTH, ldg_into, stg_from, vector_ok
+from kernels.vector import (
+    AUTO_VECTOR,
+    VEC_BYTES,
+    WIDTH,
+    l2_evict_first,
+    l2_evict_last,
+    ldg_hint_into,
+    ldg_into,
+    stg_from,
+    stg_hint_from,
+    vector_ok,
+)
 
 BLOCKS_PER_SM = 8
 PATHS = ("auto", "split", "fused", "fused_vector", "two", "two_last", "one")
@@ -411,29 +422,52 @@ BAR_GEN = 32  # the generation word sits 128 bytes after the arrival counter: an
 
 class V4Config:
     """Unrolls (16-byte vectors per thread per tile) of the two passes, blocks per SM of their grids, and
-    whether the scale pass walks the tiles backwards (True: the L2 reuse; False only to measure it)."""
+    whether the scale pass walks the tiles backwards (True: the L2 reuse; False only to measure it).
 
-    __slots__ = ("u_sq", "u_sc", "bps_sq", "bps_sc", "rev")
+    L2 cache-policy hints (v5, notes-clip.md; off by default: `keep_mb` < 0 and `sc_first` False compile the
+    v4 code unchanged):
+      keep_mb >= 0: the norm pass loads its last `keep_mb` MB (10^6 bytes, whole norm tiles, in the global
+        tile order, which the backward scale walk reads first) with an L2 evict_last policy and every
+        earlier tile with evict_first;
+      sc_first: the scale pass loads and stores with evict_first (its own traffic does not push out the
+        kept lines, and the kept lines it re-reads and rewrites lose their evict_last priority)."""
 
-    def __init__(self, u_sq: int, u_sc: int, bps_sq: int, bps_sc: int, rev: bool = True) -> None:
+    __slots__ = ("u_sq", "u_sc", "bps_sq", "bps_sc", "rev", "keep_mb", "sc_first")
+
+    def __init__(
+        self,
+        u_sq: int,
+        u_sc: int,
+        bps_sq: int,
+        bps_sc: int,
+        rev: bool = True,
+        keep_mb: int = -1,
+        sc_first: bool = False,
+    ) -> None:
         self.u_sq, self.u_sc, self.bps_sq, self.bps_sc, self.rev = u_sq, u_sc, bps_sq, bps_sc, rev
+        self.keep_mb, self.sc_first = int(keep_mb), bool(sc_first)
 
     def key(self) -> tuple[int, ...]:
-        return (self.u_sq, self.u_sc, self.bps_sq, self.bps_sc, int(self.rev))
+        hint = (max(-1, self.keep_mb), int(self.sc_first))
+        return (self.u_sq, self.u_sc, self.bps_sq, self.bps_sc, int(self.rev), *hint)
 
     def __repr__(self) -> str:
         return (f"V4Config(u_sq={self.u_sq}, u_sc={self.u_sc}, bps_sq={self.bps_sq}, bps_sc={self.bps_sc}, "
-                f"rev={self.rev})")  # fmt: skip
+                f"rev={self.rev}, keep_mb={self.keep_mb}, sc_first={self.sc_first})")  # fmt: skip
 
 
-def _v4_parts(u_sq: int, u_sc: int, width: int) -> tuple[Any, Any, Any, Any]:
+def _v4_parts(
+    u_sq: int, u_sc: int, width: int, hint_sq: bool = False, hint_sc: bool = False
+) -> tuple[Any, Any, Any, Any]:
     """Device helpers over one array slot, for block b of a grid of G blocks:
     ntiles(g, tile): tiles of `tile` elements covering g;
-    sq_one(g, b, G, e, acc, v): adds b's tiles of g to acc[0..u_sq) (e = global index of g's first tile;
-      b owns the global tiles t = b mod G); returns e + ntiles;
-    sc_one(g, b, G, end, T, c, v): scales b's tiles of g by c, highest first (g's tiles end at global index
-        `end` of T; walking backwards, b owns the tiles t = T - 1 - b mod G); returns end - ntiles;
-    sc_fwd(g, b, G, e, c, v): the same tiles as sq_one, ascending (no L2 reuse: for measuring it)."""
+    sq_one(g, b, G, e, acc, v, lim, pl, pf): adds b's tiles of g to acc[0..u_sq) (e = global index of g's
+      first tile; b owns the global tiles t = b mod G); returns e + ntiles. With `hint_sq`, a whole tile of
+      global index t >= lim is loaded with L2 policy pl, an earlier one with pf (ignored otherwise);
+    sc_one(g, b, G, end, T, c, v, pol): scales b's tiles of g by c, highest first (g's tiles end at global
+        index `end` of T; walking backwards, b owns the tiles t = T - 1 - b mod G); returns end - ntiles.
+        With `hint_sc`, whole tiles are loaded and stored with L2 policy pol;
+    sc_fwd(g, b, G, e, c, v, pol): the same tiles as sq_one, ascending (no L2 reuse: for measuring it)."""
     tq = BLOCK * u_sq * width
     tc = BLOCK * u_sc * width
 
@@ -442,15 +476,20 @@ def _v4_parts(u_sq: int, u_sc: int, width: int) -> tuple[Any, Any, Any, Any]:
         return (int64(g.shape[0]) + tile - 1) // tile
 
     @cuda.jit(device=True, inline="always")
-    def sq_one(g, b, G, e, acc, v):  # type: ignore[no-untyped-def]
+    def sq_one(g, b, G, e, acc, v, lim, pl, pf):  # type: ignore[no-untyped-def]
         n = int64(g.shape[0])
         tid = cuda.threadIdx.x
         chunk = (b - e) % G
         while chunk * tq < n:
             base = chunk * tq
             if base + tq <= n:
-                for u in range(u_sq):  # every load of the tile issues before the first use
-                    ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
+                if hint_sq:  # (a compile-time constant)
+                    pol = pl if e + chunk >= lim else pf
+                    for u in range(u_sq):
+                        ldg_hint_into(v, u * width, g, base + (u * BLOCK + tid) * width, pol)
+                else:
+                    for u in range(u_sq):  # every load of the tile issues before the first use
+                        ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
                 for u in range(u_sq):  # one accumulator per vector: u_sq independent FMA chains
                     for w in range(width):
                         x = v[u * width + w]
@@ -465,15 +504,23 @@ def _v4_parts(u_sq: int, u_sc: int, width: int) -> tuple[Any, Any, Any, Any]:
         return e + (n + tq - 1) // tq
 
     @cuda.jit(device=True, inline="always")
-    def sc_tile(g, base, n, tid, c, v):  # type: ignore[no-untyped-def]
+    def sc_tile(g, base, n, tid, c, v, pol):  # type: ignore[no-untyped-def]
         """Scale one tile of `g` from `base` by c: 16-byte vectors when the tile is whole, else scalars."""
         if base + tc <= n:
-            for u in range(u_sc):
-                ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
-            for e in range(u_sc * width):
-                v[e] *= c
-            for u in range(u_sc):
-                stg_from(g, base + (u * BLOCK + tid) * width, v, u * width)
+            if hint_sc:  # (a compile-time constant)
+                for u in range(u_sc):
+                    ldg_hint_into(v, u * width, g, base + (u * BLOCK + tid) * width, pol)
+                for e in range(u_sc * width):
+                    v[e] *= c
+                for u in range(u_sc):
+                    stg_hint_from(g, base + (u * BLOCK + tid) * width, v, u * width, pol)
+            else:
+                for u in range(u_sc):
+                    ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
+                for e in range(u_sc * width):
+                    v[e] *= c
+                for u in range(u_sc):
+                    stg_from(g, base + (u * BLOCK + tid) * width, v, u * width)
         else:
             i = base + tid
             while i < n:
@@ -481,33 +528,50 @@ def _v4_parts(u_sq: int, u_sc: int, width: int) -> tuple[Any, Any, Any, Any]:
                 i += BLOCK
 
     @cuda.jit(device=True, inline="always")
-    def sc_one(g, b, G, end, T, c, v):  # type: ignore[no-untyped-def]
+    def sc_one(g, b, G, end, T, c, v, pol):  # type: ignore[no-untyped-def]
         n = int64(g.shape[0])
         tid = cuda.threadIdx.x
         nt = (n + tc - 1) // tc
         chunk = nt - 1 - (end - T + b) % G
         while chunk >= 0:
-            sc_tile(g, chunk * tc, n, tid, c, v)
+            sc_tile(g, chunk * tc, n, tid, c, v, pol)
             chunk -= G
         return end - nt
 
     @cuda.jit(device=True, inline="always")
-    def sc_fwd(g, b, G, e, c, v):  # type: ignore[no-untyped-def]
+    def sc_fwd(g, b, G, e, c, v, pol):  # type: ignore[no-untyped-def]
         n = int64(g.shape[0])
         tid = cuda.threadIdx.x
         chunk = (b - e) % G
         while chunk * tc < n:
-            sc_tile(g, chunk * tc, n, tid, c, v)
+            sc_tile(g, chunk * tc, n, tid, c, v, pol)
             chunk += G
         return e + (n + tc - 1) // tc
 
     return ntiles, sq_one, sc_one, sc_fwd
 
 
-def _v4_kernels(u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, rev: bool) -> dict[str, Any]:
+def v4_keep_tiles(keep_mb: int, u_sq: int) -> int:
+    """Norm tiles in `keep_mb` MB (10^6 bytes): a tile is BLOCK x u_sq 16-byte vectors whatever the dtype."""
+    return max(0, keep_mb) * 10**6 // (BLOCK * u_sq * VEC_BYTES)
+
+
+def _v4_kernels(
+    u_sq: int,
+    u_sc: int,
+    width: int,
+    bps_sq: int,
+    bps_sc: int,
+    rev: bool,
+    keep_mb: int = -1,
+    sc_first: bool = False,
+) -> dict[str, Any]:
     """The v4 kernels for one dtype width and config: "norm" (partials only), "norm_last" (partials, then the
-    last block sums them into fin[0]), "scale" (sums `part`, scales) and "one" (all of it, one launch)."""
-    ntiles, sq_one, sc_one, sc_fwd = _v4_parts(u_sq, u_sc, width)
+    last block sums them into fin[0]), "scale" (sums `part`, scales) and "one" (all of it, one launch).
+    keep_mb / sc_first: V4Config's L2 hints (off: keep_mb < 0, sc_first False)."""
+    hint_sq = keep_mb >= 0
+    keep_tiles = v4_keep_tiles(keep_mb, u_sq)  # the norm tiles kept (evict_last): the last ones
+    ntiles, sq_one, sc_one, sc_fwd = _v4_parts(u_sq, u_sc, width, hint_sq, sc_first)
     tq = BLOCK * u_sq * width
     tc = BLOCK * u_sc * width
     nv = max(u_sq, u_sc) * width
@@ -515,23 +579,34 @@ def _v4_kernels(u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, rev:
     jit_sc: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, bps_sc)}
 
     @cuda.jit(device=True, inline="always")
-    def block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem):  # type: ignore[no-untyped-def]
-        """This block's sum of squares over its tiles of the eight slots, returned to every thread."""
+    def block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem, kt):  # type: ignore[no-untyped-def]
+        """This block's sum of squares over its tiles of the eight slots, returned to every thread (hinted:
+        the last kt tiles of the global sequence are loaded evict_last, the others evict_first)."""
         v = cuda.local.array(nv, float32)
         acc = cuda.local.array(u_sq, float32)
         for u in range(u_sq):
             acc[u] = float32(0.0)
         b = int64(cuda.blockIdx.x)
         G = int64(cuda.gridDim.x)
+        if hint_sq:  # (a compile-time constant) the last keep_tiles tiles: evict_last; the rest evict_first
+            Tq = (ntiles(g0, tq) + ntiles(g1, tq) + ntiles(g2, tq) + ntiles(g3, tq) + ntiles(g4, tq)
+                  + ntiles(g5, tq) + ntiles(g6, tq) + ntiles(g7, tq))  # fmt: skip
+            lim = Tq - kt
+            pl = l2_evict_last()
+            pf = l2_evict_first()
+        else:
+            lim = int64(0)
+            pl = uint64(0)
+            pf = uint64(0)
         e = int64(0)
-        e = sq_one(g0, b, G, e, acc, v)
-        e = sq_one(g1, b, G, e, acc, v)
-        e = sq_one(g2, b, G, e, acc, v)
-        e = sq_one(g3, b, G, e, acc, v)
-        e = sq_one(g4, b, G, e, acc, v)
-        e = sq_one(g5, b, G, e, acc, v)
-        e = sq_one(g6, b, G, e, acc, v)
-        e = sq_one(g7, b, G, e, acc, v)
+        e = sq_one(g0, b, G, e, acc, v, lim, pl, pf)
+        e = sq_one(g1, b, G, e, acc, v, lim, pl, pf)
+        e = sq_one(g2, b, G, e, acc, v, lim, pl, pf)
+        e = sq_one(g3, b, G, e, acc, v, lim, pl, pf)
+        e = sq_one(g4, b, G, e, acc, v, lim, pl, pf)
+        e = sq_one(g5, b, G, e, acc, v, lim, pl, pf)
+        e = sq_one(g6, b, G, e, acc, v, lim, pl, pf)
+        e = sq_one(g7, b, G, e, acc, v, lim, pl, pf)
         s = float32(0.0)
         for u in range(u_sq):
             s += acc[u]
@@ -554,31 +629,41 @@ def _v4_kernels(u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, rev:
         G = int64(cuda.gridDim.x)
         T = (ntiles(g0, tc) + ntiles(g1, tc) + ntiles(g2, tc) + ntiles(g3, tc) + ntiles(g4, tc)
              + ntiles(g5, tc) + ntiles(g6, tc) + ntiles(g7, tc))  # fmt: skip
+        pol = l2_evict_first() if sc_first else uint64(0)  # (sc_first: a compile-time constant)
         if rev:  # (a compile-time constant)
             end = T
-            end = sc_one(g7, b, G, end, T, c, v)
-            end = sc_one(g6, b, G, end, T, c, v)
-            end = sc_one(g5, b, G, end, T, c, v)
-            end = sc_one(g4, b, G, end, T, c, v)
-            end = sc_one(g3, b, G, end, T, c, v)
-            end = sc_one(g2, b, G, end, T, c, v)
-            end = sc_one(g1, b, G, end, T, c, v)
-            end = sc_one(g0, b, G, end, T, c, v)
+            end = sc_one(g7, b, G, end, T, c, v, pol)
+            end = sc_one(g6, b, G, end, T, c, v, pol)
+            end = sc_one(g5, b, G, end, T, c, v, pol)
+            end = sc_one(g4, b, G, end, T, c, v, pol)
+            end = sc_one(g3, b, G, end, T, c, v, pol)
+            end = sc_one(g2, b, G, end, T, c, v, pol)
+            end = sc_one(g1, b, G, end, T, c, v, pol)
+            end = sc_one(g0, b, G, end, T, c, v, pol)
         else:
             e = int64(0)
-            e = sc_fwd(g0, b, G, e, c, v)
-            e = sc_fwd(g1, b, G, e, c, v)
-            e = sc_fwd(g2, b, G, e, c, v)
-            e = sc_fwd(g3, b, G, e, c, v)
-            e = sc_fwd(g4, b, G, e, c, v)
-            e = sc_fwd(g5, b, G, e, c, v)
-            e = sc_fwd(g6, b, G, e, c, v)
-            e = sc_fwd(g7, b, G, e, c, v)
+            e = sc_fwd(g0, b, G, e, c, v, pol)
+            e = sc_fwd(g1, b, G, e, c, v, pol)
+            e = sc_fwd(g2, b, G, e, c, v, pol)
+            e = sc_fwd(g3, b, G, e, c, v, pol)
+            e = sc_fwd(g4, b, G, e, c, v, pol)
+            e = sc_fwd(g5, b, G, e, c, v, pol)
+            e = sc_fwd(g6, b, G, e, c, v, pol)
+            e = sc_fwd(g7, b, G, e, c, v, pol)
 
     @cuda.jit(**jit_sq)
     def norm(g0, g1, g2, g3, g4, g5, g6, g7, part):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(BLOCK, float32)
-        total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem)
+        total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem, keep_tiles)
+        if cuda.threadIdx.x == 0:
+            part[cuda.blockIdx.x] = total
+
+    @cuda.jit(**jit_sq)
+    def norm_keep(g0, g1, g2, g3, g4, g5, g6, g7, part, kt):  # type: ignore[no-untyped-def]
+        """ "norm" with the kept tile count an argument (kt tiles of BLOCK x u_sq 16-byte vectors; only
+        meaningful when the config is hinted): one compiled kernel for every keep size a probe sweeps."""
+        smem = cuda.shared.array(BLOCK, float32)
+        total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem, kt)
         if cuda.threadIdx.x == 0:
             part[cuda.blockIdx.x] = total
 
@@ -586,7 +671,7 @@ def _v4_kernels(u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, rev:
     def norm_last(g0, g1, g2, g3, g4, g5, g6, g7, part, fin, cnt):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(BLOCK, float32)
         last = cuda.shared.array(1, int32)
-        total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem)
+        total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem, keep_tiles)
         tid = cuda.threadIdx.x
         if tid == 0:
             part[cuda.blockIdx.x] = total
@@ -624,7 +709,9 @@ def _v4_kernels(u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, rev:
         if tid == 0:
             gen_s[0] = cuda.atomic.add(bar, BAR_GEN, 0)  # atomic read: never a stale cached value
             late[0] = 0
-        total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem)  # (its block_sum syncs gen_s too)
+        total = block_sumsq(
+            g0, g1, g2, g3, g4, g5, g6, g7, smem, keep_tiles
+        )  # (its block_sum syncs gen_s too)
         if tid == 0:
             gen = gen_s[0]
             part[cuda.blockIdx.x] = total
@@ -657,7 +744,15 @@ def _v4_kernels(u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, rev:
             return
         scale_all(g0, g1, g2, g3, g4, g5, g6, g7, float32(coef))
 
-    return {"norm": norm, "norm_last": norm_last, "scale": scale, "one": one, "tq": tq, "tc": tc}
+    return {
+        "norm": norm,
+        "norm_keep": norm_keep,
+        "norm_last": norm_last,
+        "scale": scale,
+        "one": one,
+        "tq": tq,
+        "tc": tc,
+    }
 
 
 def _v4_sigs(dt: np.dtype) -> dict[str, str]:
@@ -665,6 +760,7 @@ def _v4_sigs(dt: np.dtype) -> dict[str, str]:
     f1 = "float32[::1]"
     return {
         "norm": f"void({a}, {f1})",
+        "norm_keep": f"void({a}, {f1}, int64)",
         "norm_last": f"void({a}, {f1}, {f1}, int32[::1])",
         "scale": f"void({a}, {f1}, {f1}, float64)",
         "one": f"void({a}, {f1}, int32[::1], {f1}, float64)",
@@ -686,7 +782,9 @@ SIM_GRID = 2  # blocks of the two-kernel grids under the simulator (see v4_grid)
 def v4_fns(dt: np.dtype, cfg: V4Config) -> dict[str, Any]:
     key = (dt, cfg.key())
     if key not in _V4_FNS:
-        _V4_FNS[key] = _v4_kernels(cfg.u_sq, cfg.u_sc, WIDTH[dt], cfg.bps_sq, cfg.bps_sc, cfg.rev)
+        _V4_FNS[key] = _v4_kernels(
+            cfg.u_sq, cfg.u_sc, WIDTH[dt], cfg.bps_sq, cfg.bps_sc, cfg.rev, cfg.keep_mb, cfg.sc_first
+        )
     return _V4_FNS[key]
 
 

@@ -245,3 +245,80 @@ def test_auto_runs_the_measured_v4_kind():  # type: ignore[no-untyped-def]
         tol = 1e-6 if dt == np.float32 else 1e-3
         for g, s in zip(grads, scaled, strict=True):
             assert np.linalg.norm(g - s) / np.linalg.norm(s) < tol
+
+
+# v5: L2 cache-policy hints (V4Config keep_mb / sc_first). Under the simulator a hinted access is a plain one,
+# so these check what the hint code paths index: every whole tile read once in the norm pass whichever policy
+# it gets (the kept / not-kept split at any tile), every element scaled once, nothing written without a clip.
+# Sizes (simulator: BLOCK 32, norm tiles of 512 fp32 / 1024 fp16 elements): several whole tiles per array,
+# tails shorter than a vector, and one array shorter than a tile.
+_V5_SIZES = (2100, 7, 101, 3000, 1030, 33)
+
+
+def _v5_arrays(dtype: str, seed: int) -> tuple[list[np.ndarray], float]:
+    rng = np.random.default_rng(seed)
+    grads = [(rng.standard_normal(n) * 0.1).astype(dtype) for n in _V5_SIZES]
+    full = float(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads)))
+    return grads, full
+
+
+def _v5_run(kind, dtype, cfg, max_norm, grads):  # type: ignore[no-untyped-def]
+    dev = [cuda.to_device(g) for g in grads]
+    flat = [arrays.operand(f"g{i}", d).flat() for i, d in enumerate(dev)]
+    no = cuda.device_array(1, np.float32)
+    op.launch_v4(kind, flat, arrays.operand("norm_out", no), max_norm, 0, cfg)
+    return float(no.copy_to_host()[0]), [d.copy_to_host() for d in dev]
+
+
+@needs_device
+@pytest.mark.parametrize("kind", ["two", "one"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize(("keep_mb", "sc_first"), [(0, False), (1, True), (-1, True)])
+def test_v5_hint_configs_match_float64(kind, dtype, keep_mb, sc_first):  # type: ignore[no-untyped-def]
+    cfg = op.V4Config(4, 2, 4, 4, keep_mb=keep_mb, sc_first=sc_first)
+    grads, full = _v5_arrays(dtype, 5)
+    norm, scaled = op.reference(grads, full / 3.0)
+    got, out = _v5_run(kind, dtype, cfg, full / 3.0, grads)
+    assert abs(got - norm) / norm < 1e-5
+    tol = 1e-6 if dtype == "float32" else 1e-3
+    for g, s in zip(out, scaled, strict=True):
+        assert np.linalg.norm(g - s) / np.linalg.norm(s) < tol
+    # no clip: arrays bit-identical, the norm still reported
+    got, out = _v5_run(kind, dtype, cfg, 2.0 * full, grads)
+    assert abs(got - full) / full < 1e-5
+    for g, before in zip(out, grads, strict=True):
+        np.testing.assert_array_equal(g, before)
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_v5_norm_keep_any_split_then_hinted_scale(dtype):  # type: ignore[no-untyped-def]
+    # norm_keep takes the kept tile count at run time (the probe sweeps it): 0 (all evict_first), a split
+    # inside the last array, a split across arrays, everything kept; then the sc_first scale kernel
+    dt = np.dtype(dtype)
+    cfg = op.V4Config(4, 2, 4, 4, keep_mb=0, sc_first=True)
+    grads, full = _v5_arrays(dtype, 7)
+    tq = op.v4_fns(dt, cfg)["tq"]
+    total_tiles = sum((g.size + tq - 1) // tq for g in grads)
+    kn = op._v4_kernel(dt, cfg, "norm_keep")
+    ks = op._v4_kernel(dt, cfg, "scale")
+    for kt in (0, 1, 4, total_tiles, 10**6):
+        dev = [cuda.to_device(g) for g in grads]
+        flat = [arrays.operand(f"g{i}", d).flat() for i, d in enumerate(dev)]
+        empty = op._device_state(dt)[2]
+        slots = (*flat, *([empty] * (op.SLOTS - len(flat))))
+        gq = op.v4_grid(dt, cfg, "norm")
+        part = op._v4_buf("part", gq, np.float32)
+        kn.launch(gq, op.BLOCK, (*slots, part, kt), stream=0)
+        got = float(np.sqrt(np.sum(part.dev.copy_to_host().astype(np.float64))))
+        assert abs(got - full) / full < 1e-5, kt
+        no = cuda.device_array(1, np.float32)
+        ks.launch(
+            op.v4_grid(dt, cfg, "scale"), op.BLOCK, (*slots, part, arrays.operand("no", no), full / 2.0)
+        )
+        norm, scaled = op.reference(grads, full / 2.0)
+        assert abs(float(no.copy_to_host()[0]) - norm) / norm < 1e-5
+        tol = 1e-6 if dtype == "float32" else 1e-3
+        for d, s in zip(dev, scaled, strict=True):
+            g = d.copy_to_host()
+            assert np.linalg.norm(g - s) / np.linalg.norm(s) < tol, kt
