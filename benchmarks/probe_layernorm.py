@@ -1,5 +1,7 @@
-"""Device probe of layernorm fp16 v6 (issue 4: >= 0.9 of copy at 16384 x 4096): the production path (v5) and
-the v6 variants (kernels/ops/layernorm.py make_rows6: half2 output stage) side by side, one process.
+"""Device probe of layernorm fp16 v7 (issue 4: >= 0.9 of copy at 16384 x 4096): the production path ("auto",
+v6 since the v6 run: make_rows6, one block per row) and the v7 variants (kernels/ops/layernorm.py make_rows7:
+software-pipelined persistent rows, weight / bias in shared memory) side by side, one process; the production
+path is timed again last, so the table shows the drift of the run.
 
 Every variant's output (NaN-poisoned first) is checked against a float64 reference at the bench shape and at
 odd shapes (rows not a multiple of the grid, columns not a multiple of a block's row, one row with
@@ -27,13 +29,16 @@ import numpy as np
 T0 = time.monotonic()
 SETS, WARM, ITERS = 3, 3, 20
 EPS = 1e-5
-# name -> (threads, per, blocks per SM, full_rows); "v6" is the launcher's path="v6" (V6_CONFIG)
-# persistent: grid = SMs x occupancy (grid-stride); else one block per row. First H200 run (03:21Z): every
-# persistent v6 lost ~3 % to v5's one-block-per-row grid (16384 rows / 1056 blocks = 15.5: a 16th row tail).
-VARIANTS: dict[str, tuple[int, int, int, bool, bool]] = {
-    "v6_128x32_b8_full_persistent": (128, 32, 8, True, True),
-    "v6_128x32_b8_checked": (128, 32, 8, False, False),
-    "v6_256x16_b8_full": (256, 16, 8, True, False),
+TOL = 2e-3  # the fp16 tolerance of kernels.verify (OpSpec tolerance)
+# v7 variants (make_rows7): name -> (threads, per, blocks per SM, keep_f32, wb_smem, grid), grid "even":
+# ln.even_grid(rows, SMs x resident blocks) (16384 rows at 8 x 132 resident: 1024 blocks x 16 rows), "cap":
+# SMs x resident blocks (1056 blocks: 15.5 rows each, the v6 persistent runs' tail). The launcher's path="v7"
+# (V7_CONFIG, even grid) is timed as its own row. Predictions: benchmarks/notes-memory.md "layernorm fp16 v7".
+VARIANTS: dict[str, tuple[int, int, int, bool, bool, str]] = {
+    "v7_128x32_b8_raw_smem_cap": (128, 32, 8, False, True, "cap"),
+    "v7_128x32_b8_f32_smem": (128, 32, 8, True, True, "even"),
+    "v7_128x32_b8_f32_gwb": (128, 32, 8, True, False, "even"),
+    "v7_256x16_b6_raw_smem": (256, 16, 6, False, True, "even"),
 }
 
 
@@ -79,15 +84,17 @@ def main() -> int:
 
     from kernels import arrays
     from kernels.device import measure_copy_bandwidth, versions
-    from kernels.launch import kernel
+    from kernels.launch import kernel, sm_count
     from kernels.ops import layernorm as ln
-    from kernels.rowcases import ROW_KERNELS, row_grid
+    from kernels.rowcases import ROW_KERNELS
 
     global WARM, ITERS
     rows, cols = (6, 256) if a.dry_run else (16384, 4096)
     if a.dry_run:
         WARM, ITERS = 1, 2
-    odd = [(37, 1000), (5, cols), (3, 8)] if not a.dry_run else [(5, 136), (3, 8)]
+    # odd shapes: checked rows (1000 columns) on single-row and on multi-row persistent blocks (2999 rows: one
+    # block one row short), full rows on blocks of unequal row counts (2113), tiny rows
+    odd = [(37, 1000), (2999, 1000), (2113, cols), (5, cols), (3, 8)] if not a.dry_run else [(5, 136), (3, 8)]
     f16 = np.dtype(np.float16)
     sig = ln._SIGS[f16]
     res: dict[str, Any] = {
@@ -96,6 +103,7 @@ def main() -> int:
         "method": {"sets": SETS, "warmup": WARM, "iters": ITERS, "stat": "median of CUDA-event times"},
         "prod_row_kernel": str(ROW_KERNELS["layernorm"].get(f16)),
         "v6_config": ln.V6_CONFIG,
+        "v7_config": ln.V7_CONFIG,
         "variants_cfg": VARIANTS,
         "rows": [],
         "errors": [],
@@ -164,47 +172,65 @@ def main() -> int:
     log("inputs ready")
 
     # candidates: name -> launch(x, w, b, out) on device arrays
+    def prod(x: Any, w_: Any, b_: Any, o: Any) -> None:
+        ln.layernorm(x, w_, b_, o, eps=EPS)
+
     cands: list[tuple[str, Callable[[Any, Any, Any, Any], None], dict[str, Any]]] = [
-        ("prod_v5", lambda x, w_, b_, o: ln.layernorm(x, w_, b_, o, eps=EPS), {}),
+        ("prod (auto = v6 path)", prod, {}),
         (
-            "v6_128x32_b8_full (path=v6)",
-            lambda x, w_, b_, o: ln.layernorm(x, w_, b_, o, eps=EPS, path="v6"),
+            "v7 path=v7 (V7_CONFIG, even grid)",
+            lambda x, w_, b_, o: ln.layernorm(x, w_, b_, o, eps=EPS, path="v7"),
             {},
         ),
     ]
-    for name, (th, per, blocks, full, persistent) in VARIANTS.items():
+    for name, (th, per, blocks, keep, wbs, gpol) in VARIANTS.items():
         try:
             t_c = time.monotonic()
             if ln.SIMULATED:
                 from kernels.reduce import BLOCK, PER
 
                 th, per, blocks = BLOCK, PER, 1
-            k = kernel(ln.make_rows6(th, per, blocks, full), sig)
+            k = kernel(ln.make_rows7(th, per, blocks, keep, wbs), sig)
+            cap = sm_count() * k.resident_blocks(th)
 
             def launch(
-                x: Any, w_: Any, b_: Any, o: Any, k: Any = k, th: int = th, p: bool = persistent
-            ) -> None:  # noqa: E501
+                x: Any, w_: Any, b_: Any, o: Any, k: Any = k, th: int = th, cap: int = cap, gpol: str = gpol
+            ) -> None:
                 ops = [
                     arrays.operand(n, v) for n, v in zip(("x", "w", "b", "out"), (x, w_, b_, o), strict=True)
                 ]
-                k.launch(row_grid(k, th, p, ops[0].shape[0]), th, (*ops, EPS))
+                r = ops[0].shape[0]
+                grid = ln.even_grid(r, cap) if gpol == "even" else min(r, cap)
+                k.launch(grid, th, (*ops, EPS))
 
             launch(xs[0][:2], w, b, outs[0][:2])  # compile outside the timing
-            cands.append((name, launch, {"compile_s": round(time.monotonic() - t_c, 2)}))
+            meta = {"compile_s": round(time.monotonic() - t_c, 2), "resident_blocks": cap // sm_count()}
+            meta["grid"] = ln.even_grid(rows, cap) if gpol == "even" else min(rows, cap)
+            cands.append((name, launch, meta))
         except Exception as e:  # noqa: BLE001
             res["errors"].append(f"{name}: build failed: {traceback.format_exc()[-800:]}")
             log(f"{name}: build failed: {e!r}")
+    cands.append(("prod (auto = v6 path), repeat", prod, {}))
+    try:
+        cap7 = sm_count() * ln._V7_K.resident_blocks(ln._V7_CFG[0])
+        cands[1][2].update(resident_blocks=cap7 // sm_count(), grid=ln.even_grid(rows, cap7))
+    except Exception as e:  # noqa: BLE001
+        res["errors"].append(f"v7 path occupancy: {e!r}")
+    odd_sets = []
+    for i, (r, c) in enumerate(odd):
+        xh, wh2, bh2 = make_inputs(r, c, 1000 + i, True)
+        odd_sets.append((dev(xh), dev(wh2), dev(bh2), reference(xh, wh2, bh2)))
+    log("odd-shape inputs ready")
 
     for name, fn, meta in cands:
         row: dict[str, Any] = {"variant": name, **meta}
         try:
             # odd shapes first (correctness, incl. an |mean| / std ~ 1e4 row)
             odd_err = 0.0
-            for i, (r, c) in enumerate(odd):
-                xh, wh2, bh2 = make_inputs(r, c, 1000 + i, True)
+            for (r, c), (xd, wd, bd, ref) in zip(odd, odd_sets, strict=True):
                 o = empty_nan((r, c))
-                fn(dev(xh), dev(wh2), dev(bh2), o)
-                odd_err = max(odd_err, rel_err(host(o), reference(xh, wh2, bh2)))
+                fn(xd, wd, bd, o)
+                odd_err = max(odd_err, rel_err(host(o), ref))
             row["odd_rel_err"] = odd_err
             poison(outs[0])
             fn(xs[0], w, b, outs[0])
@@ -227,6 +253,9 @@ def main() -> int:
                 p10_us=round(float(np.percentile(us, 10)), 2),
                 p90_us=round(float(np.percentile(us, 90)), 2),
             )
+            row["ok"] = bool(row["rel_err"] < TOL and odd_err < TOL)  # NaN (unwritten output) fails too
+            if not row["ok"]:
+                res["errors"].append(f"{name}: rel err {row['rel_err']:.2e} / odd {odd_err:.2e} >= {TOL}")
             gbs = nbytes / (med * 1e-6) / 1e9 if med > 0 else float("nan")
             row.update(gbs=round(gbs, 1), sol=round(gbs / copy_gbs, 3))
         except Exception as e:  # noqa: BLE001
@@ -237,14 +266,14 @@ def main() -> int:
         save()
 
     print(f"\nlayernorm fp16 {rows}x{cols}, copy {copy_gbs:.0f} GB/s, floor {nbytes / copy_gbs / 1e3:.1f} us")
-    print(f"{'variant':32s} {'median us':>10s} {'GB/s':>8s} {'SOL':>6s} {'rel err':>9s} {'odd err':>9s}")
+    print(f"{'variant':36s} {'median us':>10s} {'GB/s':>8s} {'SOL':>6s} {'rel err':>9s} {'odd err':>9s} grid")
     for r in res["rows"]:
         if "error" in r:
-            print(f"{r['variant']:32s} ERROR {r['error'][:80]}")
+            print(f"{r['variant']:36s} ERROR {r['error'][:80]}")
             continue
         print(
-            f"{r['variant']:32s} {r['median_us']:10.2f} {r['gbs']:8.1f} {r['sol']:6.3f} "
-            f"{r['rel_err']:9.2e} {r['odd_rel_err']:9.2e}"
+            f"{r['variant']:36s} {r['median_us']:10.2f} {r['gbs']:8.1f} {r['sol']:6.3f} "
+            f"{r['rel_err']:9.2e} {r['odd_rel_err']:9.2e} {r.get('grid', 'rows')}"
         )
     save()
     return 1 if res["errors"] else 0
