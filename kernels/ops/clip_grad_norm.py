@@ -54,6 +54,7 @@ import math
 import struct
 import weakref
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,7 @@ from numba import cuda, float32, float64, int32, int64, uint64
 
 from kernels import arrays
 from kernels.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
-from kernels.launch import USE_DISPATCHER, Kernel, LaunchError, _stream_handle, kernel, sm_count
+from kernels.launch import USE_DISPATCHER, Kernel, LaunchError, LaunchGraph, _stream_handle, kernel, sm_count
 from kernels.reduce import BLOCK, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.vector import (
@@ -771,7 +772,32 @@ def _v4_sigs(dt: np.dtype) -> dict[str, str]:
 # 1, device time of "two"): fp32 (4,2,4,4) 211.1 us, the other three configs 210.4-221.3; fp16 (4,2,4,4)
 # 110.1 us against (2,1,4,4) 113.8, (4,2,8,8) 110.9, (2,2,8,8) 115.8. 64 KB of loads in flight per SM in the
 # norm pass; ptxas: 64 registers, no spills, for every kernel of both.
-V4_DEFAULT: dict[np.dtype, V4Config] = {F32: V4Config(4, 2, 4, 4), F16: V4Config(4, 2, 4, 4)}
+# keep_mb=24 (v5, L2 hints): the norm pass loads its last 24 MB with evict_last and the rest with evict_first,
+# so the backward scale pass finds them in L2. H200 2026-11-30T04:36Z (benchmarks/probe_clip_l2.py, two
+# rounds, device time): fp16 110.7 -> 104.5 us (r1 -6.9, r2 -5.8), fp32 211.5 -> 209.0 (-2.4, -2.9); keep 0 /
+# 40 / 56 MB and an evict_first scale pass were each worse than keep 24 in fp16 (notes-clip.md, v5 outcome).
+V4_DEFAULT: dict[np.dtype, V4Config] = {
+    F32: V4Config(4, 2, 4, 4, keep_mb=24),
+    F16: V4Config(4, 2, 4, 4, keep_mb=24),
+}
+
+
+def v4_config(dt: np.dtype) -> V4Config:
+    """V4_DEFAULT[dt] for the current device: without the L2 hints below cc 8.0 (`createpolicy` and the
+    cache-hinted loads need sm_80; ptxas rejects them for older targets). The simulator keeps them (it runs
+    plain loads in their place)."""
+    c = V4_DEFAULT[dt]
+    if (c.keep_mb < 0 and not c.sc_first) or SIMULATED or _device_cc() >= (8, 0):
+        return c
+    return V4Config(c.u_sq, c.u_sc, c.bps_sq, c.bps_sc, c.rev)
+
+
+@cache
+def _device_cc() -> tuple[int, int]:
+    cc = cuda.get_current_device().compute_capability
+    return int(cc[0]), int(cc[1])
+
+
 _V4_FNS: dict[tuple[np.dtype, tuple[int, ...]], dict[str, Any]] = {}
 _V4_K: dict[tuple[np.dtype, tuple[int, ...], str], Kernel] = {}
 _v4_state: dict[tuple[str, int], Operand] = {}
@@ -836,7 +862,7 @@ def v4_launches(
     """The launches of one v4 call over `flat` (1 <= len <= SLOTS contiguous, 16-byte aligned 1-d operands
     of one dtype), in order: (kernel, grid, arguments). The lean launcher must write the same blocks."""
     dt = flat[0].dtype
-    c = V4_DEFAULT[dt] if cfg is None else cfg
+    c = v4_config(dt) if cfg is None else cfg
     empty = _device_state(dt)[2]
     slots = (*flat, *([empty] * (SLOTS - len(flat))))
     if kind == "one":
@@ -955,6 +981,8 @@ class _FastPlan:
             own.build_plan()
             self.kernels.append(own)
         self._last: tuple[Any, float] | None = None  # (values, max_norm) the blocks hold now
+        # (id(values), max_norm) -> (values, graph): the call's launches captured once (see `launch`)
+        self._graphs: dict[tuple[int, float], tuple[Any, LaunchGraph]] = {}
         self._grids: list[int] = []
         q = 7 * SLOTS
         if kind == "one":
@@ -998,7 +1026,14 @@ class _FastPlan:
         return max(1, g)
 
     def launch(self, fv: tuple[np.dtype, list[int], int], mx: float, hs: Any) -> None:
-        """Pack both blocks (skipped when they already hold `fv`, the very object, and `mx`), then launch."""
+        """Replay the graph of (`fv`, `mx`) if there is one. Else pack both blocks (skipped when they already
+        hold `fv`, the very object, and `mx`) and launch; the second call in a row with the same (`fv`, `mx`)
+        captures the launches into a graph first and replays it from then on."""
+        key = (id(fv), mx)
+        hit = self._graphs.get(key)
+        if hit is not None and hit[0] is fv:
+            hit[1].launch(hs)
+            return
         last = self._last
         if last is None or last[0] is not fv or last[1] != mx:
             self._last = None  # a pack that fails part-way must not leave a stale match
@@ -1008,10 +1043,28 @@ class _FastPlan:
                 words = words + self.empty_words * (SLOTS - cnt)  # a new list: the cached one stays unpadded
             self._grids = [self.pack(i, words, p_no, mx) for i in range(len(self.kernels))]
             self._last = (fv, mx)  # holds fv: its id cannot be reused while it is compared by identity
+        elif GRAPH_REPLAY:
+            if len(self._graphs) >= GRAPHS_MAX:  # the oldest goes (its arrays may be long gone)
+                self._graphs.pop(next(iter(self._graphs)))[1].close()
+            graph = LaunchGraph(self._record)  # the driver copies the packed blocks now
+            self._graphs[key] = (fv, graph)  # holds fv, as _last does
+            graph.launch(hs)
+            return
+        self._record(hs)
+
+    def _record(self, hs: Any) -> None:
         for k, g in zip(self.kernels, self._grids, strict=True):
             rc = k._launch(k._func, g, 1, 1, BLOCK, 1, 1, 0, hs, k._params, None)
             if rc != 0:
                 raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {k.sig}")
+
+
+# Repeat calls replay a CUDA graph of the call's launches (kernels.launch.LaunchGraph): one cuGraphLaunch
+# costs the host 1.8 us where the two cuLaunchKernel calls of "two" cost 10.2 us (H200 host, 2026-11-30,
+# benchmarks/probe_launch.py). A graph is built on the second call in a row with the same arrays (the cached
+# values object) and max_norm, the case of a training loop; calls that change them launch directly.
+GRAPH_REPLAY = True
+GRAPHS_MAX = 8  # graphs per plan
 
 
 _fast_plans: dict[tuple[np.dtype, str], _FastPlan] = {}
@@ -1086,7 +1139,7 @@ def _fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream: Any, 
         return False
     plan = _fast_plans.get((dt, kind))
     if plan is None:
-        plan = _fast_plans[(dt, kind)] = _FastPlan(dt, kind, V4_DEFAULT[dt])
+        plan = _fast_plans[(dt, kind)] = _FastPlan(dt, kind, v4_config(dt))
     h = stream if type(stream) is int else _stream_handle(stream)
     plan.launch(fv, mx, ctypes.c_void_p(h) if h else None)
     return True

@@ -160,8 +160,9 @@ def test_fast_parameter_blocks_match_kernel_pack(kind, dtype):  # type: ignore[n
 
 
 @pytest.mark.parametrize("kind", ["two", "two_last"])
-def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(kind):  # type: ignore[no-untyped-def]
+def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(kind, monkeypatch):  # type: ignore[no-untyped-def]
     # a repeat call on the same cached values skips the packing; a new max_norm or new arrays repack
+    monkeypatch.setattr(op, "GRAPH_REPLAY", False)  # direct launches only (graphs: the test below)
     dt = np.dtype(np.float32)
     plan = op._FastPlan(dt, kind, op.V4_DEFAULT[dt])
     seen: list[tuple[int, list[int]]] = []
@@ -174,6 +175,7 @@ def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(kind):  #
     for k in plan.kernels:
         k._launch, k._func = fake, 0
     no = _FakeDeviceArray((1,), np.float32, 1 << 41)
+    assert arrays.is_device_array(no)  # registers the fake type's extractor (the test can run alone)
 
     def expect(fv, mx):  # type: ignore[no-untyped-def]
         ref = op._FastPlan(dt, kind, op.V4_DEFAULT[dt])
@@ -186,6 +188,87 @@ def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(kind):  #
         seen.clear()
         plan.launch(fv, mx, None)
         assert seen == expect(fv, mx), (kind, mx)
+
+
+def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch):  # type: ignore[no-untyped-def]
+    # (values, max_norm) seen twice in a row: captured once, replayed after; anything else launches directly;
+    # the graph captures the blocks a fresh pack of that call writes; the oldest graph goes past GRAPHS_MAX
+    dt = np.dtype(np.float32)
+    plan = op._FastPlan(dt, "two", op.V4_DEFAULT[dt])
+    direct: list[int] = []
+
+    def fake(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
+        direct.append(gx)
+        return 0
+
+    for k in plan.kernels:
+        k._launch, k._func = fake, 0
+
+    class FakeGraph:
+        made: list[FakeGraph] = []
+
+        def __init__(self, record):  # type: ignore[no-untyped-def]
+            n0 = len(direct)
+            record("capture stream")
+            self.launches = direct[n0:]
+            del direct[n0:]  # captured, not run
+            self.blocks = [list(k._block) for k in plan.kernels]
+            self.replays, self.closed = 0, False
+            FakeGraph.made.append(self)
+
+        def launch(self, hs):  # type: ignore[no-untyped-def]
+            self.replays += 1
+
+        def close(self):  # type: ignore[no-untyped-def]
+            self.closed = True
+
+    monkeypatch.setattr(op, "LaunchGraph", FakeGraph)
+    monkeypatch.setattr(op, "GRAPHS_MAX", 2)
+    no = _FakeDeviceArray((1,), np.float32, 1 << 41)
+    fvs = [
+        op.fast_values([_FakeDeviceArray((1000 * (i + 1),), dt, (1 << 40) + (i << 20))], no) for i in range(3)
+    ]
+    made = FakeGraph.made
+
+    def fresh_blocks(fv, mx):  # type: ignore[no-untyped-def]
+        ref = op._FastPlan(dt, "two", op.V4_DEFAULT[dt])
+        padded = fv[1] + ref.empty_words * (op.SLOTS - len(fv[1]) // 7)
+        for i in range(len(ref.kernels)):
+            ref.pack(i, padded, fv[2], mx)
+        return [list(k._block) for k in ref.kernels]
+
+    plan.launch(fvs[0], 1.0, None)
+    assert len(direct) == 2 and not made
+    plan.launch(fvs[0], 1.0, None)  # the second identical call: captured and replayed
+    assert len(direct) == 2 and len(made) == 1 and made[0].replays == 1 and len(made[0].launches) == 2
+    assert made[0].blocks == fresh_blocks(fvs[0], 1.0)
+    plan.launch(fvs[0], 1.0, None)
+    assert len(direct) == 2 and len(made) == 1 and made[0].replays == 2
+    plan.launch(fvs[0], 2.0, None)  # a new max_norm: repacked, direct
+    assert len(direct) == 4 and len(made) == 1
+    plan.launch(fvs[0], 1.0, None)  # back to 1.0: its graph (captured with 1.0) replays
+    assert len(direct) == 4 and made[0].replays == 3
+    for fv in fvs[1:]:  # two more graphs: the first one (the oldest) is closed and dropped
+        plan.launch(fv, 1.0, None)
+        plan.launch(fv, 1.0, None)
+    assert len(made) == 3 and made[0].closed and not made[1].closed and not made[2].closed
+    assert made[2].blocks == fresh_blocks(fvs[2], 1.0)
+    plan.launch(fvs[0], 1.0, None)  # its graph is gone: a direct launch (repack) again
+    assert len(direct) == 4 + 4 + 2 and made[0].replays == 3
+
+
+def test_v4_config_drops_the_l2_hints_below_cc_8(monkeypatch):  # type: ignore[no-untyped-def]
+    # createpolicy / ld.global.L2::cache_hint need sm_80: a cc 7.x GPU runs the same config without them
+    monkeypatch.setattr(op, "SIMULATED", False)
+    for dt in (np.dtype(np.float32), np.dtype(np.float16)):
+        d = op.V4_DEFAULT[dt]
+        assert d.keep_mb >= 0  # the hints are on by default
+        monkeypatch.setattr(op, "_device_cc", lambda: (9, 0))
+        assert op.v4_config(dt) is d
+        monkeypatch.setattr(op, "_device_cc", lambda: (7, 5))
+        old = op.v4_config(dt)
+        assert (old.keep_mb, old.sc_first) == (-1, False)
+        assert old.key()[:5] == d.key()[:5]  # the same tiles and occupancy
 
 
 def test_fast_values_declines_what_the_general_path_must_check():  # type: ignore[no-untyped-def]

@@ -87,3 +87,35 @@ def test_clip_grad_norm_repeat_calls(dtype: type) -> None:
         for dev, h in zip(grads, host, strict=True):
             err = rel(dev.copy_to_host(), h.astype(np.float64) * coef)
             assert err <= TOL[dtype], f"call {call}: scaled rel err {err:.3g}"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_clip_grad_norm_graph_replay(dtype: type) -> None:
+    """A training loop's pattern: the same arrays and max_norm on every call, new contents each time. From the
+    second call on, the call replays a captured CUDA graph (clip_grad_norm GRAPH_REPLAY); max_norm switching
+    between two values gets one graph each; both clipping and not clipping stay right on every replay."""
+    from kernels.ops import clip_grad_norm as op
+
+    rng = np.random.default_rng(5)
+    sizes = (3001, 1 << 15, 16)
+    grads = [cuda.device_array(n, dtype) for n in sizes]
+    norm = cuda.device_array(1, np.float32)
+    for call, max_norm in enumerate((1.0, 1.0, 1.0, 1.0, 1e9, 1e9, 1e9, 1.0, 1.0)):
+        host = [rng.standard_normal(n).astype(dtype) for n in sizes]
+        for dev, h in zip(grads, host, strict=True):
+            dev.copy_to_device(h)
+        total = float(np.sqrt(sum(np.sum(h.astype(np.float64) ** 2) for h in host)))
+        clip_grad_norm(grads, max_norm, norm_out=norm)
+        got = float(norm.copy_to_host()[0])
+        assert abs(got - total) <= 1e-4 * total, f"call {call}: norm {got} vs {total}"
+        coef = min(1.0, max_norm / (total + 1e-6))
+        for dev, h in zip(grads, host, strict=True):
+            out = dev.copy_to_host()
+            if coef == 1.0:
+                assert (out == h).all(), f"call {call}: an unclipped call changed the arrays"
+            else:
+                err = rel(out, h.astype(np.float64) * coef)
+                assert err <= TOL[dtype], f"call {call}: scaled rel err {err:.3g}"
+    plan = op._fast_plans[(np.dtype(dtype), op.AUTO_V4[np.dtype(dtype)])]
+    newest = list(plan._graphs)[-2:]  # keys (id(values), max_norm), oldest first
+    assert [mx for _, mx in newest] == [1.0, 1e9], f"expected a graph per max_norm, got {newest}"
