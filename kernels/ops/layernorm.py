@@ -489,6 +489,263 @@ else:
     stg_norm_h8_shared = _norm_shared_intrinsic()
 
 
+# --- v6b's output stage: stg_norm_h8 split in two steps over packed words --------------------------------
+#
+#   pack_norm_h8(dst, doff, src, soff, scale, shift): dst[doff + k] = the fp16 pair (src[soff + 2k] * scale +
+#     shift, src[soff + 2k + 1] * scale + shift) (fp32 FFMAs, rounded to fp16, F2FP packs 2) for k < 4: the
+#     8 normalised values of one vector as 4 packed words (RAW_DTYPE; the 32 fp32 row registers die);
+#   stg_fma_h8(out, idx, y, wr, br, off): out[idx : idx + 8] = y * w + b as 4 `fma.rn.f16x2` on the 4 words
+#     y[off:], wr[off:], br[off:] (weight and bias loaded with kernels.vector.ldg_raw), one 16-byte store.
+# With both, a thread's weight / bias loads can be written in program order BEFORE its first store (v6b):
+# stg_norm_h8 loads them inside each vector's step, after the previous vector's store, which neither LLVM
+# nor ptxas may reorder (out may alias w / b): 4 serial round trips per row for 128 x 32.
+# Under the simulator the word buffers hold 8 float32 values per vector (RAW_PER_VEC), rounded to fp16.
+
+
+def _norm_split_intrinsics() -> tuple[Any, Any]:
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.cuda.extending import intrinsic
+
+    i32 = ir.IntType(32)
+    f32 = ir.FloatType()
+    h2 = ir.VectorType(ir.HalfType(), 2)
+    h8 = ir.VectorType(ir.HalfType(), 8)
+
+    def _slot(context: Any, builder: Any, loc_ty: Any, loc: Any, off_ty: Any, off: Any, k: int) -> Any:
+        la = context.make_array(loc_ty)(context, builder, loc)
+        o = context.cast(builder, off, off_ty, types.intp)
+        return builder.gep(la.data, [builder.add(o, ir.Constant(o.type, k))])
+
+    def _words(a: Any, what: str) -> None:
+        if not isinstance(a, types.Array) or a.dtype != types.uint32:
+            raise TypeError(f"{what} needs uint32 local arrays of packed halves, got {a}")
+
+    @intrinsic
+    def pack_norm_h8(typingctx, dst, doff, src, soff, scale, shift):  # type: ignore[no-untyped-def]
+        _words(dst, "pack_norm_h8")
+        if not isinstance(src, types.Array) or src.dtype != types.float32:
+            raise TypeError(f"pack_norm_h8 needs a float32 local array, got {src}")
+        sig = types.void(dst, doff, src, soff, types.float32, types.float32)
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            a_dst, a_doff, a_src, a_soff, a_sc, a_sh = args
+            t = sig.args
+            fma32 = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(f32, [f32] * 3), "llvm.fma.f32"
+            )
+            for k in range(4):
+                pair = ir.Constant(h2, ir.Undefined)
+                for j in range(2):
+                    e = builder.load(_slot(context, builder, t[2], a_src, t[3], a_soff, 2 * k + j))
+                    e = builder.fptrunc(builder.call(fma32, [e, a_sc, a_sh]), ir.HalfType())
+                    pair = builder.insert_element(pair, e, ir.Constant(i32, j))
+                at = _slot(context, builder, t[0], a_dst, t[1], a_doff, k)
+                builder.store(builder.bitcast(pair, i32), at)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def stg_fma_h8(typingctx, out, idx, y, wr, br, off):  # type: ignore[no-untyped-def]
+        if not isinstance(out, types.Array) or out.dtype != types.float16:
+            raise TypeError(f"stg_fma_h8 needs a float16 output array, got {out}")
+        for a in (y, wr, br):
+            _words(a, "stg_fma_h8")
+        sig = types.void(out, idx, y, wr, br, off)
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            a_out, a_idx, a_y, a_w, a_b, a_off = args
+            t = sig.args
+
+            def vec(pos: int) -> Any:
+                v = ir.Constant(ir.VectorType(i32, 4), ir.Undefined)
+                for k in range(4):
+                    e = builder.load(_slot(context, builder, t[pos], args[pos], t[5], a_off, k))
+                    v = builder.insert_element(v, e, ir.Constant(i32, k))
+                return builder.bitcast(v, h8)
+
+            fty = ir.FunctionType(h8, [h8] * 3)
+            fma16 = cgutils.get_or_insert_function(builder.module, fty, "llvm.fma.v8f16")
+            r = builder.call(fma16, [vec(2), vec(3), vec(4)])
+            ary = context.make_array(t[0])(context, builder, a_out)
+            i = context.cast(builder, a_idx, t[1], types.intp)
+            p = builder.gep(ary.data, [i])
+            gp = builder.addrspacecast(p, ir.PointerType(p.type.pointee, 1))  # 1 = global
+            builder.store(r, builder.bitcast(gp, ir.PointerType(h8, 1)), align=VEC_BYTES)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return pack_norm_h8, stg_fma_h8
+
+
+if SIMULATED:
+
+    @cuda.jit(device=True)
+    def pack_norm_h8(dst, doff, src, soff, scale, shift):  # type: ignore[no-untyped-def]
+        for k in range(8):
+            dst[doff + k] = float32(np.float16(src[soff + k] * scale + shift))
+
+    @cuda.jit(device=True)
+    def stg_fma_h8(out, idx, y, wr, br, off):  # type: ignore[no-untyped-def]
+        for k in range(8):
+            out[idx + k] = np.float16(y[off + k] * wr[off + k] + br[off + k])
+
+else:
+    pack_norm_h8, stg_fma_h8 = _norm_split_intrinsics()
+
+
+def make_rows6b(  # type: ignore[no-untyped-def]
+    threads: int, per: int, min_blocks: int, full_rows: bool, wb_early: bool, group: int
+):
+    """v6b (fp16 only): v6 (make_rows6: one block per row, one two-sum reduction of x - x[row, 0], fastmath,
+    y = (x - k) * rstd + shift in fp32 rounded to fp16, then y * w + b as half2 FMAs) with the weight / bias
+    loads batched ahead of the stores. v6's output stage (stg_norm_h8) does load w, load b, math, store per
+    vector, and a load cannot pass the previous vector's store (out may alias w / b): per / 8 serial round
+    trips after the barrier. Here (kernels above: pack_norm_h8, stg_fma_h8, and kernels.vector.ldg_raw):
+      - wb_early=False: after the reduction every vector's y is computed and packed first (per / 2 words; the
+        fp32 row dies), then this thread's weight and bias vectors are loaded back to back, `group` vectors
+        at a time (0 = all: per / 8 x 2 16-byte loads in flight, per registers), then each vector of the
+        group is one HFMA2 x 4 and one store. group = g: per / 8 / g round trips instead of per / 8.
+      - wb_early=True: the row is loaded as packed halves (ldg_raw, per / 2 registers) and this thread's
+        weight and bias right after it, before the reduction's barrier (per more registers): their latency
+        hides behind the sums and the barrier. The row is unpacked twice (sums; output stage).
+    `full_rows`: rows of exactly threads * per columns skip the per-vector column checks (others take the
+    checked body)."""
+    width = 8
+    nv = per // width
+    g = nv if group <= 0 or group > nv else group
+    if nv % g:
+        raise ValueError(f"make_rows6b: group {group} does not divide {nv} vectors per thread")
+    nraw = nv * RAW_PER_VEC
+    bsum2 = make_block_sum2(threads)
+    half = 2 * row_slots(threads)
+    smem_size = 2 * half
+    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks), "fastmath": True}
+    nf = width if wb_early else per
+    nxr = nraw if wb_early else 1
+
+    def make_body(checked: bool):  # type: ignore[no-untyped-def]
+        @cuda.jit(device=True, inline="always")
+        def col_of(qv):  # type: ignore[no-untyped-def]
+            return (qv * threads + cuda.threadIdx.x) * width
+
+        @cuda.jit(device=True, inline="always")
+        def inside(qv, n):  # type: ignore[no-untyped-def]
+            return (not checked) or col_of(qv) < n
+
+        @cuda.jit(device=True, inline="always")
+        def clear_vec(buf, qv):  # type: ignore[no-untyped-def]
+            # lanes past the row's end: written anyway, so no word stays live from the previous row
+            for i in range(RAW_PER_VEC):
+                buf[qv * RAW_PER_VEC + i] = 0
+
+        @cuda.jit(device=True, inline="always")
+        def body(x, w, b, out, eps, row, base, sm, v, xw, yw, wr, br):  # type: ignore[no-untyped-def]
+            n = x.shape[1]
+            fn = float32(n)
+            xr = x[row]
+            kk = float32(xr[0])
+            s = float32(0.0)
+            q = float32(0.0)
+            if wb_early:
+                for qv in range(nv):
+                    if inside(qv, n):
+                        ldg_raw(xw, qv * RAW_PER_VEC, xr, col_of(qv))
+                    else:
+                        clear_vec(xw, qv)
+                for qv in range(nv):  # in flight during the sums and the barrier
+                    if inside(qv, n):
+                        ldg_raw(wr, qv * RAW_PER_VEC, w, col_of(qv))
+                        ldg_raw(br, qv * RAW_PER_VEC, b, col_of(qv))
+                    else:
+                        clear_vec(wr, qv)
+                        clear_vec(br, qv)
+                for qv in range(nv):
+                    if inside(qv, n):
+                        unpack_h8(v, 0, xw, qv * RAW_PER_VEC)
+                        for e in range(width):
+                            d = v[e] - kk
+                            s += d
+                            q += d * d
+            else:
+                for qv in range(nv):
+                    if inside(qv, n):
+                        ldg_into(v, qv * width, xr, col_of(qv))
+                    else:
+                        for e in range(width):
+                            v[qv * width + e] = kk
+                for qv in range(nv):
+                    if inside(qv, n):
+                        for e in range(width):
+                            d = v[qv * width + e] - kk
+                            v[qv * width + e] = d
+                            s += d
+                            q += d * d
+            s, q = bsum2(s, q, sm, base)
+            ms = s / fn
+            var = max(q / fn - ms * ms, float32(0.0))
+            rstd = float32(1.0) / math.sqrt(var + eps)
+            shift = -ms * rstd
+            orow = out[row]
+            if wb_early:
+                for qv in range(nv):
+                    if inside(qv, n):
+                        unpack_h8(v, 0, xw, qv * RAW_PER_VEC)
+                        for e in range(width):
+                            v[e] = v[e] - kk
+                        pack_norm_h8(yw, qv * RAW_PER_VEC, v, 0, rstd, shift)
+                        stg_fma_h8(orow, col_of(qv), yw, wr, br, qv * RAW_PER_VEC)
+            else:
+                for qv in range(nv):  # the fp32 row dies here: per / 2 words of y
+                    if inside(qv, n):
+                        pack_norm_h8(yw, qv * RAW_PER_VEC, v, qv * width, rstd, shift)
+                    else:
+                        clear_vec(yw, qv)
+                for g0 in range(nv // g):
+                    for qi in range(g):  # this group's weight / bias loads, back to back
+                        qv = g0 * g + qi
+                        if inside(qv, n):
+                            ldg_raw(wr, qv * RAW_PER_VEC, w, col_of(qv))
+                            ldg_raw(br, qv * RAW_PER_VEC, b, col_of(qv))
+                        else:
+                            clear_vec(wr, qv)
+                            clear_vec(br, qv)
+                    for qi in range(g):
+                        qv = g0 * g + qi
+                        if inside(qv, n):
+                            stg_fma_h8(orow, col_of(qv), yw, wr, br, qv * RAW_PER_VEC)
+
+        return body
+
+    body_full = make_body(False)
+    body_checked = make_body(True)
+
+    @cuda.jit(**jit_kw)
+    def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(smem_size, float32)
+        v = cuda.local.array(nf, float32)
+        xw = cuda.local.array(nxr, RAW_DTYPE)
+        yw = cuda.local.array(nraw, RAW_DTYPE)
+        wr = cuda.local.array(nraw, RAW_DTYPE)
+        br = cuda.local.array(nraw, RAW_DTYPE)
+        rows = x.shape[0]
+        full = full_rows and x.shape[1] == threads * per
+        row = cuda.blockIdx.x
+        step = cuda.gridDim.x
+        base = 0
+        while row < rows:
+            if full:
+                body_full(x, w, b, out, eps, row, base, sm, v, xw, yw, wr, br)
+            else:
+                body_checked(x, w, b, out, eps, row, base, sm, v, xw, yw, wr, br)
+            base = half - base
+            row += step
+
+    return k
+
+
 def make_rows7(  # type: ignore[no-untyped-def]
     threads: int, per: int, min_blocks: int, keep_f32: bool, wb_smem: bool
 ):
@@ -676,6 +933,11 @@ def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
             raise ValueError("layernorm: v6 row kernels are for float16 rows")
         t, p, b, full = spec[1:]
         return make_rows6(t, p, b, full), t, False
+    if kind == "v6b":  # fp16 only; one block per row
+        if width != 8:
+            raise ValueError("layernorm: v6b row kernels are for float16 rows")
+        t, p, b, full, early, group = spec[1:]
+        return make_rows6b(t, p, b, full, early, group), t, False
     if kind == "v7":  # fp16 only; persistent (rowcases.row_grid's grid; path="v7" takes even_grid)
         if width != 8:
             raise ValueError("layernorm: v7 row kernels are for float16 rows")
@@ -693,6 +955,12 @@ _FAST = FastCache()  # validated launches by operand layout (kernels.launch.Fast
 V6_CONFIG = (128, 32, 8, True)
 _V6_CFG = (BLOCK, PER, 1, True) if SIMULATED else V6_CONFIG
 _V6_K = kernel(make_rows6(*_V6_CFG), _SIGS[np.dtype(np.float16)])
+# v6b (make_rows6b, fp16 only: v6 with the weight / bias loads batched ahead of the stores), opt-in as
+# path="v6b" until the H200 run decides (notes-memory.md, "layernorm fp16 v6b"): (threads, per, blocks per SM,
+# full_rows, wb_early, group); one block per row. Under the simulator BLOCK x PER, 1 block.
+V6B_CONFIG = (128, 32, 8, True, False, 0)
+_V6B_CFG = (BLOCK, PER, 1, *V6B_CONFIG[3:]) if SIMULATED else V6B_CONFIG
+_V6B_K = kernel(make_rows6b(*_V6B_CFG), _SIGS[np.dtype(np.float16)])
 # v7 (make_rows7, fp16 only: pipelined persistent rows, weight / bias in shared memory), opt-in as path="v7"
 # until the H200 run decides (notes-memory.md, "layernorm fp16 v7"): (threads, per, blocks per SM, keep_f32,
 # wb_smem); grid = even_grid(rows, SMs x resident blocks). Under the simulator BLOCK x PER, 1 block per SM.
@@ -713,7 +981,8 @@ def layernorm(
 ) -> Any:
     """Row-wise layer norm over the last dimension of x (any ndim >= 1), weight and bias [x.shape[-1]].
     `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER), or
-    "v6" (fp16 rows of <= BLOCK * PER with 16-byte aligned operands: make_rows6, V6_CONFIG), or "v7" (the
+    "v6" (fp16 rows of <= BLOCK * PER with 16-byte aligned operands: make_rows6, V6_CONFIG), "v6b" (the same
+    operands: make_rows6b, V6B_CONFIG, one block per row), or "v7" (the
     same operands: make_rows7, V7_CONFIG, a persistent grid of `even_grid` blocks)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, weight, bias, out), (eps, path))
@@ -734,14 +1003,14 @@ def layernorm(
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, bo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    if path in ("v6", "v7"):
+    if path in ("v6", "v6b", "v7"):
         if xo.dtype != np.float16 or not ok:
             raise ValueError(
                 f"path: {path!r} needs float16 operands, 16-byte aligned, rows of a multiple of 8 and at "
                 f"most {BLOCK * PER} columns"
             )
-        if path == "v6":
-            k, block = _V6_K, _V6_CFG[0]
+        if path in ("v6", "v6b"):
+            k, block = (_V6_K, _V6_CFG[0]) if path == "v6" else (_V6B_K, _V6B_CFG[0])
             grid = row_grid(k, block, False, xr.shape[0])  # one block per row (a persistent grid lost ~3 %)
         else:
             k, block = _V7_K, _V7_CFG[0]
