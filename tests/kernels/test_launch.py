@@ -127,6 +127,7 @@ def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
         pytest.skip("stubbed-driver test: runs where there is no GPU")
     calls: list[tuple[object, tuple[int, ...], list[int]]] = []
     monkeypatch.setattr(launch, "USE_DISPATCHER", False)
+    monkeypatch.setattr(launch, "GRAPH_REPLAY", False)  # graphs need the real driver (their test fakes them)
 
     def prepare(self):  # type: ignore[no-untyped-def]
         self._func = id(self)
@@ -179,6 +180,52 @@ def test_bound_ptr_args_rewrite_int64_address_slots(stubbed):  # type: ignore[no
         b.launch((1, 2, 3))  # one pointer per named argument
     with pytest.raises(launch.LaunchError):
         launch.Kernel(rmsnorm._rmsnorm_kernel, "void(float32, int64)").bind(1, 32, (0.5, 1), ptr_args=(0,))
+
+
+def test_bound_replays_a_graph_for_a_repeated_pointer_tuple(stubbed, monkeypatch):  # type: ignore[no-untyped-def]
+    # the second call in a row with the same pointers captures the launch; later calls with them replay it;
+    # other pointers launch directly; past GRAPHS_PER_BOUND tuples the oldest graph is closed and dropped
+    monkeypatch.setattr(launch, "GRAPH_REPLAY", True)
+    monkeypatch.setattr(launch, "GRAPHS_PER_BOUND", 2)
+
+    class FakeGraph:
+        made: list[FakeGraph] = []
+
+        def __init__(self, record):  # type: ignore[no-untyped-def]
+            n0 = len(stubbed)
+            record("capture stream")
+            self.captured = stubbed[n0:]
+            del stubbed[n0:]  # captured, not run
+            self.replays, self.closed = 0, False
+            FakeGraph.made.append(self)
+
+        def launch(self, hs):  # type: ignore[no-untyped-def]
+            self.replays += 1
+
+        def close(self):  # type: ignore[no-untyped-def]
+            self.closed = True
+
+    monkeypatch.setattr(launch, "LaunchGraph", FakeGraph)
+    made = FakeGraph.made
+    sig = "void(" + ", ".join(["int64"] * 9) + ")"  # 9 slots: the stub reads the first 9 of the block
+    b = launch.Kernel(rmsnorm._rmsnorm_kernel, sig).bind(5, 64, tuple(range(1, 10)), ptr_args=(0, 1))
+    b.launch((0xA0, 0xB0))
+    assert len(stubbed) == 1 and not made
+    b.launch((0xA1, 0xB0))  # other pointers: direct
+    assert len(stubbed) == 2 and not made
+    b.launch((0xA1, 0xB0))  # the same twice in a row: captured (with these pointers) and replayed
+    assert len(stubbed) == 2 and len(made) == 1 and made[0].replays == 1
+    assert [c[2][:3] for c in made[0].captured] == [[0xA1, 0xB0, 3]] and made[0].captured[0][1] == (5, 64)
+    b.launch((0xA0, 0xB0))
+    b.launch((0xA1, 0xB0))  # its graph, although the block now holds 0xA0
+    assert len(stubbed) == 3 and made[0].replays == 2
+    for p in (0xA2, 0xA3):  # two more graphs: the first one goes
+        b.launch((p, 0xB0))
+        b.launch((p, 0xB0))
+    assert len(made) == 3 and made[0].closed and not made[1].closed and not made[2].closed
+    assert [c[2][:3] for c in made[2].captured] == [[0xA3, 0xB0, 3]]
+    b.launch((0xA1, 0xB0))  # its graph was dropped: direct again, with the right pointers
+    assert len(stubbed) == 6 and stubbed[-1][2][:3] == [0xA1, 0xB0, 3] and made[0].replays == 2
 
 
 @pytest.mark.parametrize("opname", ["rmsnorm", "layernorm", "softmax", "residual_add", "cast"])
