@@ -21,6 +21,7 @@ MAX_GRID = 2**31 - 1
 #   ("v4", threads, per, blocks, prefetch, raw)            make_rows (v4; round 1: slower than v3, unused)
 #   ("v5", threads, per, blocks, fastmath, wb_regs)        make_rows5 (layernorm; softmax takes no wb_regs)
 #   ("v6", threads, per, blocks, full_rows)                layernorm make_rows6 (fp16: half2 output stage)
+#   ("v6b", threads, per, blocks, full_rows, wb_early, group)  layernorm make_rows6b (v6, w/b loads batched)
 # threads x per must cover BLOCK x PER; blocks = launch_bounds' blocks per SM. Chosen from the side-by-side
 # H200 timings (benchmarks/notes-memory.md, "v4", "v5"); an absent dtype keeps v3's plain vector kernel.
 # A dtype listed here takes its vector kernel on "auto" even when it is not in kernels.vector.AUTO_VECTOR.
@@ -31,8 +32,12 @@ MAX_GRID = 2**31 - 1
 # layernorm fp16 v6 (notes-memory.md "layernorm fp16 v6", probe_layernorm.py, same run): v5 73.55 -> v6 128x32
 # 71.46 us (normalised value rounded to fp16 once, y*w+b as packed fp16 FMAs: ~10.5 instead of ~16 SASS
 # instructions per element).
+# layernorm fp16 v6b (notes-memory.md "layernorm fp16 v6b", probe_layernorm.py, H200 2026-11-30T04:45Z): v6's
+# output stage with the weight / bias loads issued in groups of 2 vectors ahead of the stores (v6 could not
+# hoist them above the previous store): prod v6 71.07 / 71.15 (first / repeat) -> v6b group 2 70.05 us
+# (SOL 0.912 of the run's 4200 GB/s copy); all 8 loads batched: 70.50.
 ROW_KERNELS: dict[str, dict[np.dtype, tuple[Any, ...]]] = {
-    "layernorm": {F16: ("v6", 128, 32, 8, True), F32: ("v3", False)},
+    "layernorm": {F16: ("v6b", 128, 32, 8, True, False, 2), F32: ("v3", False)},
     "softmax": {F16: ("v5", 256, 16, 8, True)},
     "rmsnorm": {F32: ("v3", False)},
 }
@@ -42,7 +47,7 @@ def sim_spec(spec: tuple[Any, ...]) -> tuple[Any, ...]:
     """`spec` as it runs here: under the simulator v4/v5 kernels take BLOCK threads x PER values (the same
     longest row as v3 there) and one block per SM; otherwise unchanged."""
     kind = spec[0]
-    if kind in ("v4", "v5", "v6"):
+    if kind in ("v4", "v5", "v6", "v6b"):
         assert spec[1] * spec[2] >= BLOCK * PER, spec
         if SIMULATED:
             return (kind, BLOCK, PER, 1, *spec[4:])

@@ -8,13 +8,15 @@ Kernels, one block of 256 threads per row, as rmsnorm:
   - `_layernorm_vec` (v3, same rows when x, weight, bias, out are 16-byte aligned and a row is a multiple
     of 16 bytes): the register kernel with 16-byte loads and stores (kernels.vector).
   - `make_rows5` (v5) / `make_rows` (v4): the vector kernel with other block shapes, reductions and numba's
-    fastmath; kernels/rowcases.py ROW_KERNELS picks, per dtype, the one the vector path takes (fp16: v5
-    128 threads x 32 values, 8 blocks/SM, fastmath; fp32: v3's vector kernel, also on "auto"), from the
-    side-by-side H200 timings in benchmarks/notes-memory.md ("v4", "v5").
-  - `make_rows6` (v6, fp16, the default since its H200 run: ROW_KERNELS) / `make_rows7` (v7, fp16, opt-in
-    path="v7"): a half2 output stage; v7 walks rows in a software-pipelined persistent grid (`even_grid`)
-    with the next row's loads in flight during this row's reduction and weight / bias in shared memory
-    (benchmarks/notes-memory.md, "layernorm fp16 v6" / "v7").
+    fastmath; kernels/rowcases.py ROW_KERNELS picks, per dtype, the one the vector path takes (fp16: v6b,
+    below; fp32: v3's vector kernel, also on "auto"), from the side-by-side H200 timings in
+    benchmarks/notes-memory.md ("v4", "v5", "v6", "v6b").
+  - `make_rows6` (v6, fp16, path="v6") / `make_rows6b` (v6b, fp16, what "auto" runs since its H200 run:
+    128 threads x 32 values, 8 blocks/SM, one block per row) / `make_rows7` (v7, fp16, opt-in path="v7"):
+    a half2 output stage; v6b issues the weight / bias loads of 2 vectors ahead of their stores; v7 walks
+    rows in a software-pipelined persistent grid (`even_grid`) with the next row's loads in flight during
+    this row's reduction and weight / bias in shared memory: 8-13 % slower, kept for the record
+    (benchmarks/notes-memory.md, "layernorm fp16 v6" / "v7" / "v6b").
   - `_layernorm_kernel` (longer rows): pass 1 accumulates the sum and the sum of squares of (x - k) with
     k = x[i, 0]: shifting by a sample of the row keeps var = E[(x-k)^2] - E[x-k]^2 free of the catastrophic
     cancellation the unshifted formula suffers when |mean| >> std, in a single read of the row. Pass 2
@@ -955,10 +957,11 @@ _FAST = FastCache()  # validated launches by operand layout (kernels.launch.Fast
 V6_CONFIG = (128, 32, 8, True)
 _V6_CFG = (BLOCK, PER, 1, True) if SIMULATED else V6_CONFIG
 _V6_K = kernel(make_rows6(*_V6_CFG), _SIGS[np.dtype(np.float16)])
-# v6b (make_rows6b, fp16 only: v6 with the weight / bias loads batched ahead of the stores), opt-in as
-# path="v6b" until the H200 run decides (notes-memory.md, "layernorm fp16 v6b"): (threads, per, blocks per SM,
-# full_rows, wb_early, group); one block per row. Under the simulator BLOCK x PER, 1 block.
-V6B_CONFIG = (128, 32, 8, True, False, 0)
+# v6b (make_rows6b, fp16 only: v6 with the weight / bias loads batched ahead of the stores), what "auto" runs
+# for aligned fp16 rows since its H200 run (kernels/rowcases.py ROW_KERNELS; notes-memory.md, "layernorm fp16
+# v6b"): (threads, per, blocks per SM, full_rows, wb_early, group); one block per row; path="v6b" is the same
+# kernel. Under the simulator BLOCK x PER, 1 block.
+V6B_CONFIG = (128, 32, 8, True, False, 2)
 _V6B_CFG = (BLOCK, PER, 1, *V6B_CONFIG[3:]) if SIMULATED else V6B_CONFIG
 _V6B_K = kernel(make_rows6b(*_V6B_CFG), _SIGS[np.dtype(np.float16)])
 # v7 (make_rows7, fp16 only: pipelined persistent rows, weight / bias in shared memory), opt-in as path="v7"
