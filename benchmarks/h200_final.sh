@@ -20,7 +20,7 @@ if [ "$PART" = bench ] || [ "$PART" = all ]; then
   timeout 300 $PY -m kernels bench --compare cupy --out "$OUT/latest.json" --plot "$OUT/roofline.png" \
     >"$OUT/bench.txt" 2>&1; echo "bench rc=$?"
   stamp overhead
-  timeout 60 $PY -m kernels bench --overhead >"$OUT/overhead.txt" 2>&1; echo "overhead rc=$?"
+  timeout 150 $PY -m kernels bench --overhead >"$OUT/overhead.txt" 2>&1; echo "overhead rc=$?"
 fi
 if [ "$PART" = checks ] || [ "$PART" = all ]; then
   stamp verify
