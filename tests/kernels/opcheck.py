@@ -45,3 +45,28 @@ def run_rows(fn, sig: str, grid: int, inputs: tuple[np.ndarray, ...], *scalars, 
     operands = (arrays.operand(f"arg{i}", a) for i, a in enumerate(dev))
     kernel(fn, sig).launch(grid, BLOCK, (*operands, *scalars))
     return dev[-1].copy_to_host().astype(np.float64)
+
+
+def fake_graph_class(launched: list) -> type:  # type: ignore[type-arg]
+    """A stand-in for kernels.launch.LaunchGraph over a stubbed driver whose launches append to `launched`:
+    capturing runs the record callback and moves what it launched into `captured` (a capture runs nothing);
+    `replays` counts launches, `closed` tells whether it was freed; every instance lands in `made`."""
+
+    class FakeGraph:
+        made: list[FakeGraph] = []
+
+        def __init__(self, record):  # type: ignore[no-untyped-def]
+            n0 = len(launched)
+            record("capture stream")
+            self.captured = launched[n0:]
+            del launched[n0:]
+            self.replays, self.closed = 0, False
+            FakeGraph.made.append(self)
+
+        def launch(self, hs):  # type: ignore[no-untyped-def]
+            self.replays += 1
+
+        def close(self):  # type: ignore[no-untyped-def]
+            self.closed = True
+
+    return FakeGraph

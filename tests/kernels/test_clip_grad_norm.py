@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from numba import cuda
-from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, small_cases
+from opcheck import assert_case_passes, case_id, fake_graph_class, needs_device, needs_gpu, small_cases
 
 from kernels import arrays
 from kernels.launch import Kernel
@@ -204,23 +204,10 @@ def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch): 
     for k in plan.kernels:
         k._launch, k._func = fake, 0
 
-    class FakeGraph:
-        made: list[FakeGraph] = []
-
+    class FakeGraph(fake_graph_class(direct)):  # type: ignore[misc]
         def __init__(self, record):  # type: ignore[no-untyped-def]
-            n0 = len(direct)
-            record("capture stream")
-            self.launches = direct[n0:]
-            del direct[n0:]  # captured, not run
-            self.blocks = [list(k._block) for k in plan.kernels]
-            self.replays, self.closed = 0, False
-            FakeGraph.made.append(self)
-
-        def launch(self, hs):  # type: ignore[no-untyped-def]
-            self.replays += 1
-
-        def close(self):  # type: ignore[no-untyped-def]
-            self.closed = True
+            super().__init__(record)
+            self.blocks = [list(k._block) for k in plan.kernels]  # what the capture saw
 
     monkeypatch.setattr(op, "LaunchGraph", FakeGraph)
     monkeypatch.setattr(op, "GRAPHS_MAX", 2)
@@ -240,7 +227,7 @@ def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch): 
     plan.launch(fvs[0], 1.0, None)
     assert len(direct) == 2 and not made
     plan.launch(fvs[0], 1.0, None)  # the second identical call: captured and replayed
-    assert len(direct) == 2 and len(made) == 1 and made[0].replays == 1 and len(made[0].launches) == 2
+    assert len(direct) == 2 and len(made) == 1 and made[0].replays == 1 and len(made[0].captured) == 2
     assert made[0].blocks == fresh_blocks(fvs[0], 1.0)
     plan.launch(fvs[0], 1.0, None)
     assert len(direct) == 2 and len(made) == 1 and made[0].replays == 2

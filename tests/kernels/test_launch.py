@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from numba import cuda
-from opcheck import ON_GPU, needs_gpu
+from opcheck import ON_GPU, fake_graph_class, needs_gpu
 
 from kernels import arrays, launch
 from kernels.ops import cast, layernorm, residual_add, rmsnorm, softmax
@@ -188,23 +188,7 @@ def test_bound_replays_a_graph_for_a_repeated_pointer_tuple(stubbed, monkeypatch
     monkeypatch.setattr(launch, "GRAPH_REPLAY", True)
     monkeypatch.setattr(launch, "GRAPHS_PER_BOUND", 2)
 
-    class FakeGraph:
-        made: list[FakeGraph] = []
-
-        def __init__(self, record):  # type: ignore[no-untyped-def]
-            n0 = len(stubbed)
-            record("capture stream")
-            self.captured = stubbed[n0:]
-            del stubbed[n0:]  # captured, not run
-            self.replays, self.closed = 0, False
-            FakeGraph.made.append(self)
-
-        def launch(self, hs):  # type: ignore[no-untyped-def]
-            self.replays += 1
-
-        def close(self):  # type: ignore[no-untyped-def]
-            self.closed = True
-
+    FakeGraph = fake_graph_class(stubbed)
     monkeypatch.setattr(launch, "LaunchGraph", FakeGraph)
     made = FakeGraph.made
     sig = "void(" + ", ".join(["int64"] * 9) + ")"  # 9 slots: the stub reads the first 9 of the block
