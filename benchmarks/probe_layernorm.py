@@ -2,8 +2,7 @@
 v6 since the v6 run: make_rows6, one block per row) and the v6b variants (kernels/ops/layernorm.py
 make_rows6b: v6 with this thread's weight / bias loads batched ahead of its stores, one block per row) side by
 side, one process; the production path is timed again last, so the table shows the drift of the run.
-`--v7` adds the v7 rows (make_rows7: persistent pipelined rows; all slower than v6 on the H200,
-notes-memory.md "layernorm fp16 v7").
+(The v7 rows, make_rows7, were removed with the kernel: notes-memory.md "layernorm fp16 v7", commit 9228156.)
 
 Every variant's output (NaN-poisoned first) is checked against a float64 reference at the bench shape and at
 odd shapes (rows not a multiple of the grid, columns not a multiple of a block's row, one row with
@@ -12,7 +11,6 @@ events, median. The copy bandwidth is measured in the same run (kernels.device.m
 Prints a table and writes $OUT/layernorm.json.
 
     timeout 100 python3 benchmarks/probe_layernorm.py --out $OUT          (prod, v6b rows, prod; ~25 s)
-    timeout 100 python3 benchmarks/probe_layernorm.py --out $OUT --v7     (and the v7 rows)
     NUMBA_ENABLE_CUDASIM=1 python benchmarks/probe_layernorm.py --dry-run --out /tmp/x   (tiny shape)
 """
 
@@ -33,16 +31,6 @@ T0 = time.monotonic()
 SETS, WARM, ITERS = 3, 3, 20
 EPS = 1e-5
 TOL = 2e-3  # the fp16 tolerance of kernels.verify (OpSpec tolerance)
-# v7 variants (make_rows7): name -> (threads, per, blocks per SM, keep_f32, wb_smem, grid), grid "even":
-# ln.even_grid(rows, SMs x resident blocks) (16384 rows at 8 x 132 resident: 1024 blocks x 16 rows), "cap":
-# SMs x resident blocks (1056 blocks: 15.5 rows each, the v6 persistent runs' tail). The launcher's path="v7"
-# (V7_CONFIG, even grid) is timed as its own row. Predictions: benchmarks/notes-memory.md "layernorm fp16 v7".
-V7_VARIANTS: dict[str, tuple[int, int, int, bool, bool, str]] = {
-    "v7_128x32_b8_raw_smem_cap": (128, 32, 8, False, True, "cap"),
-    "v7_128x32_b8_f32_smem": (128, 32, 8, True, True, "even"),
-    "v7_128x32_b8_f32_gwb": (128, 32, 8, True, False, "even"),
-    "v7_256x16_b6_raw_smem": (256, 16, 6, False, True, "even"),
-}
 # v6b variants (make_rows6b): name -> (threads, per, blocks per SM, full_rows, wb_early, group), one block per
 # row. The launcher's path="v6b" (V6B_CONFIG = the "batch" row) is timed as its own row. wb_early spills 64 B
 # in the full-row body (ptxas sm_90, 64 registers): not in the default list, `--v6b-early` adds it.
@@ -88,7 +76,6 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--dry-run", action="store_true", help="tiny shape, no copy measurement (simulator)")
-    ap.add_argument("--v7", action="store_true", help="also time the v7 rows (path='v7' and V7_VARIANTS)")
     ap.add_argument("--v6b-early", action="store_true", help="also time v6b wb_early (spills 64 B)")
     a = ap.parse_args()
     out = Path(a.out)
@@ -97,7 +84,7 @@ def main() -> int:
 
     from kernels import arrays
     from kernels.device import measure_copy_bandwidth, versions
-    from kernels.launch import kernel, sm_count
+    from kernels.launch import kernel
     from kernels.ops import layernorm as ln
     from kernels.rowcases import ROW_KERNELS
 
@@ -117,9 +104,7 @@ def main() -> int:
         "prod_row_kernel": str(ROW_KERNELS["layernorm"].get(f16)),
         "v6_config": ln.V6_CONFIG,
         "v6b_config": ln.V6B_CONFIG,
-        "v7_config": ln.V7_CONFIG,
         "v6b_variants_cfg": V6B_VARIANTS,
-        "v7_variants_cfg": V7_VARIANTS if a.v7 else "not run (--v7)",
         "rows": [],
         "errors": [],
     }
@@ -220,53 +205,11 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001
             res["errors"].append(f"{name}: build failed: {traceback.format_exc()[-800:]}")
             log(f"{name}: build failed: {e!r}")
-    if a.v7:
-        cands.append(
-            (
-                "v7 path=v7 (V7_CONFIG, even grid)",
-                lambda x, w_, b_, o: ln.layernorm(x, w_, b_, o, eps=EPS, path="v7"),
-                {},
-            )
-        )
-    for name, (th, per, blocks, keep, wbs, gpol) in (V7_VARIANTS if a.v7 else {}).items():
-        try:
-            t_c = time.monotonic()
-            if ln.SIMULATED:
-                from kernels.reduce import BLOCK, PER
-
-                th, per, blocks = BLOCK, PER, 1
-            k = kernel(ln.make_rows7(th, per, blocks, keep, wbs), sig)
-            cap = sm_count() * k.resident_blocks(th)
-
-            def launch(
-                x: Any, w_: Any, b_: Any, o: Any, k: Any = k, th: int = th, cap: int = cap, gpol: str = gpol
-            ) -> None:
-                ops = [
-                    arrays.operand(n, v) for n, v in zip(("x", "w", "b", "out"), (x, w_, b_, o), strict=True)
-                ]
-                r = ops[0].shape[0]
-                grid = ln.even_grid(r, cap) if gpol == "even" else min(r, cap)
-                k.launch(grid, th, (*ops, EPS))
-
-            launch(xs[0][:2], w, b, outs[0][:2])  # compile outside the timing
-            meta = {"compile_s": round(time.monotonic() - t_c, 2), "resident_blocks": cap // sm_count()}
-            meta["grid"] = ln.even_grid(rows, cap) if gpol == "even" else min(rows, cap)
-            cands.append((name, launch, meta))
-        except Exception as e:  # noqa: BLE001
-            res["errors"].append(f"{name}: build failed: {traceback.format_exc()[-800:]}")
-            log(f"{name}: build failed: {e!r}")
     cands.append(("prod (auto = v6 path), repeat", prod, {}))
     try:
         cands[1][2].update(resident_blocks=ln._V6B_K.resident_blocks(ln._V6B_CFG[0]))
     except Exception as e:  # noqa: BLE001
         res["errors"].append(f"v6b path occupancy: {e!r}")
-    if a.v7:
-        try:
-            cap7 = sm_count() * ln._V7_K.resident_blocks(ln._V7_CFG[0])
-            row7 = next(c for c in cands if c[0].startswith("v7 path"))
-            row7[2].update(resident_blocks=cap7 // sm_count(), grid=ln.even_grid(rows, cap7))
-        except Exception as e:  # noqa: BLE001
-            res["errors"].append(f"v7 path occupancy: {e!r}")
     odd_sets = []
     for i, (r, c) in enumerate(odd):
         xh, wh2, bh2 = make_inputs(r, c, 1000 + i, True)

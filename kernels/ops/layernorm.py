@@ -12,11 +12,9 @@ Kernels, one block of 256 threads per row, as rmsnorm:
     below; fp32: v3's vector kernel, also on "auto"), from the side-by-side H200 timings in
     benchmarks/notes-memory.md ("v4", "v5", "v6", "v6b").
   - `make_rows6` (v6, fp16, path="v6") / `make_rows6b` (v6b, fp16, what "auto" runs since its H200 run:
-    128 threads x 32 values, 8 blocks/SM, one block per row) / `make_rows7` (v7, fp16, opt-in path="v7"):
-    a half2 output stage; v6b issues the weight / bias loads of 2 vectors ahead of their stores; v7 walks
-    rows in a software-pipelined persistent grid (`even_grid`) with the next row's loads in flight during
-    this row's reduction and weight / bias in shared memory: 8-13 % slower, kept for the record
-    (benchmarks/notes-memory.md, "layernorm fp16 v6" / "v7" / "v6b").
+    128 threads x 32 values, 8 blocks/SM, one block per row): a half2 output stage; v6b issues the weight /
+    bias loads of 2 vectors ahead of their stores (benchmarks/notes-memory.md, "layernorm fp16 v6" / "v6b").
+    A pipelined persistent v7 was measured slower and removed (notes-memory.md "v7"; code at commit 9228156).
   - `_layernorm_kernel` (longer rows): pass 1 accumulates the sum and the sum of squares of (x - k) with
     k = x[i, 0]: shifting by a sample of the row keeps var = E[(x-k)^2] - E[x-k]^2 free of the catastrophic
     cancellation the unshifted formula suffers when |mean| >> std, in a single read of the row. Pass 2
@@ -33,7 +31,7 @@ from numba import cuda, float32, uint32
 
 from kernels import arrays
 from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
-from kernels.launch import FastCache, kernel, sm_count
+from kernels.launch import FastCache, kernel
 from kernels.reduce import (
     BLOCK,
     PER,
@@ -414,83 +412,6 @@ def make_rows6(threads: int, per: int, min_blocks: int, full_rows: bool):  # typ
     return k
 
 
-# --- v7's output stage: kernels.vector.stg_norm_h8 with weight / bias from shared memory ------------------
-# (kept here rather than in kernels/vector.py, which another change was editing at the same time)
-#
-#   stg_norm_h8_shared(out, idx, ws, bs, widx, src, off, scale, shift): stg_norm_h8, with the 8 halves of
-#     weight and bias read from shared arrays `ws` / `bs` of packed words (RAW_DTYPE, RAW_PER_VEC words per
-#     vector; `widx` = the first word) as one 16-byte `ld.shared.v4` each. A global weight load cannot be
-#     moved above an earlier store to `out` (they may alias), so stg_norm_h8 pays one weight / bias round
-#     trip per vector after the reduction barrier (SASS of v6: LDG, LDG, math, STG, four times in a row);
-#     shared memory cannot alias `out`, and its latency is ~30 cycles.
-# Under the simulator the shared arrays hold the 8 values as float32 (as ldg_raw's twin writes them).
-
-
-def _norm_shared_intrinsic() -> Any:
-    from llvmlite import ir
-    from numba.core import cgutils, types
-    from numba.cuda.extending import intrinsic
-
-    i32 = ir.IntType(32)
-    h8 = ir.VectorType(ir.HalfType(), 8)
-
-    def _gptr(context: Any, builder: Any, arr_ty: Any, arr: Any, idx_ty: Any, idx: Any, space: int) -> Any:
-        ary = context.make_array(arr_ty)(context, builder, arr)
-        i = context.cast(builder, idx, idx_ty, types.intp)
-        p = builder.gep(ary.data, [i])
-        sp = builder.addrspacecast(p, ir.PointerType(p.type.pointee, space))
-        return builder.bitcast(sp, ir.PointerType(h8, space))
-
-    @intrinsic
-    def stg_norm_h8_shared(typingctx, out, idx, ws, bs, widx, src, off, scale, shift):  # type: ignore[no-untyped-def]
-        if not isinstance(out, types.Array) or out.dtype != types.float16:
-            raise TypeError(f"stg_norm_h8_shared needs a float16 output array, got {out}")
-        for a in (ws, bs):
-            if not isinstance(a, types.Array) or a.dtype != types.uint32:
-                raise TypeError(f"stg_norm_h8_shared needs uint32 shared arrays of packed halves, got {a}")
-        if not isinstance(src, types.Array) or src.dtype != types.float32:
-            raise TypeError(f"stg_norm_h8_shared needs a float32 local array, got {src}")
-        sig = types.void(out, idx, ws, bs, widx, src, off, types.float32, types.float32)
-
-        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            a_out, a_idx, a_ws, a_bs, a_widx, a_src, a_off, a_sc, a_sh = args
-            t = sig.args
-            wv = builder.load(_gptr(context, builder, t[2], a_ws, t[4], a_widx, 3), align=VEC_BYTES)
-            bv = builder.load(_gptr(context, builder, t[3], a_bs, t[4], a_widx, 3), align=VEC_BYTES)
-            f32 = ir.FloatType()
-            mod = builder.module
-            fma32 = cgutils.get_or_insert_function(mod, ir.FunctionType(f32, [f32] * 3), "llvm.fma.f32")
-            fma16 = cgutils.get_or_insert_function(mod, ir.FunctionType(h8, [h8] * 3), "llvm.fma.v8f16")
-            la = context.make_array(t[5])(context, builder, a_src)
-            o = context.cast(builder, a_off, t[6], types.intp)
-            y = ir.Constant(h8, ir.Undefined)
-            for k in range(8):
-                e = builder.load(builder.gep(la.data, [builder.add(o, ir.Constant(o.type, k))]))
-                e = builder.call(fma32, [e, a_sc, a_sh])
-                y = builder.insert_element(y, builder.fptrunc(e, ir.HalfType()), ir.Constant(i32, k))
-            r = builder.call(fma16, [y, wv, bv])
-            builder.store(r, _gptr(context, builder, t[0], a_out, t[1], a_idx, 1), align=VEC_BYTES)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return stg_norm_h8_shared
-
-
-if SIMULATED:
-
-    @cuda.jit(device=True)
-    def stg_norm_h8_shared(out, idx, ws, bs, widx, src, off, scale, shift):  # type: ignore[no-untyped-def]
-        for k in range(8):
-            y = np.float16(src[off + k] * scale + shift)
-            wk = np.float16(ws[widx + k])
-            bk = np.float16(bs[widx + k])
-            out[idx + k] = np.float16(float32(y) * float32(wk) + float32(bk))
-
-else:
-    stg_norm_h8_shared = _norm_shared_intrinsic()
-
-
 # --- v6b's output stage: stg_norm_h8 split in two steps over packed words --------------------------------
 #
 #   pack_norm_h8(dst, doff, src, soff, scale, shift): dst[doff + k] = the fp16 pair (src[soff + 2k] * scale +
@@ -748,167 +669,6 @@ def make_rows6b(  # type: ignore[no-untyped-def]
     return k
 
 
-def make_rows7(  # type: ignore[no-untyped-def]
-    threads: int, per: int, min_blocks: int, keep_f32: bool, wb_smem: bool
-):
-    """v7 (fp16 only): v6's math (one two-sum reduction of x - x[row, 0], fastmath, half2 output stage) in a
-    software-pipelined persistent kernel. Block i walks rows i, i + G, i + 2G, ... (G = gridDim.x) and issues
-    the NEXT row's 16-byte loads (packed halves, kernels.vector.ldg_raw: 4 words per vector) before this
-    row's reduction barrier and output stage, so a row's loads stay in flight while the previous row is
-    reduced and written: no block retires and relaunches per row, and (with `even_grid`) every block walks
-    the same number of rows, so there is no half-empty last wave.
-      - keep_f32=False ("raw"): the current row stays packed (per / 2 registers) next to the next row's
-        (another per / 2); the sums and the output stage each convert it again (one HADD2.F32 per element,
-        twice).
-      - keep_f32=True: the current row is converted once into fp32 registers (x - k, as v6); its raw buffer is
-        then free and takes the next row's loads (issued as soon as this row's have landed). per + per / 2
-        registers for the row data.
-      - wb_smem: each thread copies ITS OWN columns of weight and bias (packed, 16-byte vectors) once into
-        shared memory at the start (no barrier: it reads back only what it wrote) and the output stage reads
-        them from there (`stg_norm_h8_shared`, below). v6 / stg_norm_h8 load them from global memory
-        after the barrier, one vector at a time: a load of `w` cannot be moved above the previous vector's
-        store to `out` (they may alias), so each row pays per / 8 serial L1/L2 round trips (SASS: LDG, LDG,
-        math, STG, four times for 128 x 32). threads * per * 2 bytes of shared memory per block (16 KB).
-    The row loop is compiled twice: once for rows of exactly threads * per columns (no column checks) and
-    once with the per-vector column checks (shorter rows)."""
-    width = 8
-    nv = per // width
-    nraw = nv * RAW_PER_VEC
-    bsum2 = make_block_sum2(threads)
-    half = 2 * row_slots(threads)
-    smem_size = 2 * half
-    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks), "fastmath": True}
-    nnext = 1 if keep_f32 else nraw  # the raw variant's second (next-row) buffer
-    nf = per if keep_f32 else width
-    nwb = nraw * threads if wb_smem else 1  # words of weight (and of bias) in shared memory
-
-    def make_loop(checked: bool):  # type: ignore[no-untyped-def]
-        @cuda.jit(device=True, inline="always")
-        def col_of(qv):  # type: ignore[no-untyped-def]
-            return (qv * threads + cuda.threadIdx.x) * width
-
-        @cuda.jit(device=True, inline="always")
-        def inside(qv, n):  # type: ignore[no-untyped-def]
-            return (not checked) or col_of(qv) < n
-
-        @cuda.jit(device=True, inline="always")
-        def widx(qv):  # type: ignore[no-untyped-def]
-            return (qv * threads + cuda.threadIdx.x) * RAW_PER_VEC
-
-        @cuda.jit(device=True, inline="always")
-        def load(buf, xr, n):  # type: ignore[no-untyped-def]
-            for qv in range(nv):
-                if inside(qv, n):
-                    ldg_raw(buf, qv * RAW_PER_VEC, xr, col_of(qv))
-
-        @cuda.jit(device=True, inline="always")
-        def out_vec(orow, qv, w, b, ws, bs, src, off, rstd, shift):  # type: ignore[no-untyped-def]
-            if wb_smem:
-                stg_norm_h8_shared(orow, col_of(qv), ws, bs, widx(qv), src, off, rstd, shift)
-            else:
-                stg_norm_h8(orow, col_of(qv), w, b, src, off, rstd, shift)
-
-        @cuda.jit(device=True, inline="always")
-        def loop(x, w, b, out, eps, ws, bs, sm):  # type: ignore[no-untyped-def]
-            cur = cuda.local.array(nraw, RAW_DTYPE)
-            nxt = cuda.local.array(nnext, RAW_DTYPE)
-            v = cuda.local.array(nf, float32)
-            rows = x.shape[0]
-            n = x.shape[1]
-            fn = float32(n)
-            row = cuda.blockIdx.x
-            step = cuda.gridDim.x
-            base = 0
-            if wb_smem:  # this thread's own vectors only: no barrier before reading them back
-                for qv in range(nv):
-                    if inside(qv, n):
-                        ldg_raw(ws, widx(qv), w, col_of(qv))
-                        ldg_raw(bs, widx(qv), b, col_of(qv))
-            kk = float32(0.0)
-            if row < rows:
-                xr = x[row]
-                kk = float32(xr[0])
-                load(cur, xr, n)
-            while row < rows:
-                nrow = row + step
-                kn = kk
-                s = float32(0.0)
-                q = float32(0.0)
-                if keep_f32:
-                    for qv in range(nv):  # waits for this row's loads
-                        if inside(qv, n):
-                            unpack_h8(v, qv * width, cur, qv * RAW_PER_VEC)
-                            for e in range(width):
-                                d = v[qv * width + e] - kk
-                                v[qv * width + e] = d
-                                s += d
-                                q += d * d
-                    if nrow < rows:  # the raw buffer is free: the next row's loads go in flight now
-                        xn = x[nrow]
-                        kn = float32(xn[0])
-                        load(cur, xn, n)
-                else:
-                    if nrow < rows:  # in flight during this row's sums, reduction and output stage
-                        xn = x[nrow]
-                        kn = float32(xn[0])
-                        load(nxt, xn, n)
-                    for qv in range(nv):
-                        if inside(qv, n):
-                            unpack_h8(v, 0, cur, qv * RAW_PER_VEC)
-                            for e in range(width):
-                                d = v[e] - kk
-                                s += d
-                                q += d * d
-                s, q = bsum2(s, q, sm, base)
-                base = half - base
-                ms = s / fn
-                var = max(q / fn - ms * ms, float32(0.0))
-                rstd = float32(1.0) / math.sqrt(var + eps)
-                shift = -ms * rstd
-                orow = out[row]
-                for qv in range(nv):
-                    if inside(qv, n):
-                        if keep_f32:
-                            out_vec(orow, qv, w, b, ws, bs, v, qv * width, rstd, shift)
-                        else:
-                            unpack_h8(v, 0, cur, qv * RAW_PER_VEC)
-                            for e in range(width):
-                                v[e] = v[e] - kk
-                            out_vec(orow, qv, w, b, ws, bs, v, 0, rstd, shift)
-                if not keep_f32:
-                    for i in range(nraw):
-                        cur[i] = nxt[i]
-                kk = kn
-                row = nrow
-
-        return loop
-
-    loop_full = make_loop(False)
-    loop_checked = make_loop(True)
-
-    @cuda.jit(**jit_kw)
-    def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
-        sm = cuda.shared.array(smem_size, float32)
-        ws = cuda.shared.array(nwb, RAW_DTYPE)
-        bs = cuda.shared.array(nwb, RAW_DTYPE)
-        if x.shape[1] == threads * per:
-            loop_full(x, w, b, out, eps, ws, bs, sm)
-        else:
-            loop_checked(x, w, b, out, eps, ws, bs, sm)
-
-    return k
-
-
-def even_grid(rows: int, cap: int) -> int:
-    """Blocks for a persistent row kernel that holds `cap` blocks at once: the fewest blocks that take the
-    same number of rounds (ceil(rows / cap)) as `cap` blocks would, so every block walks ceil or floor of
-    rows / grid rows and the rounds are as full as they can be (16384 rows, cap 1056: 1024 blocks x 16 rows
-    instead of 1056 blocks x 15.5)."""
-    cap = max(1, min(cap, rows))
-    rounds = -(-rows // cap)
-    return -(-rows // rounds)
-
-
 _SIGS = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[::1], float16[:, ::1], float32)",
@@ -940,11 +700,6 @@ def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
             raise ValueError("layernorm: v6b row kernels are for float16 rows")
         t, p, b, full, early, group = spec[1:]
         return make_rows6b(t, p, b, full, early, group), t, False
-    if kind == "v7":  # fp16 only; persistent (rowcases.row_grid's grid; path="v7" takes even_grid)
-        if width != 8:
-            raise ValueError("layernorm: v7 row kernels are for float16 rows")
-        t, p, b, keep, wbs = spec[1:]
-        return make_rows7(t, p, b, keep, wbs), t, True
     raise ValueError(f"layernorm: no row kernel of kind {kind!r}")
 
 
@@ -964,12 +719,6 @@ _V6_K = kernel(make_rows6(*_V6_CFG), _SIGS[np.dtype(np.float16)])
 V6B_CONFIG = (128, 32, 8, True, False, 2)
 _V6B_CFG = (BLOCK, PER, 1, *V6B_CONFIG[3:]) if SIMULATED else V6B_CONFIG
 _V6B_K = kernel(make_rows6b(*_V6B_CFG), _SIGS[np.dtype(np.float16)])
-# v7 (make_rows7, fp16 only: pipelined persistent rows, weight / bias in shared memory), opt-in as path="v7"
-# until the H200 run decides (notes-memory.md, "layernorm fp16 v7"): (threads, per, blocks per SM, keep_f32,
-# wb_smem); grid = even_grid(rows, SMs x resident blocks). Under the simulator BLOCK x PER, 1 block per SM.
-V7_CONFIG = (128, 32, 8, False, True)
-_V7_CFG = (BLOCK, PER, 1, *V7_CONFIG[3:]) if SIMULATED else V7_CONFIG
-_V7_K = kernel(make_rows7(*_V7_CFG), _SIGS[np.dtype(np.float16)])
 
 
 def layernorm(
@@ -985,8 +734,7 @@ def layernorm(
     """Row-wise layer norm over the last dimension of x (any ndim >= 1), weight and bias [x.shape[-1]].
     `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER), or
     "v6" (fp16 rows of <= BLOCK * PER with 16-byte aligned operands: make_rows6, V6_CONFIG), "v6b" (the same
-    operands: make_rows6b, V6B_CONFIG, one block per row), or "v7" (the
-    same operands: make_rows7, V7_CONFIG, a persistent grid of `even_grid` blocks)."""
+    operands: make_rows6b, V6B_CONFIG, one block per row); any other path is rejected (a ValueError)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, weight, bias, out), (eps, path))
         if bound is not None:
@@ -1006,18 +754,14 @@ def layernorm(
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, bo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    if path in ("v6", "v6b", "v7"):
+    if path in ("v6", "v6b"):
         if xo.dtype != np.float16 or not ok:
             raise ValueError(
                 f"path: {path!r} needs float16 operands, 16-byte aligned, rows of a multiple of 8 and at "
                 f"most {BLOCK * PER} columns"
             )
-        if path in ("v6", "v6b"):
-            k, block = (_V6_K, _V6_CFG[0]) if path == "v6" else (_V6B_K, _V6B_CFG[0])
-            grid = row_grid(k, block, False, xr.shape[0])  # one block per row (a persistent grid lost ~3 %)
-        else:
-            k, block = _V7_K, _V7_CFG[0]
-            grid = even_grid(xr.shape[0], sm_count() * k.resident_blocks(block))
+        k, block = (_V6_K, _V6_CFG[0]) if path == "v6" else (_V6B_K, _V6B_CFG[0])
+        grid = row_grid(k, block, False, xr.shape[0])  # one block per row (a persistent grid lost ~3 %)
     else:
         k, block, grid = pick_row_kernel(
             path, xo.dtype, ok, n, xr.shape[0], plain=_KERNELS, reg=_REG, vec=_VEC, row=_ROW, row_k=_ROW_K
