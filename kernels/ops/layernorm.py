@@ -52,6 +52,7 @@ from kernels.rowcases import (
     row_ptx_kernels,
     sim_spec,
 )
+from kernels.vector import PATHS as VECTOR_PATHS
 from kernels.vector import (
     RAW_DTYPE,
     RAW_PER_VEC,
@@ -717,6 +718,7 @@ _V6_K = kernel(make_rows6(*_V6_CFG), _SIGS[np.dtype(np.float16)])
 # v6b"): (threads, per, blocks per SM, full_rows, wb_early, group); one block per row; path="v6b" is the same
 # kernel. Under the simulator BLOCK x PER, 1 block.
 V6B_CONFIG = (128, 32, 8, True, False, 2)
+PATHS = (*VECTOR_PATHS, "v6", "v6b")  # what `layernorm(path=...)` takes
 _V6B_CFG = (BLOCK, PER, 1, *V6B_CONFIG[3:]) if SIMULATED else V6B_CONFIG
 _V6B_K = kernel(make_rows6b(*_V6B_CFG), _SIGS[np.dtype(np.float16)])
 
@@ -740,6 +742,8 @@ def layernorm(
         if bound is not None:
             bound.launch(ptrs, stream)
             return out
+    if path not in PATHS:
+        raise ValueError(f"path: {path!r} is not a path; expected one of: {', '.join(PATHS)}")
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     wo = arrays.operand("weight", weight, sync)
