@@ -62,7 +62,7 @@ def _stub_gpu_state() -> None:
             _stub(k)
             mma._ready[(cfg, *key)] = 0
     cg = clip_grad_norm
-    _launch.GRAPH_REPLAY = cg.GRAPH_REPLAY = False  # graphs need the real driver: time the direct launches
+    _launch.GRAPH_REPLAY = False  # graphs need the real driver: time the direct launches
     cg._device_cc = lambda: (9, 0)  # type: ignore[assignment]  # the H200's, for v4_config
     cg._state["acc"] = _fake_op("acc", (2,), np.float64, 1 << 42)
     cg._state["bar"] = _fake_op("bar", (2,), np.int32, (1 << 42) + 256)

@@ -248,27 +248,22 @@ class Bound:
         self._dims = (*g, *b)
         self._shared = shared
         self._call = None if USE_DISPATCHER else own._launch
-        self._graphs: dict[tuple[int, ...], LaunchGraph] = {}
+        self._graphs = GraphCache(GRAPHS_PER_BOUND)
         self._prev: tuple[int, ...] | None = None
 
     def launch(self, ptrs: Sequence[int], stream: Any = 0) -> None:
         key = tuple(ptrs)
         h = stream if type(stream) is int else _stream_handle(stream)
         hs = ctypes.c_void_p(h) if h else None
-        graph = self._graphs.get(key)
+        graph = self._graphs.find(key)
         if graph is not None:
             graph.launch(hs)
             return
-        if len(key) != len(self._slots):
-            raise ValueError(f"Bound.launch: {len(key)} pointers for {len(self._slots)} pointer arguments")
         blk = self._blk
         for slot, p in zip(self._slots, key, strict=True):
             blk[slot] = p
         if key == self._prev and GRAPH_REPLAY:
-            if len(self._graphs) >= GRAPHS_PER_BOUND:
-                self._graphs.pop(next(iter(self._graphs))).close()
-            graph = self._graphs[key] = LaunchGraph(self._direct)  # captures the block as just written
-            graph.launch(hs)
+            self._graphs.add(key, self._direct).launch(hs)  # captures the block as just written
             return
         self._prev = key
         self._direct(hs)
@@ -281,8 +276,8 @@ class Bound:
             raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {k.sig}")
 
 
-# Graph replay of repeat calls (Bound, above; clip_grad_norm has its own for its two launches). Off: every
-# call launches directly (the stubbed-driver tests and benchmarks/overhead_stubbed.py turn it off).
+# Graph replay of repeat calls (Bound, above, and clip_grad_norm's two-launch plan). Off: every call launches
+# directly (the stubbed-driver tests and benchmarks/overhead_stubbed.py turn it off).
 GRAPH_REPLAY = True
 GRAPHS_PER_BOUND = 4
 
@@ -336,6 +331,34 @@ class LaunchGraph:
         if self._exec is not None:
             _driver().cuGraphExecDestroy(self._exec)
             self._exec = None
+
+
+class GraphCache:
+    """Captured launch graphs by key, at most `size` of them, the oldest freed first (its operands may be long
+    gone). `find(key, tag)`: the graph stored under `key` with this very `tag` object, else None: a caller
+    whose key holds an id() passes that object as the tag, so a reused id cannot match. `add(key, record,
+    tag)` captures `record` into a LaunchGraph, stores it and returns it."""
+
+    __slots__ = ("_d", "size")
+
+    def __init__(self, size: int) -> None:
+        self._d: dict[Any, tuple[Any, LaunchGraph]] = {}
+        self.size = size
+
+    def find(self, key: Any, tag: Any = None) -> LaunchGraph | None:
+        hit = self._d.get(key)
+        return hit[1] if hit is not None and hit[0] is tag else None
+
+    def add(self, key: Any, record: Callable[[Any], None], tag: Any = None) -> LaunchGraph:
+        if len(self._d) >= self.size:
+            self._d.pop(next(iter(self._d)))[1].close()
+        graph = LaunchGraph(record)
+        self._d[key] = (tag, graph)  # holds the tag: its id cannot be reused while the entry lives
+        return graph
+
+    def keys(self) -> list[Any]:
+        """The keys, oldest first."""
+        return list(self._d)
 
 
 def _check(rc: int, what: str) -> None:

@@ -114,7 +114,7 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
         ("residual_add fp16, numba arrays", lambda: residual_add.residual_add(x16, x16, out16)),
         ("clip_grad_norm fp32, 2 arrays (auto)", lambda: clip(g, 1e9, norm_out=norm)),
         ("clip_grad_norm fp16, 2 arrays (auto)", lambda: clip(g16, 1e9, norm_out=norm)),
-        # max_norm new on every call: no graph is built or found (clip_grad_norm.GRAPH_REPLAY, keyed by the
+        # max_norm new on every call: no graph is built or found (clip_grad_norm's plan keys its graphs by the
         # arrays and max_norm), so every call repacks and launches both kernels directly: the worst case
         ("clip_grad_norm fp16, max_norm new each call", lambda: clip(g16, next(mx_new), norm_out=norm)),
         ("gemm fp32 128^3", lambda: gemm.gemm(ma, mb, mc)),

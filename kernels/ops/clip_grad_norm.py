@@ -61,8 +61,9 @@ import numpy as np
 from numba import cuda, float32, float64, int32, int64, uint64
 
 from kernels import arrays
+from kernels import launch as _launch
 from kernels.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
-from kernels.launch import USE_DISPATCHER, Kernel, LaunchError, LaunchGraph, _stream_handle, kernel, sm_count
+from kernels.launch import USE_DISPATCHER, GraphCache, Kernel, LaunchError, _stream_handle, kernel, sm_count
 from kernels.reduce import BLOCK, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.vector import (
@@ -983,7 +984,7 @@ class _FastPlan:
             self.kernels.append(own)
         self._last: tuple[Any, float] | None = None  # (values, max_norm) the blocks hold now
         # (id(values), max_norm) -> (values, graph): the call's launches captured once (see `launch`)
-        self._graphs: dict[tuple[int, float], tuple[Any, LaunchGraph]] = {}
+        self._graphs = GraphCache(GRAPHS_MAX)
         self._grids: list[int] = []
         q = 7 * SLOTS
         if kind == "one":
@@ -1031,9 +1032,9 @@ class _FastPlan:
         hold `fv`, the very object, and `mx`) and launch; the second call in a row with the same (`fv`, `mx`)
         captures the launches into a graph first and replays it from then on."""
         key = (id(fv), mx)
-        hit = self._graphs.get(key)
-        if hit is not None and hit[0] is fv:
-            hit[1].launch(hs)
+        graph = self._graphs.find(key, fv)
+        if graph is not None:
+            graph.launch(hs)
             return
         last = self._last
         if last is not None and last[0] is fv and last[1] != mx:
@@ -1051,12 +1052,8 @@ class _FastPlan:
                 words = words + self.empty_words * (SLOTS - cnt)  # a new list: the cached one stays unpadded
             self._grids = [self.pack(i, words, p_no, mx) for i in range(len(self.kernels))]
             self._last = (fv, mx)  # holds fv: its id cannot be reused while it is compared by identity
-        elif GRAPH_REPLAY:
-            if len(self._graphs) >= GRAPHS_MAX:  # the oldest goes (its arrays may be long gone)
-                self._graphs.pop(next(iter(self._graphs)))[1].close()
-            graph = LaunchGraph(self._record)  # the driver copies the packed blocks now
-            self._graphs[key] = (fv, graph)  # holds fv, as _last does
-            graph.launch(hs)
+        elif _launch.GRAPH_REPLAY:
+            self._graphs.add(key, self._record, fv).launch(hs)  # the driver copies the packed blocks now
             return
         self._record(hs)
 
@@ -1071,7 +1068,7 @@ class _FastPlan:
 # costs the host 1.8 us where the two cuLaunchKernel calls of "two" cost 10.2 us (H200 host, 2026-11-30,
 # benchmarks/probe_launch.py). A graph is built on the second call in a row with the same arrays (the cached
 # values object) and max_norm, the case of a training loop; calls that change them launch directly.
-GRAPH_REPLAY = True
+# kernels.launch.GRAPH_REPLAY switches it off.
 GRAPHS_MAX = 8  # graphs per plan
 
 

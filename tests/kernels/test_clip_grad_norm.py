@@ -8,7 +8,7 @@ import pytest
 from numba import cuda
 from opcheck import assert_case_passes, case_id, fake_graph_class, needs_device, needs_gpu, small_cases
 
-from kernels import arrays
+from kernels import arrays, launch
 from kernels.launch import Kernel
 from kernels.ops import clip_grad_norm as op
 from kernels.registry import Case
@@ -162,7 +162,7 @@ def test_fast_parameter_blocks_match_kernel_pack(kind, dtype):  # type: ignore[n
 @pytest.mark.parametrize("kind", ["two", "two_last"])
 def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(kind, monkeypatch):  # type: ignore[no-untyped-def]
     # a repeat call on the same cached values skips the packing; a new max_norm or new arrays repack
-    monkeypatch.setattr(op, "GRAPH_REPLAY", False)  # direct launches only (graphs: the test below)
+    monkeypatch.setattr(launch, "GRAPH_REPLAY", False)  # direct launches only (graphs: the test below)
     dt = np.dtype(np.float32)
     plan = op._FastPlan(dt, kind, op.V4_DEFAULT[dt])
     seen: list[tuple[int, list[int]]] = []
@@ -193,6 +193,7 @@ def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(kind, mon
 def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch):  # type: ignore[no-untyped-def]
     # (values, max_norm) seen twice in a row: captured once, replayed after; anything else launches directly;
     # the graph captures the blocks a fresh pack of that call writes; the oldest graph goes past GRAPHS_MAX
+    monkeypatch.setattr(op, "GRAPHS_MAX", 2)
     dt = np.dtype(np.float32)
     plan = op._FastPlan(dt, "two", op.V4_DEFAULT[dt])
     direct: list[int] = []
@@ -209,8 +210,7 @@ def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch): 
             super().__init__(record)
             self.blocks = [list(k._block) for k in plan.kernels]  # what the capture saw
 
-    monkeypatch.setattr(op, "LaunchGraph", FakeGraph)
-    monkeypatch.setattr(op, "GRAPHS_MAX", 2)
+    monkeypatch.setattr(launch, "LaunchGraph", FakeGraph)
     no = _FakeDeviceArray((1,), np.float32, 1 << 41)
     fvs = [
         op.fast_values([_FakeDeviceArray((1000 * (i + 1),), dt, (1 << 40) + (i << 20))], no) for i in range(3)

@@ -92,7 +92,7 @@ def test_clip_grad_norm_repeat_calls(dtype: type) -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_clip_grad_norm_graph_replay(dtype: type) -> None:
     """A training loop's pattern: the same arrays and max_norm on every call, new contents each time. From the
-    second call on, the call replays a captured CUDA graph (clip_grad_norm GRAPH_REPLAY); max_norm switching
+    second call on, the call replays a captured CUDA graph (kernels.launch.GRAPH_REPLAY); max_norm switching
     between two values gets one graph each; both clipping and not clipping stay right on every replay."""
     from kernels.ops import clip_grad_norm as op
 
@@ -117,5 +117,5 @@ def test_clip_grad_norm_graph_replay(dtype: type) -> None:
                 err = rel(out, h.astype(np.float64) * coef)
                 assert err <= TOL[dtype], f"call {call}: scaled rel err {err:.3g}"
     plan = op._fast_plans[(np.dtype(dtype), op.AUTO_V4[np.dtype(dtype)])]
-    newest = list(plan._graphs)[-2:]  # keys (id(values), max_norm), oldest first
+    newest = plan._graphs.keys()[-2:]  # keys (id(values), max_norm), oldest first
     assert [mx for _, mx in newest] == [1.0, 1e9], f"expected a graph per max_norm, got {newest}"
