@@ -1,7 +1,7 @@
 """Device probe of host launch cost (issue 4: <= 10 us per op call on device arrays): where a call's host time
 goes, from the bare ctypes call up to the op launchers, and whether a CUDA graph (one cuGraphLaunch for
 clip_grad_norm's two kernels) beats two cuLaunchKernel calls. One process, medians of 2000 calls each,
-queue drained every 200 calls outside the timed region (as kernels/overhead.py).
+queue drained every 200 calls outside the timed region (kernels.overhead._time).
 
 Rows:
   ctypes call, 11 int args    libc abs() through ctypes with cuLaunchKernel's argument count: the FFI floor
@@ -19,40 +19,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import gc
 import json
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-CALLS, SYNC_EVERY = 2000, 200
-
-
-def timed(fn: Callable[[], Any], sync: Callable[[], Any]) -> dict[str, float]:
-    t_end = time.perf_counter() + 0.2
-    while time.perf_counter() < t_end:
-        for _ in range(50):
-            fn()
-        sync()
-    gc.collect()
-    ns = []
-    for i in range(CALLS):
-        t0 = time.perf_counter_ns()
-        fn()
-        ns.append(time.perf_counter_ns() - t0)
-        if i % SYNC_EVERY == SYNC_EVERY - 1:
-            sync()
-    sync()
-    us = np.asarray(ns) / 1e3
-    return {
-        "median_us": round(float(np.median(us)), 2),
-        "p10_us": round(float(np.percentile(us, 10)), 2),
-        "p90_us": round(float(np.percentile(us, 90)), 2),
-    }
 
 
 def check(rc: int, what: str) -> None:
@@ -71,6 +43,11 @@ def main() -> int:
     from kernels import launch as L
     from kernels.ops import clip_grad_norm as C
     from kernels.ops import residual_add
+    from kernels.overhead import CALLS, _time
+
+    # the launchers' own graph replay off: the rows below time direct launches, and the graph row builds its
+    # graph by hand from clip's direct launches (the probe measured the case for kernels.launch.GRAPH_REPLAY)
+    L.GRAPH_REPLAY = False
 
     rows: dict[str, dict[str, float]] = {}
     sync = cuda.synchronize
@@ -79,7 +56,7 @@ def main() -> int:
     def ffi() -> None:
         libc.abs(1, 1, 1, 1, 1, 1, 1, 1, 0, None, None)
 
-    rows["ctypes call, 11 int args"] = timed(ffi, lambda: None)
+    rows["ctypes call, 11 int args"] = _time(ffi, CALLS)
 
     n = 4096
     x = cuda.to_device(np.ones(n, np.float32))
@@ -87,7 +64,7 @@ def main() -> int:
     o = cuda.device_array(n, np.float32)
     residual_add.residual_add(x, y, out=o)
     sync()
-    rows["residual_add op (FastCache hit)"] = timed(lambda: residual_add.residual_add(x, y, out=o), sync)
+    rows["residual_add op (FastCache hit)"] = _time(lambda: residual_add.residual_add(x, y, out=o), CALLS)
     bound = next(iter(residual_add._FAST._d.values()), None)
     if bound is not None:
         k = bound._kern
@@ -98,15 +75,15 @@ def main() -> int:
         def bare() -> None:
             drv(f, gx, gy, gz, bx, by, bz, 0, None, params, None)
 
-        rows["cuLaunchKernel, prebuilt"] = timed(bare, sync)
+        rows["cuLaunchKernel, prebuilt"] = _time(bare, CALLS)
         ptrs = [x.device_ctypes_pointer.value, y.device_ctypes_pointer.value, o.device_ctypes_pointer.value]
-        rows["Bound.launch"] = timed(lambda: bound.launch(ptrs), sync)
+        rows["Bound.launch"] = _time(lambda: bound.launch(ptrs), CALLS)
 
     g16 = [cuda.to_device(np.ones(1 << 12, np.float16)) for _ in range(2)]
     nrm = cuda.device_array(1, np.float32)
     C.clip_grad_norm(g16, 1.0, norm_out=nrm)
     sync()
-    rows["clip two: 2 x cuLaunchKernel"] = timed(lambda: C.clip_grad_norm(g16, 1.0, norm_out=nrm), sync)
+    rows["clip two: 2 x cuLaunchKernel"] = _time(lambda: C.clip_grad_norm(g16, 1.0, norm_out=nrm), CALLS)
     plan = C._fast_plans[(np.dtype(np.float16), "two")]
 
     def cap(s: Any) -> None:
@@ -114,7 +91,7 @@ def main() -> int:
             check(kk._launch(kk._func, gg, 1, 1, C.BLOCK, 1, 1, 0, s, kk._params, None), "launch in capture")
 
     graph = L.LaunchGraph(cap)
-    rows["clip two: cuGraphLaunch"] = timed(lambda: graph.launch(None), sync)
+    rows["clip two: cuGraphLaunch"] = _time(lambda: graph.launch(None), CALLS)
 
     # the graph's result, checked: 2 x 1M fp16, clipping to half the norm
     rng = np.random.default_rng(0)
