@@ -191,125 +191,19 @@ else:
 merge_max_sum = _merge_max_sum
 
 
-# --- v4: reducers for any block size, one barrier per row ------------------------------------------------
+# --- reducers for any block size, one barrier per reduction ----------------------------------------------
 #
-# The v3 row kernels reduce twice per row (layernorm: mean, then variance; softmax: max, then sum) and each
-# block reduction ends with a second barrier so `smem` can be reused: four barriers per 8 KB fp16 row. The
-# factories below merge the two statistics into ONE reduction (layernorm: Chan's parallel variance merge of
-# (count, mean, M2); softmax: the online (max, sum) merge) and drop the trailing barrier: the caller passes a
-# slot base that alternates between two halves of its shared array from one row to the next (row i and row
-# i + 2 use the same half, and row i + 1's barrier separates the last read of one from the first write of the
-# other). One barrier per row.
+# The v3 row kernels' block reductions each end with a second barrier so `smem` can be reused. The factories
+# here (first written for the v4 row kernels, which were removed: benchmarks/notes-memory.md, "v4"; code at
+# commit 0a9cc4b) drop the trailing barrier: the caller passes a slot base that alternates between two halves
+# of its shared array from one row to the next (row i and row i + 2 use the same half, and row i + 1's
+# barrier separates the last read of one from the first write of the other). One barrier per reduction.
 
 
 def row_slots(threads: int) -> int:
     """Shared float32 slots per value per half that the `make_*` reducers need for `threads` threads: one per
     warp on a GPU, one per thread under the simulator (its version merges serially)."""
     return threads if SIMULATED else threads // 32
-
-
-@cuda.jit(device=True, inline="always")
-def merge_welford(ca, ma, qa, cb, mb, qb):  # type: ignore[no-untyped-def]
-    """Chan et al.'s merge of two (count, mean, sum of squared deviations) partials; counts may be 0."""
-    c = ca + cb
-    f = cb / max(c, float32(1.0))
-    d = mb - ma
-    return c, ma + d * f, qa + qb + d * d * ca * f
-
-
-@cuda.jit(device=True, inline="always")
-def _warp_welford(c, m, q):  # type: ignore[no-untyped-def]
-    for off in (16, 8, 4, 2, 1):
-        c2 = cuda.shfl_down_sync(FULL, c, off)
-        m2 = cuda.shfl_down_sync(FULL, m, off)
-        q2 = cuda.shfl_down_sync(FULL, q, off)
-        c, m, q = merge_welford(c, m, q, c2, m2, q2)
-    return c, m, q
-
-
-def make_block_welford(threads: int):  # type: ignore[no-untyped-def]
-    """block_welford(c, m, q, sm, base) -> (count, mean, M2) of the whole block, in every thread.
-    `sm`: float32 shared array of >= base + 3 * row_slots(threads); one barrier, none at the end."""
-    nw = threads // 32
-    slots = row_slots(threads)
-
-    @cuda.jit(device=True, inline="always")
-    def shfl(c, m, q, sm, base):  # type: ignore[no-untyped-def]
-        # unsigned lane / warp arithmetic: signed // and % carry floor-division fix-ups (and registers)
-        tid = uint32(cuda.threadIdx.x)
-        lane = tid & uint32(31)
-        wid = tid >> uint32(5)
-        c, m, q = _warp_welford(c, m, q)
-        if lane == 0:
-            sm[base + wid] = c
-            sm[base + slots + wid] = m
-            sm[base + 2 * slots + wid] = q
-        cuda.syncthreads()
-        if lane < nw:
-            c = sm[base + lane]
-            m = sm[base + slots + lane]
-            q = sm[base + 2 * slots + lane]
-        else:
-            c = float32(0.0)
-            m = float32(0.0)
-            q = float32(0.0)
-        c, m, q = _warp_welford(c, m, q)
-        return cuda.shfl_sync(FULL, c, 0), cuda.shfl_sync(FULL, m, 0), cuda.shfl_sync(FULL, q, 0)
-
-    @cuda.jit(device=True, inline="always")
-    def serial(c, m, q, sm, base):  # type: ignore[no-untyped-def]
-        tid = cuda.threadIdx.x
-        sm[base + tid] = c
-        sm[base + slots + tid] = m
-        sm[base + 2 * slots + tid] = q
-        cuda.syncthreads()
-        c = sm[base]
-        m = sm[base + slots]
-        q = sm[base + 2 * slots]
-        for t in range(1, threads):
-            c, m, q = merge_welford(c, m, q, sm[base + t], sm[base + slots + t], sm[base + 2 * slots + t])
-        return c, m, q
-
-    return serial if SIMULATED else shfl
-
-
-def make_block_max_sum(threads: int):  # type: ignore[no-untyped-def]
-    """block_max_sum(m, s, sm, base) -> the online-softmax (max, sum) of the whole block, in every thread.
-    `sm`: float32 shared array of >= base + 2 * row_slots(threads); one barrier, none at the end."""
-    nw = threads // 32
-    slots = row_slots(threads)
-
-    @cuda.jit(device=True, inline="always")
-    def shfl(m, s, sm, base):  # type: ignore[no-untyped-def]
-        tid = uint32(cuda.threadIdx.x)
-        lane = tid & uint32(31)
-        wid = tid >> uint32(5)
-        m, s = _warp_max_sum(m, s)
-        if lane == 0:
-            sm[base + wid] = m
-            sm[base + slots + wid] = s
-        cuda.syncthreads()
-        if lane < nw:
-            m = sm[base + lane]
-            s = sm[base + slots + lane]
-        else:
-            m = NEG_INF
-            s = float32(0.0)
-        return _warp_max_sum(m, s)
-
-    @cuda.jit(device=True, inline="always")
-    def serial(m, s, sm, base):  # type: ignore[no-untyped-def]
-        tid = cuda.threadIdx.x
-        sm[base + tid] = m
-        sm[base + slots + tid] = s
-        cuda.syncthreads()
-        m = sm[base]
-        s = sm[base + slots]
-        for t in range(1, threads):
-            m, s = _merge_max_sum(m, s, sm[base + t], sm[base + slots + t])
-        return m, s
-
-    return serial if SIMULATED else shfl
 
 
 def make_block_sum(threads: int):  # type: ignore[no-untyped-def]

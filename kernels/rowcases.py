@@ -18,12 +18,12 @@ MAX_GRID = 2**31 - 1
 
 # The vector-path kernel of each row op and dtype, where it is not v3's `_make_vec` kernel. Entries:
 #   ("v3", fastmath)                                       v3's kernel, built with numba's fastmath flag
-#   ("v4", threads, per, blocks, prefetch, raw)            make_rows (v4; round 1: slower than v3, unused)
-#   ("v5", threads, per, blocks, fastmath, wb_regs)        make_rows5 (layernorm; softmax takes no wb_regs)
+#   ("v5", threads, per, blocks, fastmath)                 softmax make_rows5
 #   ("v6", threads, per, blocks, full_rows)                layernorm make_rows6 (fp16: half2 output stage)
 #   ("v6b", threads, per, blocks, full_rows, wb_early, group)  layernorm make_rows6b (v6, w/b loads batched)
 # threads x per must cover BLOCK x PER; blocks = launch_bounds' blocks per SM. Chosen from the side-by-side
 # H200 timings (benchmarks/notes-memory.md, "v4", "v5"); an absent dtype keeps v3's plain vector kernel.
+# (The v4 kernels of all three ops and layernorm's v5 lost there and were removed: code at commit 0a9cc4b.)
 # A dtype listed here takes its vector kernel on "auto" even when it is not in kernels.vector.AUTO_VECTOR.
 # Round 2 (notes-memory.md "v5 outcome", H200, 16384 x 4096, us): layernorm fp16 v3 76.4 -> v5 128x32 b8
 # fastmath 73.7; softmax fp16 83.4 -> v5 256x16 b8 fastmath 69.7; layernorm / rmsnorm fp32 scalar 140.1 /
@@ -44,10 +44,10 @@ ROW_KERNELS: dict[str, dict[np.dtype, tuple[Any, ...]]] = {
 
 
 def sim_spec(spec: tuple[Any, ...]) -> tuple[Any, ...]:
-    """`spec` as it runs here: under the simulator v4/v5 kernels take BLOCK threads x PER values (the same
+    """`spec` as it runs here: under the simulator v5/v6/v6b kernels take BLOCK threads x PER values (the same
     longest row as v3 there) and one block per SM; otherwise unchanged."""
     kind = spec[0]
-    if kind in ("v4", "v5", "v6", "v6b"):
+    if kind in ("v5", "v6", "v6b"):
         assert spec[1] * spec[2] >= BLOCK * PER, spec
         if SIMULATED:
             return (kind, BLOCK, PER, 1, *spec[4:])
@@ -138,11 +138,11 @@ def row_ptx_kernels(
     stream: Any,
     vec: dict[Any, Any],
     sigs: dict[Any, str],
-    v4: dict[Any, Any] | None = None,
+    row: dict[Any, Any] | None = None,
 ) -> tuple[tuple[str, Any, str], ...]:
     """The offline-PTX list of a row op: its register-row, streaming and vector kernels for every dtype, and
-    its v4 kernels (`v4`: dtype -> function) for the dtypes that have one."""
+    its ROW_KERNELS kernels (`row`: dtype -> function) for the dtypes that have one."""
     kinds = (("reg", lambda dt: reg), ("stream", lambda dt: stream), ("vec", lambda dt: vec[dt]))
     out = [(f"{name}_{kind}_{dt.name}", fn(dt), sig) for kind, fn in kinds for dt, sig in sigs.items()]
-    out += [(f"{name}_row_{dt.name}", fn, sigs[dt]) for dt, fn in (v4 or {}).items()]
+    out += [(f"{name}_row_{dt.name}", fn, sigs[dt]) for dt, fn in (row or {}).items()]
     return tuple(out)

@@ -131,7 +131,7 @@ def _intrinsics() -> tuple[Any, Any]:
 
 def _raw_intrinsics() -> tuple[Any, Any]:
     """ldg_raw / unpack_h8: a 16-byte fp16 load kept as 4 packed 32-bit words (half the registers of 8
-    floats), converted later; for rows held in flight across a loop iteration (the prefetch row kernels)."""
+    floats), converted later (kernels/ops/layernorm.py make_rows6b: row, weight, bias as packed halves)."""
     from llvmlite import ir
     from numba.core import types
     from numba.cuda.extending import intrinsic
@@ -255,77 +255,6 @@ def make_row_io(width: int, block: int, per: int) -> tuple[Any, Any]:
                         v[q * width + e] = fill
 
     return load_row, col_of
-
-
-def make_raw_row_io(block: int, per: int) -> tuple[Any, Any]:
-    """fp16 rows as make_row_io lays them out (width 8), loaded into a raw buffer of packed words
-    (`RAW_DTYPE`, per // 8 * RAW_PER_VEC of them per thread) and unpacked into float32 registers later.
-
-      load_raw(raw, xr, n): this thread's vectors of row xr (those inside the row)
-      unpack_row(v, raw, n, fill): v[q * 8 + e] = the loaded values, or `fill` past the end of the row
-    """
-    nv = per // 8
-
-    @cuda.jit(device=True, inline="always")
-    def col_of(q):  # type: ignore[no-untyped-def]
-        return (q * block + cuda.threadIdx.x) * 8
-
-    @cuda.jit(device=True, inline="always")
-    def load_raw(raw, xr, n):  # type: ignore[no-untyped-def]
-        if n >= block * per:
-            for q in range(nv):
-                ldg_raw(raw, q * RAW_PER_VEC, xr, col_of(q))
-        else:
-            for q in range(nv):
-                if col_of(q) < n:
-                    ldg_raw(raw, q * RAW_PER_VEC, xr, col_of(q))
-
-    @cuda.jit(device=True, inline="always")
-    def unpack_row(v, raw, n, fill):  # type: ignore[no-untyped-def]
-        for q in range(nv):
-            if col_of(q) < n:
-                unpack_h8(v, q * 8, raw, q * RAW_PER_VEC)
-            else:
-                for e in range(8):
-                    v[q * 8 + e] = fill
-
-    return load_raw, unpack_row
-
-
-def make_prefetch_io(width: int, block: int, per: int, raw: bool, fill: float) -> tuple[int, Any, Any, Any]:
-    """The next-row buffer of the prefetching row kernels: (buffer length, buffer dtype, pre_load, take).
-
-      pre_load(buf, xr, n): issue this thread's loads of row xr into buf
-      take(v, buf, n): v = the buffered row as float32 (`fill` past its end)
-
-    `raw` (fp16 only): the buffer keeps the packed halves (RAW_DTYPE words, half the registers) and `take`
-    converts them; otherwise the buffer is float32 like the row itself."""
-    if raw:
-        if width != 8:
-            raise ValueError("raw prefetch buffers are for float16 rows (8 values per 16-byte vector)")
-        load_raw, unpack_row = make_raw_row_io(block, per)
-
-        @cuda.jit(device=True, inline="always")
-        def pre_raw(buf, xr, n):  # type: ignore[no-untyped-def]
-            load_raw(buf, xr, n)
-
-        @cuda.jit(device=True, inline="always")
-        def take_raw(v, buf, n):  # type: ignore[no-untyped-def]
-            unpack_row(v, buf, n, fill)
-
-        return per // 8 * RAW_PER_VEC, RAW_DTYPE, pre_raw, take_raw
-    load_row, _ = make_row_io(width, block, per)
-
-    @cuda.jit(device=True, inline="always")
-    def pre(buf, xr, n):  # type: ignore[no-untyped-def]
-        load_row(buf, xr, n, fill)
-
-    @cuda.jit(device=True, inline="always")
-    def take(v, buf, n):  # type: ignore[no-untyped-def]
-        for e in range(per):
-            v[e] = buf[e]
-
-    return per, float32, pre, take
 
 
 def _norm_intrinsic() -> Any:

@@ -7,10 +7,10 @@ Kernels, one block of 256 threads per row, as rmsnorm:
     exact two-pass E[(x - mean)^2] at the cost of one more block reduction, no extra memory traffic.
   - `_layernorm_vec` (v3, same rows when x, weight, bias, out are 16-byte aligned and a row is a multiple
     of 16 bytes): the register kernel with 16-byte loads and stores (kernels.vector).
-  - `make_rows5` (v5) / `make_rows` (v4): the vector kernel with other block shapes, reductions and numba's
-    fastmath; kernels/rowcases.py ROW_KERNELS picks, per dtype, the one the vector path takes (fp16: v6b,
-    below; fp32: v3's vector kernel, also on "auto"), from the side-by-side H200 timings in
-    benchmarks/notes-memory.md ("v4", "v5", "v6", "v6b").
+  - kernels/rowcases.py ROW_KERNELS picks, per dtype, the kernel the vector path takes (fp16: v6b, below;
+    fp32: v3's vector kernel, also on "auto"), from the side-by-side H200 timings in
+    benchmarks/notes-memory.md ("v4", "v5", "v6", "v6b"). The v4 / v5 row kernels (make_rows / make_rows5:
+    other block shapes, reductions, fastmath) lost to v3 / v6b there and were removed (commit 0a9cc4b).
   - `make_rows6` (v6, fp16, path="v6") / `make_rows6b` (v6b, fp16, what "auto" runs since its H200 run:
     128 threads x 32 values, 8 blocks/SM, one block per row): a half2 output stage; v6b issues the weight /
     bias loads of 2 vectors ahead of their stores (benchmarks/notes-memory.md, "layernorm fp16 v6" / "v6b").
@@ -39,7 +39,6 @@ from kernels.reduce import (
     VEC_ROW_JIT,
     block_sum,
     make_block_sum2,
-    make_block_welford,
     row_slots,
 )
 from kernels.registry import Case, OpSpec, Problem, register
@@ -60,7 +59,6 @@ from kernels.vector import (
     WIDTH,
     ldg_into,
     ldg_raw,
-    make_prefetch_io,
     make_row_io,
     stg_from,
     stg_norm_h8,
@@ -200,156 +198,6 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
                         tw[e] = (v[q * width + e] - mean) * rstd * tw[e] + tb[e]
                     stg_from(orow, col, tw, 0)
             row += cuda.gridDim.x
-
-    return k
-
-
-def make_rows(  # type: ignore[no-untyped-def]
-    width: int, threads: int, per: int, min_blocks: int, prefetch: bool, raw: bool = False
-):
-    """v4 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules), one barrier per
-    row: each thread takes the exact mean and M2 of its own `per` values (in registers), then ONE block
-    reduction merges (count, mean, M2) with Chan's formula (v3: a sum reduction, then a variance one, four
-    barriers). `threads` per block and `per` values per thread set how many rows an SM holds in registers
-    (`min_blocks` = launch_bounds' blocks per SM). `prefetch`: the block walks rows grid-stride and issues the
-    next row's loads before this row's reduction (a persistent grid of SMs x min_blocks; twice the registers
-    for the row)."""
-    nv = per // width
-    load_row, col_of = make_row_io(width, threads, per)
-    nbuf, buf_dt, pre_load, take = make_prefetch_io(width, threads, per, raw, 0.0)
-    welford = make_block_welford(threads)
-    half = 3 * row_slots(threads)
-    smem_size = 2 * half  # two halves: the reduction slots alternate between rows
-    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
-
-    @cuda.jit(**jit_kw)
-    def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
-        sm = cuda.shared.array(smem_size, float32)
-        v = cuda.local.array(per, float32)
-        vn = cuda.local.array(nbuf, buf_dt)
-        tw = cuda.local.array(width, float32)
-        tb = cuda.local.array(width, float32)
-        rows = x.shape[0]
-        n = x.shape[1]
-        fn = float32(n)
-        row = cuda.blockIdx.x
-        step = cuda.gridDim.x
-        base = 0
-        if prefetch and row < rows:
-            load_row(v, x[row], n, float32(0.0))
-        while row < rows:
-            nxt = row + step
-            if prefetch:
-                if nxt < rows:  # in flight during this row's reduction and stores
-                    pre_load(vn, x[nxt], n)
-            else:
-                load_row(v, x[row], n, float32(0.0))
-            s = float32(0.0)
-            c = float32(0.0)
-            for q in range(nv):
-                if col_of(q) < n:
-                    c += float32(width)
-                    for e in range(width):
-                        s += v[q * width + e]
-            mt = s / max(c, float32(1.0))
-            m2 = float32(0.0)
-            for q in range(nv):
-                if col_of(q) < n:  # padding lanes hold 0, not the mean: leave them out
-                    for e in range(width):
-                        d = v[q * width + e] - mt
-                        m2 += d * d
-            c, mean, m2 = welford(c, mt, m2, sm, base)
-            base = half - base
-            rstd = float32(1.0) / math.sqrt(m2 / fn + eps)
-            orow = out[row]
-            for q in range(nv):
-                col = col_of(q)
-                if col < n:
-                    ldg_into(tw, 0, w, col)
-                    ldg_into(tb, 0, b, col)
-                    for e in range(width):
-                        tw[e] = (v[q * width + e] - mean) * rstd * tw[e] + tb[e]
-                    stg_from(orow, col, tw, 0)
-            if prefetch:
-                take(v, vn, n)
-            row = nxt
-
-    return k
-
-
-def make_rows5(  # type: ignore[no-untyped-def]
-    width: int, threads: int, per: int, min_blocks: int, fastmath: bool, wb_regs: bool
-):
-    """v5 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules), built for few
-    instructions per element (round 1: the fp16 row kernels issue ~20 instructions per element, so
-    instruction count, not barriers, is what v4 made worse):
-      - ONE block reduction of two plain sums (unrolled shuffles, no division), one barrier per row: the
-        sum and sum of squares of (x - k), k = x[row, 0] (every thread reads it; padding lanes hold k, so
-        they add 0). Shifting by a sample of the row keeps var = E[(x-k)^2] - E[x-k]^2 free of the
-        cancellation the unshifted formula has when |mean| >> std (tests/kernels/test_layernorm.py).
-      - out = ((x - k) - mean(x - k)) * rstd * w + b: no large mean is ever rounded (x * rstd - mean * rstd
-        would cancel, and x - mean would carry mean's rounding when |mean| >> std).
-      - `fastmath`: approximate rsqrt / division (numba's fastmath flag).
-      - `wb_regs`: a persistent grid (blocks walk rows grid-stride) whose threads convert their columns of
-        weight and bias to fp32 registers once, instead of loading and converting them for every row."""
-    nv = per // width
-    load_row, col_of = make_row_io(width, threads, per)
-    bsum2 = make_block_sum2(threads)
-    half = 2 * row_slots(threads)
-    smem_size = 2 * half  # two halves: the reduction slots alternate between rows
-    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
-    if fastmath:
-        jit_kw["fastmath"] = True
-    nwb = per if wb_regs else 1
-
-    @cuda.jit(**jit_kw)
-    def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
-        sm = cuda.shared.array(smem_size, float32)
-        v = cuda.local.array(per, float32)
-        tw = cuda.local.array(width, float32)
-        tb = cuda.local.array(width, float32)
-        rw = cuda.local.array(nwb, float32)
-        rb = cuda.local.array(nwb, float32)
-        rows = x.shape[0]
-        n = x.shape[1]
-        fn = float32(n)
-        row = cuda.blockIdx.x
-        step = cuda.gridDim.x
-        base = 0
-        if wb_regs:
-            load_row(rw, w, n, float32(0.0))
-            load_row(rb, b, n, float32(0.0))
-        while row < rows:
-            xr = x[row]
-            kk = float32(xr[0])
-            load_row(v, xr, n, kk)
-            s = float32(0.0)
-            q = float32(0.0)
-            for e in range(per):
-                d = v[e] - kk
-                v[e] = d  # kept shifted: (x - k) - mean(x - k) is exact where x - mean(x) would round mean
-                s += d
-                q += d * d
-            s, q = bsum2(s, q, sm, base)
-            base = half - base
-            ms = s / fn
-            var = max(q / fn - ms * ms, float32(0.0))
-            rstd = float32(1.0) / math.sqrt(var + eps)
-            orow = out[row]
-            for qv in range(nv):
-                col = col_of(qv)
-                if col < n:
-                    if wb_regs:
-                        for e in range(width):
-                            j = qv * width + e
-                            tw[e] = (v[j] - ms) * rstd * rw[j] + rb[j]
-                    else:
-                        ldg_into(tw, 0, w, col)
-                        ldg_into(tb, 0, b, col)
-                        for e in range(width):
-                            tw[e] = (v[qv * width + e] - ms) * rstd * tw[e] + tb[e]
-                    stg_from(orow, col, tw, 0)
-            row += step
 
     return k
 
@@ -685,12 +533,6 @@ def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
     kind = spec[0]
     if kind == "v3":
         return _make_vec(width, spec[1]), BLOCK, False
-    if kind == "v4":
-        t, p, b, pf, raw = spec[1:]
-        return make_rows(width, t, p, b, pf, raw), t, pf
-    if kind == "v5":
-        t, p, b, fm, wbr = spec[1:]
-        return make_rows5(width, t, p, b, fm, wbr), t, wbr
     if kind == "v6":  # fp16 only (half2 output stage); one block per row
         if width != 8:
             raise ValueError("layernorm: v6 row kernels are for float16 rows")

@@ -7,8 +7,9 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
     with every load in flight at once, reduces, and writes from registers: one read, one write.
   - `_rmsnorm_vec` (v3, same rows when x, weight, out are 16-byte aligned and a row is a multiple of 16
     bytes): the register kernel with 16-byte loads and stores (kernels.vector), 8 halves per instruction.
-  - `make_rows` (v4): other block shapes / prefetch (slower on the H200); kernels/rowcases.py ROW_KERNELS
-    sends fp32 "auto" calls to the v3 vector kernel (3 % faster than the register kernel there).
+  - kernels/rowcases.py ROW_KERNELS sends fp32 "auto" calls to the v3 vector kernel (3 % faster than the
+    register kernel on the H200). v4 (make_rows: other block shapes / prefetch) was slower there and was
+    removed (commit 0a9cc4b).
   - `_rmsnorm_kernel` (longer rows): pass 1 streams the row with four loads in flight per thread; pass 2
     reads it again, from L1/L2 (the same block read it microseconds before), not device memory.
 """
@@ -24,7 +25,7 @@ from numba import cuda, float32, uint32
 from kernels import arrays
 from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
 from kernels.launch import FastCache, kernel
-from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum, make_block_sum, row_slots
+from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
 from kernels.registry import Case, OpSpec, Problem, register
 from kernels.rowcases import (
     ROW_KERNELS,
@@ -34,7 +35,7 @@ from kernels.rowcases import (
     row_ptx_kernels,
     sim_spec,
 )
-from kernels.vector import WIDTH, ldg_into, make_prefetch_io, make_row_io, stg_from, vector_ok
+from kernels.vector import WIDTH, ldg_into, make_row_io, stg_from, vector_ok
 
 
 @cuda.jit
@@ -147,60 +148,6 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
     return k
 
 
-def make_rows(  # type: ignore[no-untyped-def]
-    width: int, threads: int, per: int, min_blocks: int, prefetch: bool, raw: bool = False
-):
-    """v4 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules): the v3 vector
-    kernel with any block shape and one barrier per row (the reduction slots alternate between rows, so the
-    trailing barrier goes). `threads`, `per`, `min_blocks`, `prefetch`: as kernels.ops.layernorm.make_rows."""
-    nv = per // width
-    load_row, col_of = make_row_io(width, threads, per)
-    nbuf, buf_dt, pre_load, take = make_prefetch_io(width, threads, per, raw, 0.0)
-    bsum = make_block_sum(threads)
-    half = row_slots(threads)
-    smem_size = 2 * half  # two halves: the reduction slots alternate between rows
-    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
-
-    @cuda.jit(**jit_kw)
-    def k(x, w, out, eps):  # type: ignore[no-untyped-def]
-        sm = cuda.shared.array(smem_size, float32)
-        v = cuda.local.array(per, float32)
-        vn = cuda.local.array(nbuf, buf_dt)
-        t = cuda.local.array(width, float32)
-        rows = x.shape[0]
-        n = x.shape[1]
-        row = cuda.blockIdx.x
-        step = cuda.gridDim.x
-        base = 0
-        if prefetch and row < rows:
-            load_row(v, x[row], n, float32(0.0))
-        while row < rows:
-            nxt = row + step
-            if prefetch:
-                if nxt < rows:  # in flight during this row's reduction and stores
-                    pre_load(vn, x[nxt], n)
-            else:
-                load_row(v, x[row], n, float32(0.0))
-            acc = float32(0.0)
-            for e in range(per):
-                acc += v[e] * v[e]
-            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
-            base = half - base
-            orow = out[row]
-            for q in range(nv):
-                col = col_of(q)
-                if col < n:
-                    ldg_into(t, 0, w, col)
-                    for e in range(width):
-                        t[e] = v[q * width + e] * inv * t[e]
-                    stg_from(orow, col, t, 0)
-            if prefetch:
-                take(v, vn, n)
-            row = nxt
-
-    return k
-
-
 _SIGS = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[:, ::1], float32)",
@@ -216,9 +163,6 @@ def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
     kind = spec[0]
     if kind == "v3":
         return _make_vec(width, spec[1]), BLOCK, False
-    if kind == "v4":
-        t, p, b, pf, raw = spec[1:]
-        return make_rows(width, t, p, b, pf, raw), t, pf
     raise ValueError(f"rmsnorm: no row kernel of kind {kind!r}")
 
 

@@ -8,10 +8,11 @@ Kernels, one block of 256 threads per row:
     one read, one write, one exp per element.
   - `_softmax_vec` (v3, same rows when x and out are 16-byte aligned and a row is a multiple of 16
     bytes): the register kernel with 16-byte loads and stores (kernels.vector).
-  - `make_rows5` (v5) / `make_rows` (v4): the vector kernel with other block shapes, reductions and numba's
-    fastmath; kernels/rowcases.py ROW_KERNELS picks the one fp16 takes (v5 256 x 16, 8 blocks/SM, fastmath:
-    exp as ex2.approx, 2 SASS instructions per element instead of 5) from the H200 timings in
-    benchmarks/notes-memory.md ("v5"). fp32 keeps the register kernel.
+  - `make_rows5` (v5): the vector kernel with other block shapes, reductions and numba's fastmath;
+    kernels/rowcases.py ROW_KERNELS sends fp16 to it (256 x 16, 8 blocks/SM, fastmath: exp as ex2.approx,
+    2 SASS instructions per element instead of 5) from the H200 timings in benchmarks/notes-memory.md
+    ("v5"). fp32 keeps the register kernel. v4 (make_rows: one (max, sum) reduction per row, prefetch) was
+    slower there and was removed (commit 0a9cc4b).
   - `_softmax_kernel` (longer rows): pass 1 is the online softmax: each thread carries (max, sum of
     exp(v - max)) and rescales its sum when the max grows, so the row is read from memory once; the partials
     merge across the block with the same rule. Pass 2 re-reads the row from L1/L2 and writes.
@@ -39,7 +40,6 @@ from kernels.reduce import (
     block_max_sum,
     block_sum,
     make_block_max,
-    make_block_max_sum,
     make_block_sum,
     row_slots,
 )
@@ -52,7 +52,7 @@ from kernels.rowcases import (
     row_ptx_kernels,
     sim_spec,
 )
-from kernels.vector import WIDTH, make_prefetch_io, make_row_io, stg_from, vector_ok
+from kernels.vector import WIDTH, make_row_io, stg_from, vector_ok
 
 NAN = float32(math.nan)
 
@@ -186,80 +186,13 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
     return k
 
 
-def make_rows(  # type: ignore[no-untyped-def]
-    width: int, threads: int, per: int, min_blocks: int, prefetch: bool, raw: bool = False
-):
-    """v4 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules), one barrier per
-    row: each thread takes the max of its own `per` values and the sum of exp(v - that max), keeping the exps
-    in registers; ONE block reduction merges (max, sum) with the online-softmax rule (v3: a max reduction,
-    then a sum one, four barriers), and each thread rescales its exps by exp(own max - row max) / row sum.
-    Still one exp per element (+1 per thread). `threads`, `per`, `min_blocks`, `prefetch`: as
-    kernels.ops.layernorm.make_rows."""
-    nv = per // width
-    load_row, col_of = make_row_io(width, threads, per)
-    nbuf, buf_dt, pre_load, take = make_prefetch_io(width, threads, per, raw, NEG_INF)
-    max_sum = make_block_max_sum(threads)
-    half = 2 * row_slots(threads)
-    smem_size = 2 * half  # two halves: the reduction slots alternate between rows
-    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
-
-    @cuda.jit(**jit_kw)
-    def k(x, out):  # type: ignore[no-untyped-def]
-        sm = cuda.shared.array(smem_size, float32)
-        v = cuda.local.array(per, float32)
-        vn = cuda.local.array(nbuf, buf_dt)
-        rows = x.shape[0]
-        n = x.shape[1]
-        row = cuda.blockIdx.x
-        step = cuda.gridDim.x
-        base = 0
-        if prefetch and row < rows:
-            load_row(v, x[row], n, NEG_INF)
-        while row < rows:
-            nxt = row + step
-            if prefetch:
-                if nxt < rows:  # in flight during this row's reduction and stores
-                    pre_load(vn, x[nxt], n)
-            else:
-                load_row(v, x[row], n, NEG_INF)
-            mt = NEG_INF
-            for e in range(per):
-                mt = max(mt, v[e])
-            # a thread with nothing but -inf (or padding) adds exp(-inf) = 0 and the partial (-inf, 0)
-            ms = mt if mt != NEG_INF else float32(0.0)
-            s = float32(0.0)
-            for e in range(per):
-                ex = math.exp(v[e] - ms)
-                v[e] = ex
-                s += ex
-            m, s = max_sum(mt, s, sm, base)
-            base = half - base
-            if mt > NEG_INF:
-                scale = math.exp(mt - m) / s
-            elif m > NEG_INF:
-                scale = float32(0.0)  # this thread holds only -inf / padding
-            else:
-                scale = NAN  # the whole row is -inf: NaN, as the float64 reference
-            orow = out[row]
-            for q in range(nv):
-                col = col_of(q)
-                if col < n:
-                    for e in range(width):
-                        v[q * width + e] *= scale
-                    stg_from(orow, col, v, q * width)
-            if prefetch:
-                take(v, vn, n)
-            row = nxt
-
-    return k
-
-
 def make_rows5(width: int, threads: int, per: int, min_blocks: int, fastmath: bool):  # type: ignore[no-untyped-def]
     """v5 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules): v3's order
     (block max, then exp(v - max) once per element kept in its register, block sum, scale on the way out)
     with unrolled reducers whose slots alternate between rows, so two barriers per row instead of four, and
     `fastmath` (numba's flag: exp becomes ex2.approx of x * log2(e), one FMUL + one MUFU per element; the
-    division fast too). `threads`, `per`, `min_blocks`: as kernels.ops.layernorm.make_rows."""
+    division fast too). `threads` per block and `per` values per thread set how many rows an SM holds in
+    registers (`min_blocks` = launch_bounds' blocks per SM)."""
     nv = per // width
     load_row, col_of = make_row_io(width, threads, per)
     bmax = make_block_max(threads)
@@ -319,9 +252,6 @@ def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
     kind = spec[0]
     if kind == "v3":
         return _make_vec(width, spec[1]), BLOCK, False
-    if kind == "v4":
-        t, p, b, pf, raw = spec[1:]
-        return make_rows(width, t, p, b, pf, raw), t, pf
     if kind == "v5":
         t, p, b, fm = spec[1:5]
         return make_rows5(width, t, p, b, fm), t, False

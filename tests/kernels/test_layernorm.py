@@ -48,58 +48,6 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
     assert_case_passes(op.SPEC, case)
 
 
-# v4 register-row kernels (make_rows): under the simulator, one warp per block; grids smaller than the row
-# count exercise the grid-stride loop, the alternating reduction slots and (prefetch) the next-row loads;
-# 136 columns leave partial vectors past the row's end in some threads.
-@needs_device
-@pytest.mark.parametrize("dtype", [np.float16, np.float32])
-@pytest.mark.parametrize(("per", "prefetch", "raw", "rows", "cols", "grid"),
-                         [(16, False, False, 5, 136, 5), (16, True, False, 5, 136, 2),
-                          (8, True, False, 4, 256, 3), (16, True, True, 5, 136, 2),
-                          (8, True, True, 4, 256, 3)])  # fmt: skip
-def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from kernels.reduce import BLOCK
-    from kernels.vector import WIDTH
-
-    if raw and dtype != np.float16:
-        pytest.skip("raw (packed-half) prefetch buffers are for float16 rows")
-    rng = np.random.default_rng()
-    dt = np.dtype(dtype)
-    x = (rng.standard_normal((rows, cols)) * 2 + 3).astype(dt)
-    w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
-    b = (0.5 * rng.standard_normal(cols)).astype(dt)
-    got = run_rows(op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch, raw), op._SIGS[dt], grid, (x, w, b), 1e-5)
-    ref = op.reference(x, w, b, 1e-5)
-    assert np.isfinite(got).all()
-    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < (2e-3 if dt == np.float16 else 1e-5)
-
-
-# v5 register-row kernels (make_rows5: one two-sum reduction of x - x[row, 0], FMA output; fastmath and
-# weight/bias held in registers across a grid-stride row loop), as the v4 test above.
-@needs_device
-@pytest.mark.parametrize("dtype", [np.float16, np.float32])
-@pytest.mark.parametrize(("per", "fastmath", "wb_regs", "rows", "cols", "grid"),
-                         [(16, True, False, 5, 136, 5), (16, False, True, 5, 136, 2),
-                          (8, True, True, 4, 256, 3)])  # fmt: skip
-def test_make_rows5_variants(dtype, per, fastmath, wb_regs, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from kernels.reduce import BLOCK
-    from kernels.vector import WIDTH
-
-    rng = np.random.default_rng()
-    dt = np.dtype(dtype)
-    x = (rng.standard_normal((rows, cols)) * 2 + 3).astype(dt)
-    x[1] = 1000.0 + 0.1 * rng.standard_normal(cols)  # |mean| / std = 1e4: the shift by x[row, 0] must hold
-    w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
-    b = (0.5 * rng.standard_normal(cols)).astype(dt)
-    fn = op.make_rows5(WIDTH[dt], BLOCK, per, 1, fastmath, wb_regs)
-    got = run_rows(fn, op._SIGS[dt], grid, (x, w, b), 1e-5)
-    ref = op.reference(x, w, b, 1e-5)
-    assert np.isfinite(got).all()
-    tol = 2e-3 if dt == np.float16 else 1e-5
-    for r in range(rows):  # row by row: the offset row must not hide in the others' norm
-        assert np.linalg.norm(got[r] - ref[r]) / np.linalg.norm(ref[r]) < tol, r
-
-
 # v6 (make_rows6, fp16, half2 output stage): grids smaller than the row count walk rows grid-stride; 136
 # columns leave vectors past the row's end; 256 = 32 threads x 8 and 512 = 32 x 16 take the full-row path.
 @needs_device

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, run_rows, small_cases
+from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, small_cases
 
 from kernels.ops import rmsnorm as op
 
@@ -45,27 +45,3 @@ def test_validation_errors():  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("case", op.SPEC.bench_cases, ids=case_id)
 def test_bench_shapes(case):  # type: ignore[no-untyped-def]
     assert_case_passes(op.SPEC, case)
-
-
-# v4 register-row kernels (make_rows), as tests/kernels/test_layernorm.py: grid-stride rows, alternating
-# reduction slots, prefetch, partial vectors.
-@needs_device
-@pytest.mark.parametrize("dtype", [np.float16, np.float32])
-@pytest.mark.parametrize(("per", "prefetch", "raw", "rows", "cols", "grid"),
-                         [(16, False, False, 5, 136, 5), (16, True, False, 5, 136, 2),
-                          (8, True, False, 4, 256, 3), (16, True, True, 5, 136, 2),
-                          (8, True, True, 4, 256, 3)])  # fmt: skip
-def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from kernels.reduce import BLOCK
-    from kernels.vector import WIDTH
-
-    if raw and dtype != np.float16:
-        pytest.skip("raw (packed-half) prefetch buffers are for float16 rows")
-    rng = np.random.default_rng()
-    dt = np.dtype(dtype)
-    x = (rng.standard_normal((rows, cols)) * 2 + 0.5).astype(dt)
-    w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
-    got = run_rows(op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch, raw), op._SIGS[dt], grid, (x, w), 1e-6)
-    ref = op.reference(x, w, 1e-6)
-    assert np.isfinite(got).all()
-    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < (2e-3 if dt == np.float16 else 1e-5)

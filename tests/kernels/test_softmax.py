@@ -42,37 +42,9 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
     assert_case_passes(op.SPEC, case)
 
 
-# v4 register-row kernels (make_rows), as tests/kernels/test_layernorm.py: grid-stride rows, alternating
-# reduction slots, prefetch, partial vectors; row 1 is all -inf (NaN out, as the float64 reference).
-@needs_device
-@pytest.mark.parametrize("dtype", [np.float16, np.float32])
-@pytest.mark.parametrize(("per", "prefetch", "raw", "rows", "cols", "grid"),
-                         [(16, False, False, 5, 136, 5), (16, True, False, 5, 136, 2),
-                          (8, True, False, 4, 256, 3), (16, True, True, 5, 136, 2),
-                          (8, True, True, 4, 256, 3)])  # fmt: skip
-def test_make_rows_variants(dtype, per, prefetch, raw, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from kernels.reduce import BLOCK
-    from kernels.vector import WIDTH
-
-    if raw and dtype != np.float16:
-        pytest.skip("raw (packed-half) prefetch buffers are for float16 rows")
-    rng = np.random.default_rng()
-    dt = np.dtype(dtype)
-    x = (rng.standard_normal((rows, cols)) * 4 + 40).astype(dt)
-    x[1] = -np.inf
-    fn = op.make_rows(WIDTH[dt], BLOCK, per, 1, prefetch, raw)
-    with np.errstate(invalid="ignore"):
-        got = run_rows(fn, op._SIGS[dt], grid, (x,), fill=7.0)
-        ref = op.reference(x)
-    assert np.isnan(got[1]).all()
-    good = np.arange(rows) != 1
-    assert np.isfinite(got[good]).all()
-    err = np.linalg.norm(got[good] - ref[good]) / np.linalg.norm(ref[good])
-    assert err < (2e-3 if dt == np.float16 else 1e-5)
-
-
-# v5 register-row kernels (make_rows5: block max, exp once, block sum; two barriers), as the v4 test above
-# (an all -inf row is left out: under the simulator its NaN raises numpy's invalid-value warning).
+# v5 register-row kernels (make_rows5: block max, exp once, block sum; two barriers): grid-stride rows,
+# alternating reduction slots, partial vectors (an all -inf row is left out: under the simulator its NaN
+# raises numpy's invalid-value warning).
 @needs_device
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize(("per", "fastmath", "rows", "cols", "grid"),

@@ -121,41 +121,13 @@ def test_vector_kernels_emit_16_byte_global_accesses():  # type: ignore[no-untyp
     assert lines["residual_add_float16"].endswith("[] False"), lines  # the scalar kernel: no vectors
 
 
-V4_PTX_CODE = """
-import re
-import numpy as np
-from kernels.ptx import compile_one
-from kernels.ops import layernorm, rmsnorm, softmax
-for mod in (layernorm, softmax, rmsnorm):
-    ptx = compile_one(mod.make_rows(8, 256, 16, 5, True, True), mod._SIGS[np.dtype(np.float16)], (9, 0))
-    print(mod.__name__, sorted(set(re.findall(r"(?:ld|st)\\.global\\.v4\\.\\w+", ptx))), ".local" in ptx,
-          ptx.count("bar.sync"))
-"""
-
-
-def test_v4_row_kernels_one_barrier_and_packed_prefetch():  # type: ignore[no-untyped-def]
-    # the v4 row kernels (make_rows, raw prefetch): 16-byte loads of the row (.b32, converted) and of the
-    # prefetched row (.u32, kept packed), 16-byte stores, nothing in local memory, ONE barrier in the code
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    p = subprocess.run([sys.executable, "-c", V4_PTX_CODE], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=300, check=False)  # fmt: skip
-    assert p.returncode == 0, p.stderr[-3000:]
-    lines = p.stdout.strip().splitlines()
-    assert len(lines) == 3, lines
-    for ln in lines:
-        assert ln.endswith("['ld.global.v4.b32', 'ld.global.v4.u32', 'st.global.v4.b32'] False 1"), ln
-
-
 # kernels.rowcases.ROW_KERNELS: every kind of entry a row op can be configured with, through the op's own
-# launcher (path="vector"; under the simulator v4/v5 take BLOCK x PER and a grid of one block per SM)
+# launcher (path="vector"; under the simulator v5 takes BLOCK x PER and a grid of one block per SM)
 _ROW_SPECS = [
     ("layernorm", ("v3", True)),
-    ("layernorm", ("v5", 256, 16, 6, True, False)),
-    ("layernorm", ("v5", 256, 16, 4, True, True)),
     ("softmax", ("v3", True)),
     ("softmax", ("v5", 256, 16, 6, True)),
     ("rmsnorm", ("v3", True)),
-    ("rmsnorm", ("v4", 128, 32, 8, False, False)),
 ]
 
 
