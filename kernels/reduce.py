@@ -188,8 +188,6 @@ else:
     block_max = _block_max_shfl
     block_max_sum = _block_max_sum_shfl
 
-merge_max_sum = _merge_max_sum
-
 
 # --- reducers for any block size, one barrier per reduction ----------------------------------------------
 #
