@@ -60,7 +60,7 @@ def _stub_gpu_state() -> None:
     for cfg in (mma.DEFAULT, mma.DEFAULT.unaligned):
         for key, k in mma._kernels(cfg).items():
             _stub(k)
-            mma._ready[(cfg, *key)] = 0
+            mma._ready.add((cfg, *key))
     cg = clip_grad_norm
     _launch.GRAPH_REPLAY = False  # graphs need the real driver: time the direct launches
     cg._device_cc = lambda: (9, 0)  # type: ignore[assignment]  # the H200's, for v4_config

@@ -41,21 +41,17 @@ LOG: list[str] = []
 
 # every candidate of round 1, most important first (the time guard drops the tail, never the baseline)
 VARIANTS: dict[str, mma.Config] = {
-    # block-barrier kernels (group 0). Config() is the production default since round 1: k64 + late + cpy32
-    # + epi; "old" is the production tile before (run 3 of notes-matmul.md)
+    # Config() is the production default since round 1: k64 + late + cpy32 + epi; "old" is the production
+    # tile before (run 3 of notes-matmul.md). The mbarrier / persistent variants of rounds 1-2 lost and their
+    # switches were removed (notes-mma.md).
     "old": mma.Config(bk=32, late=False, cpy32=False, epi=False),
     "k64_lc": mma.Config(epi=False),  # round 1's k64_late_c32
     "lc_epi": mma.Config(bk=32),  # 32-wide slices with late + cpy32 + epi
     "prod_g16": mma.Config(group_m=16),
-    # mbarrier kernels (group 1)
-    "all_k64": mma.Config(mbar=True),  # round 1's all_k64: k64 + mbar + late + cpy32 + epi
-    "all_k64_p": mma.Config(mbar=True, persist=True),
-    "all_p": mma.Config(bk=32, mbar=True, persist=True),
 }
-OPROJ_VARIANTS = ("old", "lc_epi", "all_k64", "all_k64_p")
+OPROJ_VARIANTS = ("old", "lc_epi")
 BENCH = [(4096, 4096, 4096), (8192, 2560, 2560)]
-# aligned: partial M / N tiles, partial and short K (KT < stages); more tiles than resident blocks (persistent
-# blocks walk several tiles, their slice stream crossing tiles) with long and short K
+# aligned: partial M / N tiles, partial and short K (KT < stages); grids of many tiles with long and short K
 CHECK = [(520, 392, 264), (136, 264, 40), (2056, 2056, 264), (2056, 2056, 40)]
 ODD = (257, 129, 67)  # unaligned kernel (K, N not multiples of 8)
 
@@ -160,10 +156,10 @@ Record = Callable[..., bool]
 
 
 def bench_gemm(
-    m: int, n: int, k: int, usable: list[str], record: Record, until: float, refs: bool = True
+    m: int, n: int, k: int, usable: list[str], record: Record, until: float
 ) -> list[dict[str, Any]]:
-    """Check every usable variant's full output at (m, n, k) and time it; with `refs` cuBLAS and the
-    production path are checked and timed first; they are timed again at the end either way (drift bound)."""
+    """Check every usable variant's full output at (m, n, k) and time it; cuBLAS and the production path are
+    checked and timed first, and again at the end (drift bound)."""
     shape = f"{m}x{n}x{k}"
     sets = [(halves(m, k), halves(k, n)) for _ in range(SETS)]
     outs = [cp.empty((m, n), dtype=cp.float32) for _ in range(SETS)]
@@ -184,13 +180,12 @@ def bench_gemm(
 
     c = cp.full((m, n), cp.nan, dtype=cp.float32)
     cands: list[tuple[str, Callable[[int], None]]] = []
-    if refs:
-        g.gemm(sets[0][0], sets[0][1], c, path="mma")
-        record("production", shape, rel_err(c, ref))
-        c.fill(cp.nan)
-        g.cublas_gemm_f16_f32(sets[0][0], sets[0][1], c)
-        record("cublas", shape, rel_err(c, ref))
-    cands += [("cublas" if refs else "cublas_g1", cub), ("production" if refs else "production_g1", prod)]
+    g.gemm(sets[0][0], sets[0][1], c, path="mma")
+    record("production", shape, rel_err(c, ref))
+    c.fill(cp.nan)
+    g.cublas_gemm_f16_f32(sets[0][0], sets[0][1], c)
+    record("cublas", shape, rel_err(c, ref))
+    cands += [("cublas", cub), ("production", prod)]
     for name in usable:
         if elapsed() > until:
             log(f"skip timing {name} {shape}: time")
@@ -213,12 +208,12 @@ def bench_gemm(
     else:
         for name, fn in cands:
             add(name, time_us(fn))
-        add("cublas_again" if refs else "cublas_end", time_us(cub))
-        add("production_again" if refs else "production_end", time_us(prod))
+        add("cublas_again", time_us(cub))
+        add("production_again", time_us(prod))
     return rows
 
 
-def bench_oproj(usable: list[str], record: Record, refs: bool = True) -> list[dict[str, Any]]:
+def bench_oproj(usable: list[str], record: Record) -> list[dict[str, Any]]:
     bs, s, k, n = 16, 512, 2560, 2560
     shape = f"o_proj[{bs},{s},{k}]x[{k},{n}]"
     d = [{"attn": halves(bs, s, k), "w": (halves(k, n) * (1 / np.sqrt(k))).astype(cp.float16),
@@ -243,9 +238,7 @@ def bench_oproj(usable: list[str], record: Record, refs: bool = True) -> list[di
 
         return f
 
-    cands: list[tuple[str, Callable[[int], None]]] = (
-        [("cublas+add", ocub), ("production", oprod)] if refs else [("production_g1", oprod)]
-    )
+    cands: list[tuple[str, Callable[[int], None]]] = [("cublas+add", ocub), ("production", oprod)]
     cands += [(nm, ocfg(VARIANTS[nm])) for nm in usable if nm in OPROJ_VARIANTS]
     ok = []
     for name, fn in cands:
@@ -376,24 +369,21 @@ def main() -> int:
         prod_checks(record)
         log(f"production checks done at {elapsed():.0f} s")
 
-    # Variants run in two groups, block-barrier kernels first, then the mbarrier ones (a pipeline bug there
-    # could hang the GPU until the timeout): each group is checked, benched, and its results flushed to disk
-    # before the next group starts.
-    groups = [[n for n in names if not VARIANTS[n].mbar], [n for n in names if VARIANTS[n].mbar]]
-    limits = [(0.33, 0.45), (0.7, 0.8)]  # budget fractions: last compile start, last timing start
+    # every variant is checked, benched, and the results flushed to disk before the ncu pass; budget
+    # fractions: last compile start, last timing start
+    compile_until, timing_until = args.budget * 0.7, args.budget * 0.8
     bench: list[dict[str, Any]] = []
-    for gi, group in enumerate(groups):
-        usable = compile_check(group, record, res, args.budget * limits[gi][0])
-        for m, n, k in BENCH:
-            bench += bench_gemm(m, n, k, usable, record, args.budget * limits[gi][1], refs=gi == 0)
-            cp.get_default_memory_pool().free_all_blocks()
-            log(f"group {gi} bench {m}x{n}x{k} done at {elapsed():.0f} s")
-        # o_proj fp16 at the bench shape: production, epilogue variants, cuBLAS matmul + CuPy add
-        if elapsed() < args.budget * limits[gi][1] + 10:
-            bench += bench_oproj(usable, record, refs=gi == 0)
-            cp.get_default_memory_pool().free_all_blocks()
-        report.update(resources=res, checks=checks, bench=bench)
-        write_results(out, report, bench, res, checks, bad)
+    usable = compile_check(names, record, res, compile_until)
+    for m, n, k in BENCH:
+        bench += bench_gemm(m, n, k, usable, record, timing_until)
+        cp.get_default_memory_pool().free_all_blocks()
+        log(f"bench {m}x{n}x{k} done at {elapsed():.0f} s")
+    # o_proj fp16 at the bench shape: production, epilogue variants, cuBLAS matmul + CuPy add
+    if elapsed() < timing_until + 10:
+        bench += bench_oproj(usable, record)
+        cp.get_default_memory_pool().free_all_blocks()
+    report.update(resources=res, checks=checks, bench=bench)
+    write_results(out, report, bench, res, checks, bad)
 
     # stall reasons of the production kernel (child process; only with the time left)
     left = 148 - elapsed()

@@ -18,8 +18,8 @@ import json
 from numba.cuda.cudadrv import nvrtc
 from kernels.ops.cuda import mma
 C = mma.Config
-cfgs = [mma.DEFAULT, C(bk=32, late=False, cpy32=False, epi=False), C(mbar=True, epi=False),
-        C(bn=256, wn=4, mbar=True), C(stages=4, bk=32), C(mbar=True, persist=True)]
+cfgs = [mma.DEFAULT, C(bk=32, late=False, cpy32=False, epi=False), C(epi=False), C(bn=256, wn=4),
+        C(stages=4, bk=32)]
 out = {}
 for cfg in cfgs:
     code = mma.link_code(cfg)
@@ -40,7 +40,7 @@ def test_cuda_source_compiles_clean_for_every_switch():  # type: ignore[no-untyp
                        timeout=300, check=False)  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout.strip().splitlines()[-1])
-    assert len(res) == 6
+    assert len(res) == 5
     for tag, log in res.items():
         assert log == "", (tag, log[:2000])
 
@@ -53,13 +53,13 @@ def test_config_names_and_shared_memory():  # type: ignore[no-untyped-def]
     assert d.smem_bytes == 3 * (128 + 128) * 64 * 2 and d.threads == 128
     # unaligned shapes run the scalar-load kernels of a 32-wide-slice configuration (no spills there)
     assert d.unaligned.bk == 32 and d.unaligned.unaligned == d.unaligned
-    c = mma.Config(bk=64, mbar=True, epi=True, late=True, cpy32=True, minb=2)
-    assert c.smem_bytes == 3 * 256 * 64 * 2 + 16 * 3  # two 8-byte mbarriers per stage
+    c = mma.Config(bk=64, epi=True, late=True, cpy32=True, minb=2)
+    assert c.smem_bytes == 3 * 256 * 64 * 2
     src = mma.link_code(c).data
     src = src.decode() if isinstance(src, bytes) else src
-    for macro in ("HG_BK 64", "HG_MBAR 1", "HG_EPI 1", "HG_LATE 1", "HG_CPY32 1", f"HG_SUFFIX _{c.tag}"):
+    for macro in ("HG_BK 64", "HG_EPI 1", "HG_LATE 1", "HG_CPY32 1", f"HG_SUFFIX _{c.tag}"):
         assert f"#define {macro}\n" in src
-    variants = [mma.Config(), mma.Config(mbar=True), mma.Config(epi=False), mma.Config(late=False),
-                mma.Config(cpy32=False), mma.Config(minb=3), mma.Config(bk=32), mma.Config(group_m=16),
-                mma.Config(mbar=True, persist=True)]  # fmt: skip
+    assert "HG_MBAR" not in src and "HG_PERSIST" not in src  # removed after round 2 (notes-mma.md)
+    variants = [mma.Config(), mma.Config(epi=False), mma.Config(late=False), mma.Config(cpy32=False),
+                mma.Config(minb=3), mma.Config(bk=32), mma.Config(group_m=16)]  # fmt: skip
     assert len({v.tag for v in variants}) == len(variants)  # distinct kernel names when linked together

@@ -25,7 +25,8 @@
 // Production defaults (benchmarks/notes-mma.md, H200 round 1, 2026-11-30): 128x128 blocks of 4 warps, 64-wide K
 // slices in 3 stages (96 KB, 2 blocks per SM), the prefetch issued after the first k-step's ldmatrix with a
 // 32-bit copy plan (HG_LATE, HG_CPY32: ~7 issue cycles per HMMA per warp instead of ~9.6), and a vector
-// epilogue (HG_EPI). HG_MBAR / HG_PERSIST and other tiles were measured and are off by default.
+// epilogue (HG_EPI). Other tiles and switches were measured and are off by default; an mbarrier stage
+// pipeline and a persistent grid lost and were removed (benchmarks/notes-mma.md).
 
 #ifndef HG_BM
 #define HG_BM 128
@@ -48,17 +49,11 @@
 #ifndef HG_BK
 #define HG_BK 64
 #endif
-#ifndef HG_MBAR
-#define HG_MBAR 0  // 1: aligned kernels synchronise stages with mbarriers instead of one __syncthreads per slice
-#endif
 #ifndef HG_LATE
 #define HG_LATE 1  // 1: a slice's prefetch is issued after the first k-step's fragment loads, not before them
 #endif
 #ifndef HG_CPY32
 #define HG_CPY32 1  // 1: aligned copy plan with 32-bit chunk offsets and predicates (fewer integer instructions)
-#endif
-#ifndef HG_PERSIST
-#define HG_PERSIST 0  // 1 (needs HG_MBAR): aligned kernels are persistent, one block walks tiles b, b + grid, ...
 #endif
 #ifndef HG_EPI
 #define HG_EPI 1  // 1: aligned kernels' epilogue uses 2-element vector accesses, residual loads batched first
@@ -82,7 +77,6 @@ static_assert(HG_A_ITERS * HG_THREADS * 8 == HG_BM * HG_BK, "A slice must split 
 static_assert(HG_B_ITERS * HG_THREADS * 8 == HG_BK * HG_BN, "B slice must split evenly over the threads");
 static_assert(HG_NJ % 2 == 0 && HG_MI >= 1, "warp tile: 16-row multiples, 16-column multiples");
 static_assert(HG_BK == 32 || HG_BK == 64, "HG_BK: 32 or 64");
-static_assert(!HG_PERSIST || HG_MBAR, "HG_PERSIST runs on the mbarrier pipeline");
 // a thread's chunks sit HG_*_RSTEP rows apart; multiples of 8 keep their XOR swizzle identical
 static_assert(HG_A_RSTEP % 8 == 0 && HG_B_RSTEP % 8 == 0, "row steps must be multiples of 8");
 
@@ -252,32 +246,6 @@ __device__ __forceinline__ void hg_copy_issue(HgCopy& cp, unsigned sa_base, unsi
 #endif
     cp.a += HG_BK;
     if (cp.b_col) cp.b += HG_BK * N;
-}
-
-// mbarrier pipeline (HG_MBAR): per stage a "full" barrier that completes when every thread's cp.async of the
-// slice has landed (cp.async.mbarrier.arrive.noinc: the copy engine arrives, not the thread), and an "empty"
-// barrier that completes when every thread has read the slice. A warp then waits only for its data and, before
-// refilling a stage, for the slowest warp to have finished the slice that stage held (one slice earlier): the
-// warps of a block drift up to a slice apart instead of meeting at a block-wide barrier every slice.
-__device__ __forceinline__ void hg_mbar_init(unsigned addr, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void hg_mbar_wait(unsigned addr, unsigned parity) {
-    asm volatile(
-        "{\n .reg .pred p;\n HG_WAIT:\n"
-        " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-        " @!p bra HG_WAIT;\n}\n" ::"r"(addr),
-        "r"(parity)
-        : "memory");
-}
-
-__device__ __forceinline__ void hg_mbar_arrive(unsigned addr) {
-    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
-}
-
-__device__ __forceinline__ void hg_mbar_arrive_cp(unsigned addr) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(addr) : "memory");
 }
 
 // Dynamic shared memory: HG_STAGES * (HG_BM + HG_BN) * HG_BK * 2 bytes, A stages first.
@@ -456,92 +424,41 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
     constexpr unsigned A_STAGE = HG_BM * HG_BK * 2, B_STAGE = HG_BK * HG_BN * 2;  // bytes
     HgCopy cp;
     if (ALIGNED) hg_copy_init(cp, A, B, M, N, K, m0, n0, tid);
-#if HG_MBAR
-    if constexpr (ALIGNED) {
-        // barriers sit after the B stages: full[s] at +8 s, empty[s] at +8 (HG_STAGES + s)
-        const unsigned bars = smem_b + HG_STAGES * B_STAGE;
-        if (tid == 0) {
 #pragma unroll
-            for (int s = 0; s < 2 * HG_STAGES; ++s) hg_mbar_init(bars + 8 * s, HG_THREADS);
-        }
-        __syncthreads();  // the barriers are initialised before any thread arrives on them
-#pragma unroll
-        for (int s = 0; s < HG_STAGES - 1; ++s) {
-            if (s < KT) {
+    for (int s = 0; s < HG_STAGES - 1; ++s) {
+        if (s < KT) {
+            if (ALIGNED)
                 hg_copy_issue(cp, smem_a + s * A_STAGE, smem_b + s * B_STAGE, K - (long long)s * HG_BK, N);
-                hg_mbar_arrive_cp(bars + 8 * s);
-            }
+            else
+                hg_load_stage_scalar(hg_sA + s * HG_BM * HG_BK, hg_sB + s * HG_BK * HG_BN, A, B, M, N, K, m0, n0,
+                                     (long long)s * HG_BK, tid);
         }
-        int rs = 0, ws = HG_STAGES - 1;
-        unsigned rpar = 0, wpar = 1;  // phase parity of the stage read / of the previous use of the stage written
-        for (int kt = 0; kt < KT; ++kt) {
-            hg_mbar_wait(bars + 8 * rs, rpar);  // slice kt has landed (every thread's copies)
-            const int nk = kt + HG_STAGES - 1;
-            auto issue = [&]() {
-                // only slices that exist: each one's "full" phase is then waited on by a consumer before the
-                // block ends, so no copy-engine arrive is still pending on shared memory at exit
-                if (nk < KT) {
-                    // stage ws last held slice kt - 1: every thread must have read it (none held it at kt == 0)
-                    if (kt > 0) hg_mbar_wait(bars + 8 * (HG_STAGES + ws), wpar);
-                    hg_copy_issue(cp, smem_a + ws * A_STAGE, smem_b + ws * B_STAGE, K - (long long)nk * HG_BK,
-                                  N);
-                    hg_mbar_arrive_cp(bars + 8 * ws);
-                }
-            };
-#if HG_LATE
-            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, issue);
-#else
-            issue();
-            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, [] {});
-#endif
-            if (++ws == HG_STAGES) ws = 0;
-            if (ws == 0) wpar ^= 1u;  // the stage written next is reused: its previous use is one phase later
-            hg_mbar_arrive(bars + 8 * (HG_STAGES + rs));  // this thread is done reading slice kt
-            if (++rs == HG_STAGES) {
-                rs = 0;
-                rpar ^= 1u;
-            }
-        }
-    } else
-#endif
-    {
-#pragma unroll
-        for (int s = 0; s < HG_STAGES - 1; ++s) {
-            if (s < KT) {
+        hg_commit();
+    }
+
+    int rs = 0, ws = HG_STAGES - 1;  // stage read this iteration / written by this iteration's prefetch
+    for (int kt = 0; kt < KT; ++kt) {
+        hg_wait_stages();
+        __syncthreads();  // slice kt has landed for every thread; slice kt-1's stage is free to refill
+        const int nk = kt + HG_STAGES - 1;
+        auto issue = [&]() {
+            if ((ALIGNED && HG_LATE) || nk < KT) {  // HG_LATE: no branch (copies past K are zero-filled)
                 if (ALIGNED)
-                    hg_copy_issue(cp, smem_a + s * A_STAGE, smem_b + s * B_STAGE, K - (long long)s * HG_BK, N);
+                    hg_copy_issue(cp, smem_a + ws * A_STAGE, smem_b + ws * B_STAGE, K - (long long)nk * HG_BK, N);
                 else
-                    hg_load_stage_scalar(hg_sA + s * HG_BM * HG_BK, hg_sB + s * HG_BK * HG_BN, A, B, M, N, K, m0,
-                                         n0, (long long)s * HG_BK, tid);
+                    hg_load_stage_scalar(hg_sA + ws * HG_BM * HG_BK, hg_sB + ws * HG_BK * HG_BN, A, B, M, N, K,
+                                         m0, n0, (long long)nk * HG_BK, tid);
             }
             hg_commit();
-        }
-
-        int rs = 0, ws = HG_STAGES - 1;  // stage read this iteration / written by this iteration's prefetch
-        for (int kt = 0; kt < KT; ++kt) {
-            hg_wait_stages();
-            __syncthreads();  // slice kt has landed for every thread; slice kt-1's stage is free to refill
-            const int nk = kt + HG_STAGES - 1;
-            auto issue = [&]() {
-                if ((ALIGNED && HG_LATE) || nk < KT) {  // HG_LATE: no branch, as in the mbarrier loop
-                    if (ALIGNED)
-                        hg_copy_issue(cp, smem_a + ws * A_STAGE, smem_b + ws * B_STAGE, K - (long long)nk * HG_BK,
-                                      N);
-                    else
-                        hg_load_stage_scalar(hg_sA + ws * HG_BM * HG_BK, hg_sB + ws * HG_BK * HG_BN, A, B, M, N,
-                                             K, m0, n0, (long long)nk * HG_BK, tid);
-                }
-                hg_commit();
-            };
+        };
 #if HG_LATE
-            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, issue);
+        hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, issue);
 #else
-            issue();
-            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, [] {});
+        issue();
+        hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, [] {});
 #endif
-            ws = ws + 1 == HG_STAGES ? 0 : ws + 1;
-            rs = rs + 1 == HG_STAGES ? 0 : rs + 1;
-        }
+        ws = ws + 1 == HG_STAGES ? 0 : ws + 1;
+        rs = rs + 1 == HG_STAGES ? 0 : rs + 1;
     }
     // drain: no cp.async may still target shared memory when the block exits
     asm volatile("cp.async.wait_all;\n" ::);
@@ -555,111 +472,6 @@ __device__ __forceinline__ void hg_tile(const hbits* A, const hbits* B, const vo
     hg_epilogue<OUT_HALF>(acc, bias, res, out, M, N, m0, n0, wm, wn, lane);
 }
 
-#if HG_PERSIST
-// Persistent variant of the aligned mbarrier kernel: the grid is about one wave of resident blocks, and block b
-// computes tiles b, b + gridDim.x, ... Its K slices form one stream through the stages, so the first slices of
-// the next tile are in flight while the current tile's epilogue runs (no prologue bubble per tile).
-template <bool OUT_HALF>
-__device__ __forceinline__ void hg_tile_persist(const hbits* A, const hbits* B, const void* bias, const void* res,
-                                                void* out, long long M, long long N, long long K) {
-    const int tid = threadIdx.x;
-    const int lane = tid & 31;
-    const int warp = tid >> 5;
-    const int wm = warp / HG_WN, wn = warp % HG_WN;
-    const long long tiles = ((M + HG_BM - 1) / HG_BM) * ((N + HG_BN - 1) / HG_BN);
-    const int KT = (int)((K + HG_BK - 1) / HG_BK);
-    const unsigned smem_a = hg_smem(hg_dyn), smem_b = smem_a + HG_STAGES * HG_BM * HG_BK * 2;
-    constexpr unsigned A_STAGE = HG_BM * HG_BK * 2, B_STAGE = HG_BK * HG_BN * 2;  // bytes
-    const unsigned bars = smem_b + HG_STAGES * B_STAGE;  // full[s] at +8 s, empty[s] at +8 (HG_STAGES + s)
-    if (tid == 0) {
-#pragma unroll
-        for (int s = 0; s < 2 * HG_STAGES; ++s) hg_mbar_init(bars + 8 * s, HG_THREADS);
-    }
-    __syncthreads();
-
-    // producer: the next slice to issue is slice pk of tile pt; `issued` counts slices issued so far
-    long long pt = KT > 0 ? (long long)blockIdx.x : tiles;  // K == 0: no slices, epilogues only
-    int pk = 0, ws = 0, issued = 0;
-    unsigned wpar = 1;  // parity of the previous use of stage ws (meaningful once issued >= HG_STAGES)
-    HgCopy cp;
-    if (pt < tiles) {
-        long long pm0, pn0;
-        hg_tile_origin(pt, M, N, pm0, pn0);
-        hg_copy_init(cp, A, B, M, N, K, pm0, pn0, tid);
-    }
-    auto issue_next = [&]() {
-        if (pt >= tiles) return;  // only slices that exist: every one is consumed before the block ends
-        if (issued >= HG_STAGES) hg_mbar_wait(bars + 8 * (HG_STAGES + ws), wpar);  // its last reader is done
-        hg_copy_issue(cp, smem_a + ws * A_STAGE, smem_b + ws * B_STAGE, K - (long long)pk * HG_BK, N);
-        hg_mbar_arrive_cp(bars + 8 * ws);
-        ++issued;
-        if (++ws == HG_STAGES) {
-            ws = 0;
-            wpar ^= 1u;
-        }
-        if (++pk == KT) {
-            pk = 0;
-            pt += gridDim.x;
-            if (pt < tiles) {
-                long long pm0, pn0;
-                hg_tile_origin(pt, M, N, pm0, pn0);
-                hg_copy_init(cp, A, B, M, N, K, pm0, pn0, tid);
-            }
-        }
-    };
-#pragma unroll 1
-    for (int s = 0; s < HG_STAGES - 1; ++s) issue_next();
-
-    int rs = 0;
-    unsigned rpar = 0;
-    float acc[HG_MI][HG_NJ][4];
-#pragma unroll 1
-    for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
-        long long m0, n0;
-        hg_tile_origin(t, M, N, m0, n0);
-#pragma unroll
-        for (int i = 0; i < HG_MI; ++i)
-#pragma unroll
-            for (int j = 0; j < HG_NJ; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-#pragma unroll 1
-        for (int kt = 0; kt < KT; ++kt) {
-            hg_mbar_wait(bars + 8 * rs, rpar);
-#if HG_LATE
-            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, issue_next);
-#else
-            issue_next();
-            hg_slice_mma(acc, smem_a + rs * A_STAGE, smem_b + rs * B_STAGE, wm, wn, lane, [] {});
-#endif
-            hg_mbar_arrive(bars + 8 * (HG_STAGES + rs));
-            if (++rs == HG_STAGES) {
-                rs = 0;
-                rpar ^= 1u;
-            }
-        }
-#if HG_EPI
-        hg_epilogue_vec<OUT_HALF>(acc, bias, res, out, M, N, m0, n0, wm, wn, lane);
-#else
-        hg_epilogue<OUT_HALF>(acc, bias, res, out, M, N, m0, n0, wm, wn, lane);
-#endif
-    }
-    asm volatile("cp.async.wait_all;\n" ::);
-}
-#endif
-
-// The aligned entries' body under HG_PERSIST (hg_tile otherwise: this keeps the entry macro one shape).
-template <bool OUT_HALF>
-__device__ __forceinline__ void hg_tile_persist_or_not(const hbits* A, const hbits* B, const void* bias,
-                                                       const void* res, void* out, long long M, long long N,
-                                                       long long K) {
-#if HG_PERSIST
-    hg_tile_persist<OUT_HALF>(A, B, bias, res, out, M, N, K);
-#else
-    hg_tile<true, OUT_HALF>(A, B, bias, res, out, M, N, K);
-#endif
-}
-
 // Entry points (numba ABI), one per (output type, aligned or not): separate kernels, so the aligned fast path
 // is register-allocated on its own (the scalar-load path needs more registers and would spill into it).
 // Pointers are device addresses passed as int64; bias / res may be 0 (absent).
@@ -670,12 +482,8 @@ __device__ __forceinline__ void hg_tile_persist_or_not(const hbits* A, const hbi
     extern "C" __device__ int HG_NAME(NAME, HG_SUFFIX)(int* ret, long long a, long long b, long long bias,     \
                                                        long long res, long long out, long long M, long long N, \
                                                        long long K) {                                          \
-        if (HG_PERSIST && ALIGNED)                                                                             \
-            hg_tile_persist_or_not<OUT_HALF>((const hbits*)a, (const hbits*)b, (const void*)bias,              \
-                                             (const void*)res, (void*)out, M, N, K);                           \
-        else                                                                                                   \
-            hg_tile<ALIGNED, OUT_HALF>((const hbits*)a, (const hbits*)b, (const void*)bias, (const void*)res,  \
-                                       (void*)out, M, N, K);                                                   \
+        hg_tile<ALIGNED, OUT_HALF>((const hbits*)a, (const hbits*)b, (const void*)bias, (const void*)res,      \
+                                   (void*)out, M, N, K);                                                       \
         *ret = 0;                                                                                              \
         return 0;                                                                                              \
     }

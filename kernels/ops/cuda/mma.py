@@ -36,16 +36,14 @@ _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 @dataclass(frozen=True)
 class Config:
     """One tile configuration of hgemm_mma.cu: block tile bm x bn, `stages` K-slices of bk in flight, warps
-    arranged wm x wn (each warp owns a (bm/wm) x (bn/wn) sub-tile). `mbar`: the aligned kernels pace their
-    stages with mbarriers instead of a block barrier per slice (HG_MBAR); `epi`: their epilogue moves column
-    pairs in one access with the residual loads batched first (HG_EPI); `late`: a slice's prefetch goes out
-    after the first k-step's fragment loads, branch-free (HG_LATE); `cpy32`: 32-bit copy-plan arithmetic
+    arranged wm x wn (each warp owns a (bm/wm) x (bn/wn) sub-tile). `epi`: the aligned kernels' epilogue moves
+    column pairs in one access with the residual loads batched first (HG_EPI); `late`: a slice's prefetch goes
+    out after the first k-step's fragment loads, branch-free (HG_LATE); `cpy32`: 32-bit copy-plan arithmetic
     (HG_CPY32); `minb` > 0: launch bounds asking for that many blocks per SM (caps the registers at
-    64K / (threads * minb)); `group_m`: tile-rows walked before moving right (L2 reuse of B, HG_GROUP_M);
-    `persist` (with `mbar`): the aligned kernels run one wave of resident blocks that walk the tiles, the next
-    tile's first slices loading during the current one's epilogue (HG_PERSIST). The defaults are the
-    production tile (H200, 2026-11-30: 0.53x / 0.56x cublasGemmEx at 4096^3 / 8192x2560x2560, see
-    benchmarks/notes-mma.md)."""
+    64K / (threads * minb)); `group_m`: tile-rows walked before moving right (L2 reuse of B, HG_GROUP_M).
+    The defaults are the production tile (H200, 2026-11-30: 0.53x / 0.56x cublasGemmEx at 4096^3 /
+    8192x2560x2560, see benchmarks/notes-mma.md; an mbarrier stage pipeline and a persistent grid measured
+    there lost and were removed)."""
 
     bm: int = 128
     bn: int = 128
@@ -53,13 +51,11 @@ class Config:
     wm: int = 2
     wn: int = 2
     bk: int = 64
-    mbar: bool = False
     epi: bool = True
     late: bool = True
     cpy32: bool = True
     minb: int = 0
     group_m: int = 8
-    persist: bool = False
 
     @property
     def threads(self) -> int:
@@ -67,14 +63,12 @@ class Config:
 
     @property
     def smem_bytes(self) -> int:
-        # HG_MBAR: two 8-byte mbarriers per stage after the B stages
-        return self.stages * (self.bm + self.bn) * self.bk * 2 + (16 * self.stages if self.mbar else 0)
+        return self.stages * (self.bm + self.bn) * self.bk * 2
 
     @property
     def tag(self) -> str:
-        extra = ("_mbar" if self.mbar else "") + ("_epi" if self.epi else "") + ("_late" if self.late else "")
-        extra += ("_c32" if self.cpy32 else "") + (f"_g{self.group_m}" if self.group_m != 8 else "")
-        extra += "_p" if self.persist else ""
+        extra = ("_epi" if self.epi else "") + ("_late" if self.late else "") + ("_c32" if self.cpy32 else "")
+        extra += f"_g{self.group_m}" if self.group_m != 8 else ""
         extra += f"_b{self.minb}" if self.minb else ""
         return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.wm}x{self.wn}{extra}"
 
@@ -86,7 +80,7 @@ class Config:
         """The configuration whose scalar-load kernels serve the unaligned shapes of this one: 32-wide slices
         (with 64 the scalar-load kernel needs 255 registers and spills 472 bytes; the switches only change the
         aligned kernels, so they are dropped too)."""
-        return replace(self, bk=32, stages=3, mbar=False, persist=False, minb=0) if self.bk != 32 else self
+        return replace(self, bk=32, stages=3, minb=0) if self.bk != 32 else self
 
 
 DEFAULT = Config()
@@ -108,9 +102,8 @@ def link_code(cfg: Config) -> Any:
     head = (
         f"#define HG_BM {cfg.bm}\n#define HG_BN {cfg.bn}\n#define HG_STAGES {cfg.stages}\n"
         f"#define HG_WM {cfg.wm}\n#define HG_WN {cfg.wn}\n#define HG_BK {cfg.bk}\n"
-        f"#define HG_MBAR {int(cfg.mbar)}\n#define HG_EPI {int(cfg.epi)}\n#define HG_LATE {int(cfg.late)}\n"
+        f"#define HG_EPI {int(cfg.epi)}\n#define HG_LATE {int(cfg.late)}\n"
         f"#define HG_CPY32 {int(cfg.cpy32)}\n#define HG_GROUP_M {cfg.group_m}\n"
-        f"#define HG_PERSIST {int(cfg.persist)}\n"
         f"#define HG_SUFFIX _{cfg.tag}\n"
     )
     return cuda.CUSource(head + CU_FILE.read_text(), name=f"hgemm_mma_{cfg.tag}.cu")
@@ -165,29 +158,13 @@ def _allow_dynamic_smem(func: int, nbytes: int) -> None:
         raise RuntimeError(f"cuFuncSetAttribute(max dynamic shared = {nbytes} B) failed with CUresult {rc}")
 
 
-def _resident_blocks(func: int, threads: int, smem: int) -> int:
-    """Blocks of this kernel that fit on the whole GPU at once (occupancy x multiprocessors)."""
-    n = ctypes.c_int()
-    drv = _launch._driver()
-    occ = drv.cuOccupancyMaxActiveBlocksPerMultiprocessor
-    occ.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-    rc = occ(ctypes.byref(n), ctypes.c_void_p(func), threads, smem)
-    if rc != 0 or n.value < 1:
-        raise RuntimeError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed (CUresult {rc}, {n.value})")
-    return n.value * _launch.sm_count()
+# (config, out_half, aligned) of the kernels whose dynamic shared-memory limit is raised
+_ready: set[tuple[Config, bool, bool]] = set()
 
 
-# per (config, out_half, aligned): the grid cap (resident blocks) once the kernel is prepared; 0 = no cap
-_ready: dict[tuple[Config, bool, bool], int] = {}
-
-
-def _prepare(cfg: Config, key: tuple[bool, bool], kern: Kernel) -> int:
-    func = _cufunc(kern)
-    _allow_dynamic_smem(func, cfg.smem_bytes)
-    # HG_PERSIST applies to the aligned kernels: one wave of resident blocks walks all tiles
-    cap = _resident_blocks(func, cfg.threads, cfg.smem_bytes) if cfg.persist and key[1] else 0
-    _ready[(cfg, *key)] = cap
-    return cap
+def _prepare(cfg: Config, key: tuple[bool, bool], kern: Kernel) -> None:
+    _allow_dynamic_smem(_cufunc(kern), cfg.smem_bytes)
+    _ready.add((cfg, *key))
 
 
 def _select(a: int, b: int, bias: int, res: int, out: int, m: int, n: int, k: int, out_half: bool,
@@ -200,11 +177,9 @@ def _select(a: int, b: int, bias: int, res: int, out: int, m: int, n: int, k: in
         cfg = cfg.unaligned
     key = (out_half, aligned)
     kern = _kernels(cfg)[key]
-    cap = _ready.get((cfg, *key))
-    if cap is None:
-        cap = _prepare(cfg, key, kern)
-    grid = cfg.grid(m, n)
-    return kern, (min(grid, cap) if cap else grid), cfg
+    if (cfg, *key) not in _ready:
+        _prepare(cfg, key, kern)
+    return kern, cfg.grid(m, n), cfg
 
 
 def launch(
