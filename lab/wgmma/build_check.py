@@ -31,8 +31,15 @@ _TOO_NEW = re.compile(r"Unsupported \.version (\d+\.\d+); current version is '(\
 
 def linked_ptx(v: wgmma.Variant) -> str:
     fn = wgmma.device_function(v)
-    ltoir, _ = cuda.compile(wgmma.py_kernel(fn), wgmma.KERNEL_SIG, device=False, cc=CC, output="ltoir", abi="numba",
-                            launch_bounds=(wgmma.THREADS, 1))  # fmt: skip
+    ltoir, _ = cuda.compile(
+        wgmma.py_kernel(fn),
+        wgmma.KERNEL_SIG,
+        device=False,
+        cc=CC,
+        output="ltoir",
+        abi="numba",
+        launch_bounds=(wgmma.THREADS, 1),
+    )
     linker = driver._Linker(cc=CC, lto=True, additional_flags=["-ptx"])
     linker.add_ltoir(ltoir, name="kernel.ltoir")
     linker.add_cu(wgmma.source(v), name=f"{v.name}.cu")  # NVRTC, to LTO-IR since lto=True
@@ -56,9 +63,11 @@ def ptxas(ptx: str) -> dict[str, Any]:
             # newer NVVM stamps a newer PTX ISA than the local ptxas knows; nothing here needs it
             ptx = ptx.replace(f".version {m.group(1)}", f".version {m.group(2)}", 1)
         cubin = (Path(tmp) / "k.cubin").read_bytes() if p.returncode == 0 else b""
+
     def num(pat: str) -> int | None:
         mm = re.search(pat, text)
         return int(mm.group(1)) if mm else None
+
     return {
         "rc": p.returncode,
         "registers": num(r"Used (\d+) registers"),
@@ -74,10 +83,17 @@ def ptxas(ptx: str) -> dict[str, Any]:
 def variants(everything: bool) -> list[wgmma.Variant]:
     out = []
     for dt in wgmma.DTYPES:
-        out += [wgmma.Variant(dtype=dt), wgmma.Variant(dtype=dt, out16=True),
-                wgmma.Variant(dtype=dt, out16=True, res=True), wgmma.Variant(dtype=dt, out16=True, layout="nt")]  # fmt: skip
-    out += [wgmma.Variant(out16=True, inflight=0), wgmma.Variant(out16=True, bn=128, stages=6),
-            wgmma.Variant(out16=True, bn=128, stages=4, inflight=0)]  # fmt: skip
+        out += [
+            wgmma.Variant(dtype=dt),
+            wgmma.Variant(dtype=dt, out16=True),
+            wgmma.Variant(dtype=dt, out16=True, res=True),
+            wgmma.Variant(dtype=dt, out16=True, layout="nt"),
+        ]
+    out += [
+        wgmma.Variant(out16=True, inflight=0),
+        wgmma.Variant(out16=True, bn=128, stages=6),
+        wgmma.Variant(out16=True, bn=128, stages=4, inflight=0),
+    ]
     return out if everything else out[:4] + out[8:]
 
 
@@ -101,10 +117,13 @@ def main() -> int:
         rows.append(info)
         bad = "error" in info or info.get("rc") != 0 or info.get("spill_stores") or info.get("warnings")
         ok &= not bad
-        print(f"{v.tag:34s} regs {info.get('registers')} spill {info.get('spill_stores')}/{info.get('spill_loads')}"
-              f" stack {info.get('stack_frame')} smem dyn {v.smem_bytes} static {info.get('static_smem')}"
-              f" wgmma {info.get('wgmma_in_ptx')} local {info.get('local_in_ptx')}"
-              f" {info.get('warnings') or ''} {info.get('error', '')}")  # fmt: skip
+        print(
+            f"{v.tag:34s} regs {info.get('registers')}"
+            f" spill {info.get('spill_stores')}/{info.get('spill_loads')}"
+            f" stack {info.get('stack_frame')} smem dyn {v.smem_bytes} static {info.get('static_smem')}"
+            f" wgmma {info.get('wgmma_in_ptx')} local {info.get('local_in_ptx')}"
+            f" {info.get('warnings') or ''} {info.get('error', '')}"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0 if ok else 1

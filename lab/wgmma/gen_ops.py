@@ -18,7 +18,7 @@ def wrapper(n: int, ty: str) -> str:
     dlist = ", ".join(f"%{i}" for i in range(regs))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     return (
-        f"// D[64 x {n}] += A[64 x 16] * B[16 x {n}], {ty} in, fp32 accumulate; TB: 1 = B is N-major in smem\n"
+        f"// D[64 x {n}] += A[64 x 16] * B[16 x {n}], {ty} in, fp32 accumulate; TB 1: B N-major in smem\n"
         f"template <int TB>\n"
         f"__device__ __forceinline__ void wg_mma_n{n}_{ty}(float* d, u64 da, u64 db) {{\n"
         f"    asm volatile(\n"

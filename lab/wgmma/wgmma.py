@@ -67,7 +67,9 @@ class Variant:
         if self.bn not in (128, 256):
             raise ValueError(f"bn {self.bn}: expected 128 or 256")
         if self.inflight not in (0, 1) or self.stages - 1 - self.inflight < 1:
-            raise ValueError(f"stages {self.stages} / inflight {self.inflight}: need stages - 1 - inflight >= 1")
+            raise ValueError(
+                f"stages {self.stages} / inflight {self.inflight}: need stages - 1 - inflight >= 1"
+            )
         if self.smem_bytes > 227 * 1024:
             raise ValueError(f"{self.tag}: {self.smem_bytes} B of shared memory, the block limit is 227 KB")
 
@@ -83,7 +85,8 @@ class Variant:
     def tag(self) -> str:
         out = "o16" if self.out16 else "o32"
         res = "_res" if self.res else ""
-        return f"{self.dtype}_{out}_{self.layout}{res}_n{self.bn}_s{self.stages}_i{self.inflight}_g{self.group_m}"
+        tile = f"n{self.bn}_s{self.stages}_i{self.inflight}_g{self.group_m}"
+        return f"{self.dtype}_{out}_{self.layout}{res}_{tile}"
 
     @property
     def name(self) -> str:
@@ -173,11 +176,19 @@ def _ptr(x: Any) -> int:
 
 
 def _dtype(x: Any) -> np.dtype[Any]:
-    return np.dtype(x.dtype) if not hasattr(x, "__cuda_array_interface__") else np.dtype(x.dtype)
+    return np.dtype(x.dtype)
 
 
-def gemm(*, a: Any, b: Any, out: Any, res: Any = None, layout: str = "nn", variant: Variant | None = None,
-         stream: int = 0) -> None:  # fmt: skip
+def gemm(
+    *,
+    a: Any,
+    b: Any,
+    out: Any,
+    res: Any = None,
+    layout: str = "nn",
+    variant: Variant | None = None,
+    stream: int = 0,
+) -> None:
     """out = a @ b (+ res) on device arrays (numba device arrays, or any __cuda_array_interface__ object):
     a [M, K], b [K, N] ("nn") or [N, K] ("nt"), all C-contiguous, bf16 (ml_dtypes.bfloat16) or fp16;
     out [M, N] fp32 or the input type; res [M, N] of the input type. K and N must be multiples of 8 and every
