@@ -207,6 +207,16 @@ def checks(rng: np.random.Generator, quick: bool) -> None:
                     check(rng, m=m, n=n, k=k, dtype=dtype, out16=out16, layout=layout, res=res)
                 except Exception as ex:  # noqa: BLE001
                     err(f"check {dtype} {out16} {layout} {res} {m}x{n}x{k}", ex)
+    nn_bad = [x for x in RESULTS["checks"] if x["layout"] == "nn" and not x["ok"]]
+    if nn_bad:
+        # diagnostic for the one descriptor the documentation is least clear about (N-major B, trans-b 1)
+        log(f"{len(nn_bad)} nn checks failed: trying the N-major B descriptor with LBO / SBO exchanged")
+        v = wgmma.Variant(out16=True, swap_nn=True)
+        for m, n, k in small[:3]:
+            try:
+                check(rng, m=m, n=n, k=k, dtype="bf16", out16=True, layout="nn", res=False, variant=v)
+            except Exception as ex:  # noqa: BLE001
+                err(f"check swap_nn {m}x{n}x{k}", ex)
     for dtype in wgmma.DTYPES:
         for m, n, k in ((4096, 4096, 4096), (8192, 2560, 2560)):
             for out16, layout in ((True, "nn"), (False, "nn")):

@@ -58,6 +58,9 @@ struct __align__(8) wg_f2 {  // two fp32 in one 8-byte store (no CUDA headers: n
 #ifndef WG_GROUP_M
 #define WG_GROUP_M 8  // tile-rows walked before moving right: those blocks share their B columns in L2
 #endif
+#ifndef WG_SWAP_NN
+#define WG_SWAP_NN 0  // 1: the N-major B descriptor with LBO and SBO exchanged (a diagnostic, never default)
+#endif
 #ifndef WG_NAME
 #define WG_NAME wg_gemm
 #endif
@@ -283,7 +286,11 @@ extern "C" __device__ int WG_NAME(int* ret, long long a, long long b, long long 
         for (int kk = 0; kk < WG_BK / 16; ++kk) {
             u64 da = wg_desc(sa + kk * 32, 16, 1024);
 #if WG_BT == 0
+#if WG_SWAP_NN
+            u64 db = wg_desc(sb + kk * 2048, 1024, (WG_BK / 8) * 1024);
+#else
             u64 db = wg_desc(sb + kk * 2048, (WG_BK / 8) * 1024, 1024);
+#endif
 #else
             u64 db = wg_desc(sb + kk * 32, 16, 1024);
 #endif

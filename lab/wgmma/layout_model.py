@@ -69,7 +69,6 @@ def main() -> None:
         a = store_a(128)
         for wg in range(2):
             for kk in range(BK // 16):
-                start = wg * 64 * 128 + kk * 32
                 # rows of this warpgroup: the descriptor's row 0 is tile row 64 wg
                 sub = {
                     addr - wg * 64 * 128: (r - 64 * wg, kcol)
@@ -85,7 +84,7 @@ def main() -> None:
         for kk in range(BK // 16):
             read_kmajor(bt, kk * 32, bn, 1024)
         print(
-            f"bn {bn}: A (both warpgroups), B nn (N-major), B nt (K-major): every k-step reads what was stored"
+            f"bn {bn}: A (both warpgroups), B nn (N-major), B nt (K-major): each k-step reads what was stored"
         )
 
 

@@ -58,6 +58,7 @@ class Variant:
     stages: int = 4
     inflight: int = 1
     group_m: int = 8
+    swap_nn: bool = False  # diagnostic: the N-major B descriptor with LBO / SBO exchanged
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -86,7 +87,7 @@ class Variant:
         out = "o16" if self.out16 else "o32"
         res = "_res" if self.res else ""
         tile = f"n{self.bn}_s{self.stages}_i{self.inflight}_g{self.group_m}"
-        return f"{self.dtype}_{out}_{self.layout}{res}_{tile}"
+        return f"{self.dtype}_{out}_{self.layout}{res}_{tile}" + ("_swapnn" if self.swap_nn else "")
 
     @property
     def name(self) -> str:
@@ -105,6 +106,7 @@ class Variant:
             "WG_BT": int(self.layout == "nt"),
             "WG_RES": int(self.res),
             "WG_GROUP_M": self.group_m,
+            "WG_SWAP_NN": int(self.swap_nn),
             "WG_NAME": self.name,
         }
         return "".join(f"#define {k} {v}\n" for k, v in d.items())
