@@ -72,34 +72,30 @@ def env() -> None:
 
 
 class Dev:
-    """A device buffer seen with its logical dtype: a numba device array typed with that dtype when numba
-    takes it (ml_dtypes.bfloat16 included), else raw uint16 storage with the bf16 dtype on top."""
+    """A numba device array typed with the host array's dtype (ml_dtypes.bfloat16 included: numba-cuda types
+    it as __nv_bfloat16). Host transfers of 16-bit arrays go through a uint16 view of it: numpy's buffer
+    protocol, which numba's copies use, refuses ml_dtypes' bfloat16 ("cannot include dtype 'E' in a
+    buffer")."""
 
     def __init__(self, host: np.ndarray) -> None:
         from numba import cuda
 
         self.shape = host.shape
         self.dtype = host.dtype
-        try:
-            self.arr = cuda.to_device(host)
-            self.typed = True
-        except Exception as ex:  # noqa: BLE001
-            RESULTS["env"].setdefault("numba_to_device_fallback", f"{host.dtype}: {type(ex).__name__}: {ex}")
-            self.arr = cuda.to_device(host.view(np.uint16) if host.itemsize == 2 else host)
-            self.typed = False
-        cai = dict(self.arr.__cuda_array_interface__)
-        self.__cuda_array_interface__ = cai
+        self.arr = cuda.device_array(host.shape, dtype=host.dtype)
+        self.raw = self.arr.view(np.uint16) if host.itemsize == 2 else self.arr
+        self.raw.copy_to_device(np.ascontiguousarray(host).view(self.raw.dtype))
+        self.__cuda_array_interface__ = dict(self.arr.__cuda_array_interface__)
 
     def poison(self) -> None:
         if self.dtype == np.float32:
             fill = np.full(self.shape, np.nan, np.float32)
         else:
             fill = np.full(self.shape, 0x7FFF if self.dtype != np.float16 else 0x7E00, np.uint16)
-        self.arr.copy_to_device(fill.view(self.arr.dtype))
+        self.raw.copy_to_device(fill)
 
     def host(self) -> np.ndarray:
-        out = self.arr.copy_to_host()
-        return out if self.typed else out.view(self.dtype)
+        return self.raw.copy_to_host().view(self.dtype)
 
 
 def rand(rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype[Any]) -> np.ndarray:
@@ -175,7 +171,6 @@ def check(
         nonfinite=nan_left,
         ok=bool(err <= TOL[oname] and nan_left == 0),
         first_call_s=round(first_call_s, 3),
-        typed_numba_arrays=da.typed,
     )
     if not rec["ok"]:
         bad = np.argwhere(
