@@ -10,7 +10,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/wgmma-out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/wgmma-cache}
+export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/wgmma-cache} PATH=$PATH:/usr/local/cuda/bin  # nvdisasm for the SASS facts
 PY=${PY:-python3}
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
