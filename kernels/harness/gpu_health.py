@@ -115,7 +115,8 @@ _REASON_BIT = {name: bit for bit, (name, _) in CLOCK_REASONS.items()}
 
 def clock_reasons(mask: int) -> tuple[list[str], list[str]]:
     """(benign, bad) reason names active in an NVML bitmask; a bit this table does not know counts as bad."""
-    benign, bad = [], []
+    benign: list[str] = []
+    bad: list[str] = []
     for bit in range(mask.bit_length()):
         b = 1 << bit
         if mask & b:
@@ -124,7 +125,7 @@ def clock_reasons(mask: int) -> tuple[list[str], list[str]]:
     return benign, bad
 
 
-# ---- parsers: pure ------------------------------------------------------------------------------------------
+# ---- parsers: pure -------------------------------------------------------------------------------
 
 
 def facts_from_nvml_dump(dump: dict[str, Any]) -> NodeFacts:
@@ -169,7 +170,11 @@ def _na(text: str | None) -> str | None:
     if text is None:
         return None
     t = text.strip()
-    return None if t in ("", "N/A", "[N/A]", "Unknown Error", "Requested functionality has been deprecated") else t
+    return (
+        None
+        if t in ("", "N/A", "[N/A]", "Unknown Error", "Requested functionality has been deprecated")
+        else t
+    )
 
 
 def _num(text: str | None) -> float | None:
@@ -246,7 +251,9 @@ def parse_smi_xml(text: str, *, compute_caps: dict[str, str] | None = None) -> N
                 ecc_enabled=_yes(g.findtext("ecc_mode/current_ecc")),
                 ecc_uncorrected_volatile=unc,
                 ecc_corrected_volatile=corr,
-                retired_pages_sbe=_int(g.findtext("retired_pages/multiple_single_bit_retirement/retired_count")),
+                retired_pages_sbe=_int(
+                    g.findtext("retired_pages/multiple_single_bit_retirement/retired_count")
+                ),
                 retired_pages_dbe=_int(g.findtext("retired_pages/double_bit_retirement/retired_count")),
                 retired_pages_pending=None if pend is None and pend_bl is None else bool(pend or pend_bl),
                 remapped_correctable=_int(g.findtext("remapped_rows/remapped_row_corr")),
@@ -313,7 +320,7 @@ def parse_dcgmi_diag(text: str) -> list[DcgmResult]:
     return out
 
 
-# ---- checks: pure -------------------------------------------------------------------------------------------
+# ---- checks: pure --------------------------------------------------------------------------------
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -399,21 +406,22 @@ def check_facts(*, facts: NodeFacts, expect: GpuExpectations) -> list[Check]:
     if gpus and all(g.retired_pages_sbe is None and g.retired_pages_pending is None for g in gpus):
         out.append(Check("gpu.retired_pages", S, "not reported by this GPU (it remaps rows instead)"))
     else:
-        out.append(_per_gpu("gpu.retired_pages", gpus, lambda g: None if g.retired_pages_pending is None else (
-            not g.retired_pages_pending,
-            f"{g.retired_pages_sbe or 0} single-bit, {g.retired_pages_dbe or 0} double-bit retired"
-            + (", retirement pending (reset the GPU)" if g.retired_pages_pending else ""))))  # fmt: skip
+        out.append(_per_gpu("gpu.retired_pages", gpus, _retired))
 
     def remap(g: GpuFacts) -> tuple[bool, str] | None:
         if g.remapped_pending is None and g.remapped_failure is None:
             return None
         bad = [w for w, on in (("remap pending (reset the GPU)", g.remapped_pending),
                                ("remapping failed", g.remapped_failure)) if on]  # fmt: skip
-        base = f"{g.remapped_correctable or 0} correctable, {g.remapped_uncorrectable or 0} uncorrectable rows"
+        base = (
+            f"{g.remapped_correctable or 0} correctable, {g.remapped_uncorrectable or 0} uncorrectable rows"
+        )
         return not bad, "; ".join([base, *bad])
 
-    if gpus and all(g.remapped_pending is None and g.remapped_failure is None for g in gpus) and any(
-        g.retired_pages_pending is not None for g in gpus
+    if (
+        gpus
+        and all(g.remapped_pending is None and g.remapped_failure is None for g in gpus)
+        and any(g.retired_pages_pending is not None for g in gpus)
     ):
         out.append(Check("gpu.remapped_rows", S, "not reported by this GPU (it retires pages instead)"))
     else:
@@ -424,14 +432,29 @@ def check_facts(*, facts: NodeFacts, expect: GpuExpectations) -> list[Check]:
             return None
         benign, bad = clock_reasons(g.clock_event_reasons)
         text = f"0x{g.clock_event_reasons:x} " + (", ".join(bad + benign) or "none")
-        clk = f" (SM {g.sm_clock_mhz:.0f}/{g.sm_clock_max_mhz:.0f} MHz)" if g.sm_clock_mhz and g.sm_clock_max_mhz else ""
+        clk = (
+            f" (SM {g.sm_clock_mhz:.0f}/{g.sm_clock_max_mhz:.0f} MHz)"
+            if g.sm_clock_mhz and g.sm_clock_max_mhz
+            else ""
+        )
         return not bad, text + clk
 
     out.append(_per_gpu("gpu.clock_event_reasons", gpus, reasons))
     return out
 
 
-def _per_gpu(name: str, gpus: tuple[GpuFacts, ...], fn: Callable[[GpuFacts], tuple[bool, str] | None]) -> Check:
+def _retired(g: GpuFacts) -> tuple[bool, str] | None:
+    if g.retired_pages_pending is None:
+        return None
+    text = f"{g.retired_pages_sbe or 0} single-bit, {g.retired_pages_dbe or 0} double-bit retired"
+    return not g.retired_pages_pending, text + (
+        ", retirement pending (reset the GPU)" if g.retired_pages_pending else ""
+    )
+
+
+def _per_gpu(
+    name: str, gpus: tuple[GpuFacts, ...], fn: Callable[[GpuFacts], tuple[bool, str] | None]
+) -> Check:
     """One check over every GPU: failed when any GPU fails or could not be read, the detail naming which."""
     if not gpus:
         return Check(name, CheckStatus.FAILED, "no GPU found")
@@ -471,13 +494,13 @@ def check_dcgm(rc: int, text: str) -> Check:
 
 
 FACT_CHECKS = (
-    "gpu.count", "gpu.model", "gpu.compute_capability", "gpu.driver", "gpu.cuda", "gpu.persistence", "gpu.ecc",
-    "gpu.retired_pages", "gpu.remapped_rows", "gpu.clock_event_reasons",
+    "gpu.count", "gpu.model", "gpu.compute_capability", "gpu.driver", "gpu.cuda", "gpu.persistence",
+    "gpu.ecc", "gpu.retired_pages", "gpu.remapped_rows", "gpu.clock_event_reasons",
 )  # fmt: skip
 ALL_CHECKS = (*FACT_CHECKS, "gpu.xid", "gpu.dcgm_diag")
 
 
-# ---- I/O ----------------------------------------------------------------------------------------------------
+# ---- I/O -----------------------------------------------------------------------------------------
 
 
 def nvml_dump() -> dict[str, Any]:
@@ -498,13 +521,17 @@ def nvml_dump() -> dict[str, Any]:
             "cuda_driver": opt(n.nvmlSystemGetCudaDriverVersion),
             "gpus": [],
         }
-        reasons_fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            n, "nvmlDeviceGetCurrentClocksThrottleReasons"
+        # drivers before 535 have only the "throttle" name of the same call
+        reasons_fn = (
+            getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or n.nvmlDeviceGetCurrentClocksThrottleReasons
         )
         for i in range(n.nvmlDeviceGetCount()):
             h = n.nvmlDeviceGetHandleByIndex(i)
             pci = opt(n.nvmlDeviceGetPciInfo, h)
-            sbe = opt(n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+            sbe = opt(
+                n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+            )
             dbe = opt(n.nvmlDeviceGetRetiredPages, h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
             pend = opt(n.nvmlDeviceGetRetiredPagesPendingStatus, h)
             power = opt(n.nvmlDeviceGetPowerUsage, h)
@@ -592,7 +619,9 @@ def boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
-def xid_check(*, state_dir: Path, log_text: str | None = None, log_source: str = "", boot: str | None = None) -> Check:
+def xid_check(
+    *, state_dir: Path, log_text: str | None = None, log_source: str = "", boot: str | None = None
+) -> Check:
     """New Xid events since the last call with the same state_dir, which is then updated (atomically)."""
     if log_text is None:
         log_text, log_source = read_kernel_log()
@@ -605,7 +634,9 @@ def xid_check(*, state_dir: Path, log_text: str | None = None, log_source: str =
             previous = xid.XidState.from_dict(json.loads(state_file.read_text()))
         except (ValueError, OSError) as e:
             return Check("gpu.xid", CheckStatus.FAILED, f"unreadable Xid state {state_file}: {e}")
-    fresh, state = xid.new_events(xid.parse_kernel_log(log_text), previous=previous, boot_id=boot or boot_id())
+    fresh, state = xid.new_events(
+        xid.parse_kernel_log(log_text), previous=previous, boot_id=boot or boot_id()
+    )
     state_dir.mkdir(parents=True, exist_ok=True)
     tmp = state_file.with_name(f".{state_file.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(state.as_dict()))

@@ -82,7 +82,8 @@ class XidEvent:
         return classify(self.code)
 
     def summary(self) -> str:
-        return f"Xid {self.code} ({describe(self.code)}, {self.xid_class.value}) on {self.pci} at {self.uptime_s:.0f}s"
+        what = f"{describe(self.code)}, {self.xid_class.value}"
+        return f"Xid {self.code} ({what}) on {self.pci} at {self.uptime_s:.0f}s"
 
 
 _LINE = re.compile(
@@ -92,8 +93,8 @@ _LINE = re.compile(
 
 
 def parse_kernel_log(text: str) -> list[XidEvent]:
-    """Every Xid line of `dmesg` or `journalctl -k -o short-monotonic` output, in log order. Other kernel lines
-    (NVRM's own chatter included) are not events."""
+    """Every Xid line of `dmesg` or `journalctl -k -o short-monotonic` output, in log order. Other kernel
+    lines (NVRM's own chatter included) are not events."""
     out = []
     for line in text.splitlines():
         m = _LINE.match(line.strip())
