@@ -5,13 +5,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # openssh-server: the e2e tests start several real sshd nodes on 127.0.0.1 (never a remote host).
-if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+# prometheus-node-exporter and prometheus (promtool): the metrics e2e test scrapes a real node_exporter on
+# 127.0.0.1 and lints what it serves. Only what is missing is installed.
+missing=()
+{ command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; } || missing+=(openssh-server openssh-client)
+[ -x /usr/bin/prometheus-node-exporter ] || missing+=(prometheus-node-exporter)
+[ -x /usr/bin/promtool ] || missing+=(prometheus)
+if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "bootstrap: installing openssh-server (apt-get)"
+        echo "bootstrap: installing ${missing[*]} (apt-get)"
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server openssh-client >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     else
-        echo "bootstrap: sshd is missing and this is not a root Debian shell; e2e tests will be skipped" >&2
+        echo "bootstrap: ${missing[*]} missing and this is not a root Debian shell; e2e tests needing them will be skipped" >&2
     fi
 fi
 
