@@ -1,21 +1,26 @@
 """`solfleet`: parse, call the library, print. No behaviour lives here (see fleet/rollout.py and friends).
 
 Exit codes (docs/cli.md): 0 ok, 1 operation failed on a host, 2 usage/spec error (nothing touched),
-3 hosts unreachable, 4 ansible-runner could not run, 130 interrupted."""
+3 hosts unreachable, 4 ansible-runner could not run, 5 another rollout holds the nodes, 130 interrupted;
+`status` also 6 drift, 7 suspect, 8 split. SIGTERM and SIGHUP are handled like Ctrl-C."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import NoReturn
+
+from rich.console import Console
 
 from fleet import artifact, report
 from fleet.errors import ExitCode, FleetError, UsageError
 from fleet.inventory import write_private_data_dir
 from fleet.ledger import Ledger
-from fleet.plan import plan_rollback, plan_rollout, select_nodes
-from fleet.rollout import deploy, rollback
+from fleet.operation import OperationReport
+from fleet.plan import Batch, Plan, plan_rollback, plan_rollout, select_nodes
+from fleet.rollout import ArtifactInfo, deploy, reconcile, rollback, unfinished_operations
 from fleet.spec import (
     FleetSpec,
     Node,
@@ -25,7 +30,7 @@ from fleet.spec import (
     load_spec,
     resolve_work_dir,
 )
-from fleet.status import fleet_status, status_exit_code
+from fleet.status import fleet_status
 from fleet.workdir import ledger_path
 
 
@@ -101,6 +106,14 @@ def _parser() -> argparse.ArgumentParser:
         help="also re-hash every file of each node's current release against its MANIFEST (reads it all)",
     )
 
+    rc = sub.add_parser(
+        "reconcile",
+        parents=[common],
+        help="return the hosts of an unfinished (killed, interrupted) rollout to its baseline",
+    )
+    rc.add_argument("--dry-run", action="store_true", help="say which rollouts are unfinished; touch nothing")
+    rc.add_argument("--yes", action="store_true")
+
     h = sub.add_parser("history", parents=[common], help="recorded deploys and rollbacks")
     h.add_argument("--json", action="store_true")
     h.add_argument(
@@ -134,6 +147,51 @@ def _preflight(spec: FleetSpec, nodes: list[Node], *, dry_run: bool) -> list[str
             raise
         return [f"a real run would stop here: {exc}"]
     return []
+
+
+def _recover_first(spec: FleetSpec, out: Console, *, dry_run: bool) -> int:
+    """Before a deploy or rollback: an unfinished rollout is returned to its baseline first (its default
+    policy), so the new one starts from a known fleet. Returns a non-zero exit code when that failed."""
+    pending = unfinished_operations(spec)
+    for op_id in pending:
+        if dry_run:
+            out.print(f"note: unfinished rollout {op_id}: a real run returns its hosts to its baseline first")
+            continue
+        result = _reconcile_one(spec, op_id)
+        report.print_operation(out, result)
+        if result.exit_code:
+            return int(result.exit_code)
+    return 0
+
+
+def _reconcile_one(spec: FleetSpec, op_id: str) -> OperationReport:
+    with Ledger(ledger_path(spec)) as ledger:
+        hosts = tuple(ledger.baseline(op_id))
+    plan = Plan(
+        kind="reconcile",
+        version=None,
+        batches=(Batch("baseline", hosts, 0),),
+        on_failure="halt",
+        unreachable=spec.rollout.unreachable.value,
+        keep_releases=spec.rollout.keep_releases,
+    )
+    return reconcile(spec, plan, op_id, progress=report.live_factory(sys.stderr.isatty()))
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    out = report.console()
+    pending = unfinished_operations(spec)
+    if not pending:
+        out.print(f"fleet {spec.name}: no unfinished rollout; nothing to reconcile")
+        return 0
+    for op_id in pending:
+        out.print(f"unfinished rollout {op_id}: its hosts go back to its baseline (ledger `baselines`)")
+    if args.dry_run:
+        out.print("dry run: nothing was changed")
+        return 0
+    _confirm(args, f"return the hosts of {len(pending)} unfinished rollout(s) to their baseline")
+    return _recover_first(spec, out, dry_run=False)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -170,6 +228,8 @@ def _deploy(args: argparse.Namespace) -> int:
     if manifest.get("version") != version:
         raise UsageError(f"--artifact: {path} holds version {manifest.get('version')!r}, not {version!r}")
     sha = artifact.sha256_file(path)
+    git = manifest["git"] if isinstance(manifest.get("git"), dict) else {}
+    info = ArtifactInfo(path=path, sha256=sha, git_commit=git.get("commit"), dirty=bool(git.get("dirty")))
     nodes = select_nodes(spec.nodes, args.limit)
     preflight = _preflight(spec, nodes, dry_run=args.dry_run)
     kind = "stage" if args.stage else "deploy"
@@ -180,6 +240,8 @@ def _deploy(args: argparse.Namespace) -> int:
             f"artifact stack {manifest.get('stack')} differs from the spec's {dict(spec.stack)}; "
             "nodes check their own versions against the artifact's pins"
         )
+    if info.dirty:
+        notes.append(f"built from a dirty tree (commit {info.git_commit}, uncommitted changes in kernels/)")
     unchecked = spec.gates.not_enforced()
     if unchecked:
         notes.append(f"gates {'; '.join(unchecked)}: validated but not enforced yet (correctness only)")
@@ -187,15 +249,17 @@ def _deploy(args: argparse.Namespace) -> int:
     report.print_plan(
         out, plan, fleet=spec.name, notes=notes, header=f"{kind} {version} from {path} (sha256 {sha[:16]}..)"
     )
+    recovered = _recover_first(spec, out, dry_run=args.dry_run)
     if args.dry_run:
         out.print("dry run: nothing was changed")
         return 0
+    if recovered:
+        return recovered
     _confirm(args, f"{kind} {version} to {len(plan.hosts)} node(s)")
     result = deploy(
         spec,
         plan,
-        artifact=path,
-        artifact_sha256=sha,
+        artifact=info,
         verify_ops=args.verify_ops,
         progress=report.live_factory(sys.stderr.isatty()),
     )
@@ -213,9 +277,12 @@ def _rollback(args: argparse.Namespace) -> int:
     report.print_plan(
         out, plan, fleet=spec.name, header=f"rollback to {to or 'each node`s previous'}", notes=notes
     )
+    recovered = _recover_first(spec, out, dry_run=args.dry_run)
     if args.dry_run:
         out.print("dry run: nothing was changed")
         return 0
+    if recovered:
+        return recovered
     _confirm(args, f"roll back {len(plan.hosts)} node(s)")
     result = rollback(spec, plan, progress=report.live_factory(sys.stderr.isatty()))
     report.print_operation(out, result)
@@ -227,12 +294,12 @@ def _status(args: argparse.Namespace) -> int:
     selected = select_nodes(spec.nodes, args.limit)
     check_controller_files(spec, selected)
     live = report.live_factory(sys.stderr.isatty() and not args.json)
-    nodes = fleet_status(spec, selected, deep=args.deep, progress=live("status", [n.name for n in selected]))
+    state = fleet_status(spec, selected, deep=args.deep, progress=live("status", [n.name for n in selected]))
     if args.json:
-        print(report.status_json(nodes))
+        print(report.status_json(state))
     else:
-        report.print_status(report.console(), nodes)
-    return int(status_exit_code(nodes))
+        report.print_status(report.console(), state)
+    return int(state.exit_code)
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -253,11 +320,21 @@ COMMANDS = {
     "rollback": _rollback,
     "status": _status,
     "history": _history,
+    "reconcile": _reconcile,
 }
+
+
+def _as_interrupt(signum: int, _frame: object) -> None:
+    """SIGTERM and SIGHUP (a closed terminal, a stopping service) mean what Ctrl-C means: stop the running
+    step, apply the failure policy, record the run as interrupted. A second signal during the policy ends
+    that too; the run then stays unfinished and the next deploy, rollback or reconcile returns it."""
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _as_interrupt)
     try:
         return COMMANDS[args.command](args)
     except FleetError as exc:

@@ -14,6 +14,11 @@ class ExitCode(IntEnum):
     USAGE = 2  # bad spec, bad arguments, missing artifact: nothing was touched
     UNREACHABLE = 3  # hosts could not be reached (and nothing else failed)
     RUNNER = 4  # ansible-runner / Ansible itself could not run (missing playbook, timeout, crash)
+    LOCKED = 5  # another rollout (another controller or work dir) holds the nodes' lease: nothing touched
+    # `solfleet status` only (docs/cli.md, "Status exit codes"); most severe first: 1, 7, 6, 8, 3
+    DRIFT = 6  # a node is not on the release the ledger says it should run (or a rollout is unfinished)
+    SUSPECT = 7  # a node's current is unverified, tampered, failed a re-check, or its last move unconfirmed
+    SPLIT = 8  # every node is where the ledger says, but they do not all run one release
     INTERRUPTED = 130  # Ctrl-C; the ledger row is marked `interrupted`
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,6 +45,18 @@ def _tojson(value: Any) -> str:
     return json.dumps(value)
 
 
+def _unsafe(value: Any) -> str:
+    """`!unsafe "..."`: Ansible never templates a value so tagged, so a spec string stays data even if it
+    held a Jinja2 opener (the spec loader refuses those too: this is the second wall). Lists tag each item."""
+    if isinstance(value, jinja2.Undefined):
+        value._fail_with_undefined_error()
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_unsafe(item) for item in value) + "]"
+    if not isinstance(value, str):
+        raise TypeError(f"unsafe: expected a string or a list of strings, got {type(value).__name__}")
+    return "!unsafe " + json.dumps(value)
+
+
 def template_env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(project_root() / "inventory" / "templates")),
@@ -54,6 +67,7 @@ def template_env() -> jinja2.Environment:
         autoescape=False,  # YAML, not HTML; values go through `tojson`
     )
     env.filters["tojson"] = _tojson
+    env.filters["unsafe"] = _unsafe
     return env
 
 
@@ -66,9 +80,13 @@ def control_path_dir(run_dir: Path) -> Path:
 
 
 def _ssh_common_args(node: Node) -> str:
-    args = ["-o StrictHostKeyChecking=yes"]
+    """Host-key checking first (ssh keeps the first value of an option, so nothing later can turn it off).
+    The known_hosts path is quoted twice: for ssh's own option parser (which splits a value on blanks into
+    several files) and for Ansible, which splits ssh_common_args with shlex. The spec loader refuses `"` in
+    controller paths, so the inner quotes cannot be closed early."""
+    args = ["-o", "StrictHostKeyChecking=yes"]
     if node.ssh.known_hosts_file:
-        args.insert(0, f"-o UserKnownHostsFile={node.ssh.known_hosts_file}")
+        args += ["-o", shlex.quote(f'UserKnownHostsFile="{node.ssh.known_hosts_file}"')]
     return " ".join(args)
 
 

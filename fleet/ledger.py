@@ -50,6 +50,26 @@ CREATE TABLE IF NOT EXISTS host_outcomes (
     recorded        TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS host_outcomes_host ON host_outcomes(host, id);
+-- Written before the first host is touched: where each targeted host was. Every undo returns to it.
+CREATE TABLE IF NOT EXISTS baselines (
+    operation_id    TEXT NOT NULL REFERENCES operations(id),
+    host            TEXT NOT NULL,
+    reachable       INTEGER NOT NULL,      -- 0: the host did not answer; its baseline is unknown
+    current         TEXT,                  -- the release `current` pointed at (NULL: none)
+    current_sha256  TEXT,                  -- the artifact sha256 that release came from
+    previous        TEXT,
+    recorded        TEXT NOT NULL,
+    PRIMARY KEY (operation_id, host)
+);
+-- One version string is one artifact, fleet-wide and forever: a rebuild with other bytes needs a new version.
+CREATE TABLE IF NOT EXISTS artifacts (
+    version         TEXT PRIMARY KEY,
+    sha256          TEXT NOT NULL,
+    git_commit      TEXT,
+    dirty           INTEGER NOT NULL DEFAULT 0,   -- built from a tree with uncommitted changes
+    first_operation TEXT NOT NULL,
+    recorded        TEXT NOT NULL
+);
 """
 
 
@@ -59,6 +79,20 @@ class OpStatus(StrEnum):
     FAILED = "failed"
     ROLLED_BACK = "rolled_back"  # failed, and the failure policy put the hosts back
     INTERRUPTED = "interrupted"
+
+
+# An operation that ended without finishing its failure policy: the next deploy, rollback or `reconcile`
+# returns its hosts to its baseline (and records which operation did, in `recovered_by`).
+UNFINISHED = (OpStatus.RUNNING.value, OpStatus.INTERRUPTED.value)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    host: str
+    reachable: bool
+    current: str | None
+    current_sha256: str | None
+    previous: str | None
 
 
 @dataclass(frozen=True)
@@ -86,6 +120,8 @@ class Operation:
     status: str
     message: str
     plan: dict[str, Any]
+    recovered_by: str | None = None
+    controller: str = ""
 
 
 def utc_now() -> str:
@@ -124,6 +160,10 @@ class Ledger:
         cols = {r["name"] for r in self._db.execute("PRAGMA table_info(host_outcomes)").fetchall()}
         if "simulated" not in cols:
             self._db.execute("ALTER TABLE host_outcomes ADD COLUMN simulated INTEGER")
+        op_cols = {r["name"] for r in self._db.execute("PRAGMA table_info(operations)").fetchall()}
+        for col, decl in (("recovered_by", "TEXT"), ("artifact_sha256", "TEXT"), ("dirty", "INTEGER")):
+            if col not in op_cols:
+                self._db.execute(f"ALTER TABLE operations ADD COLUMN {col} {decl}")
 
     def close(self) -> None:
         self._db.close()
@@ -221,6 +261,8 @@ class Ledger:
                 status=r["status"],
                 message=r["message"],
                 plan=json.loads(r["plan"]),
+                recovered_by=r["recovered_by"],
+                controller=r["controller"],
             )
             for r in rows.fetchall()
         ]
@@ -250,4 +292,88 @@ class Ledger:
             "SELECT h.host, h.version_after FROM host_outcomes h JOIN operations o ON o.id = h.operation_id"
             " WHERE h.version_after IS NOT NULL AND o.kind != 'stage' ORDER BY h.id"
         )
-        return {r["host"]: r["version_after"] for r in rows.fetchall()}
+        desired = {r["host"]: r["version_after"] for r in rows.fetchall()}
+        # An unfinished operation is owed a return to its baseline (its default policy): until that has
+        # happened, its hosts should be where they were before it, whatever it managed to record.
+        for op in self.unfinished():
+            for host, base in self.baseline(op.id).items():
+                if base.reachable and base.current is not None:
+                    desired[host] = base.current
+        return desired
+
+    # -- baselines, artifacts, recovery -------------------------------------------------------------------
+    def record_baseline(self, op_id: str, baselines: list[Baseline]) -> None:
+        now = utc_now()
+        with self._tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO baselines (operation_id, host, reachable, current, current_sha256,"
+                " previous, recorded) VALUES (?,?,?,?,?,?,?)",
+                [
+                    (op_id, b.host, int(b.reachable), b.current, b.current_sha256, b.previous, now)
+                    for b in baselines
+                ],
+            )
+
+    def baseline(self, op_id: str) -> dict[str, Baseline]:
+        rows = self._db.execute("SELECT * FROM baselines WHERE operation_id = ? ORDER BY host", (op_id,))
+        return {
+            r["host"]: Baseline(
+                host=r["host"],
+                reachable=bool(r["reachable"]),
+                current=r["current"],
+                current_sha256=r["current_sha256"],
+                previous=r["previous"],
+            )
+            for r in rows.fetchall()
+        }
+
+    def unfinished(self) -> list[Operation]:
+        """Operations that stopped before their end and were not recovered since, oldest first. Only those
+        with a baseline can be returned to it; a row without one never touched a host."""
+        marks = ",".join("?" * len(UNFINISHED))
+        ids = [
+            r["id"]
+            for r in self._db.execute(
+                f"SELECT o.id FROM operations o WHERE o.status IN ({marks}) AND o.recovered_by IS NULL"
+                " AND EXISTS (SELECT 1 FROM baselines b WHERE b.operation_id = o.id)"
+                " ORDER BY o.started, o.rowid",
+                UNFINISHED,
+            ).fetchall()
+        ]
+        by_id = {op.id: op for op in self.operations(limit=1_000_000)}
+        return [by_id[i] for i in ids if i in by_id and not self._is_live(by_id[i])]
+
+    def _is_live(self, op: Operation) -> bool:
+        """A `running` row whose controller process on this host is still alive is someone else's live run."""
+        host, _, pid = op.controller.rpartition(":")
+        return op.status == OpStatus.RUNNING.value and host == socket.gethostname() and _pid_alive(int(pid))
+
+    def mark_recovered(self, op_id: str, *, by: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE operations SET recovered_by = ? WHERE id = ?", (by, op_id))
+
+    def artifact_sha(self, version: str) -> str | None:
+        row = self._db.execute("SELECT sha256 FROM artifacts WHERE version = ?", (version,)).fetchone()
+        return None if row is None else str(row["sha256"])
+
+    def artifact_shas(self) -> dict[str, str]:
+        return {r["version"]: r["sha256"] for r in self._db.execute("SELECT version, sha256 FROM artifacts")}
+
+    def record_artifact(
+        self, *, version: str, sha256: str, git_commit: str | None, dirty: bool, op_id: str
+    ) -> None:
+        """First use of a version binds it to its bytes; a later use with other bytes is a caller bug
+        (rollout.check_artifact refuses it before anything runs), so it fails loudly here."""
+        known = self.artifact_sha(version)
+        if known is not None and known != sha256:
+            raise ValueError(f"version {version} is already artifact {known}, not {sha256}")
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO artifacts (version, sha256, git_commit, dirty, first_operation,"
+                " recorded) VALUES (?,?,?,?,?,?)",
+                (version, sha256, git_commit, int(dirty), op_id, utc_now()),
+            )
+            db.execute(
+                "UPDATE operations SET artifact_sha256 = ?, dirty = ? WHERE id = ?",
+                (sha256, int(dirty), op_id),
+            )

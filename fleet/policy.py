@@ -68,6 +68,9 @@ class Timeouts:
     task_s: int = 1800  # any one task (ANSIBLE_TASK_TIMEOUT); verify under the simulator is the slow one
     verify_s: int = 900  # `python -m kernels verify` on a node (passed to the playbook)
     run_s: int = 7200  # one ansible-runner run (one batch)
+    # status, health and the lease/state reads: each task and the whole run. Short, so one hung node
+    # turns into one `unknown` row within a minute instead of holding the answer for task_s.
+    status_s: int = 60
 
 
 def parse_rollout(top: v.Fields, label: str, nodes: Sequence[Node]) -> Rollout:
@@ -156,6 +159,7 @@ def parse_timeouts(top: v.Fields, label: str) -> Timeouts:
         task_s=v.integer(label, t.sub("task_s"), t.raw("task_s", d.task_s), lo=1, hi=86400),
         verify_s=v.integer(label, t.sub("verify_s"), t.raw("verify_s", d.verify_s), lo=1, hi=86400),
         run_s=v.integer(label, t.sub("run_s"), t.raw("run_s", d.run_s), lo=1, hi=86400),
+        status_s=v.integer(label, t.sub("status_s"), t.raw("status_s", d.status_s), lo=1, hi=3600),
     )
-    t.done(["connect_s", "task_s", "verify_s", "run_s"])
+    t.done(["connect_s", "task_s", "verify_s", "run_s", "status_s"])
     return out

@@ -10,13 +10,17 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from fleet.ledger import HostRecord, Operation
+from fleet.operation import FAILED_OUTCOMES, PHASES, OperationReport, ProgressFactory
 from fleet.plan import Plan
-from fleet.rollout import FAILED_OUTCOMES, PHASES, OperationReport, ProgressFactory
 from fleet.runner import HostProgress, HostStatus, ProgressSink
-from fleet.status import NodeStatus
+from fleet.status import FleetStatus
+
+# Every string that comes from a spec, a node or the ledger goes through escape(): rich would read a `[/]`
+# in a node path or a message as markup and crash the report (and every later `history`).
 
 _DONE = {HostStatus.OK, HostStatus.CHANGED, HostStatus.FAILED, HostStatus.UNREACHABLE, HostStatus.NOT_RUN}
 _STYLE = {
@@ -53,9 +57,9 @@ class LiveTable:
             p = state[h]
             style = _STYLE.get(p.status, "")
             t.add_row(
-                h,
+                escape(h),
                 f"[{style}]{p.status.value}[/]" if style else p.status.value,
-                p.task or p.message[:60],
+                escape(p.task or p.message[:60]),
                 str(p.ok),
                 str(p.changed),
                 str(p.failed),
@@ -82,19 +86,22 @@ def live_factory(enabled: bool) -> ProgressFactory:
 
 
 def print_plan(out: Console, plan: Plan, *, fleet: str, header: str, notes: Sequence[str] = ()) -> None:
-    out.print(f"plan: {header}")
+    out.print(f"plan: {escape(header)}")
     width = max(len(b.name) for b in plan.batches)
     for b in plan.batches:
-        out.print(f"  {b.name:<{width}}  {', '.join(b.hosts)}  (fails when > {b.max_failures} host(s) fail)")
-    if plan.kind == "rollback":
-        out.print(f"  target: {plan.version or 'each node`s previous release'}; fleet {fleet}")
+        hosts = escape(", ".join(b.hosts))
+        out.print(f"  {b.name:<{width}}  {hosts}  (fails when > {b.max_failures} host(s) fail)")
+    if plan.kind in ("rollback", "reconcile"):
+        out.print(
+            f"  target: {escape(plan.version or 'each node`s previous release')}; fleet {escape(fleet)}"
+        )
     else:
         out.print(
             f"  on failure: {plan.on_failure}; unreachable: {plan.unreachable}; keep_releases: "
-            f"{plan.keep_releases}; fleet {fleet}"
+            f"{plan.keep_releases}; fleet {escape(fleet)}"
         )
     for note in notes:
-        out.print(f"  [yellow]note:[/] {note}")
+        out.print(f"  [yellow]note:[/] {escape(note)}")
 
 
 def _fmt(x: float | None) -> str:
@@ -125,8 +132,14 @@ def print_operation(out: Console, report: OperationReport) -> None:
     for r in report.records:
         host = r.host + (" (sim)" if r.simulated else "")
         ok = r.outcome not in FAILED_OUTCOMES | {"unreachable", "kept"}
-        outcome = r.outcome if ok else f"[red]{r.outcome}[/]"
-        t.add_row(r.step, host, outcome, _versions(r), *(_fmt(r.phases.get(p)) for p in PHASES))
+        outcome = escape(r.outcome) if ok else f"[red]{escape(r.outcome)}[/]"
+        t.add_row(
+            escape(r.step),
+            escape(host),
+            outcome,
+            escape(_versions(r)),
+            *(_fmt(r.phases.get(p)) for p in PHASES),
+        )
         if not ok:
             notes.append(f"  {r.host} [{r.step}]: {r.failed_phase or r.outcome}: {r.message}")
     out.print(t)
@@ -140,46 +153,62 @@ def print_operation(out: Console, report: OperationReport) -> None:
             if agg[p]
         )
         timings = fast or "no phase timings"
-        out.print(f"  {step.step}: {len(step.records)} host(s), {step.seconds:.1f}s wall; {timings}")
+        name = escape(step.step)
+        out.print(f"  {name}: {len(step.records)} host(s), {step.seconds:.1f}s wall; {timings}")
         if agg["verify"]:
-            out.print(f"  {step.step}: verify max {max(agg['verify']):.2f}s, min {min(agg['verify']):.2f}s")
+            out.print(f"  {name}: verify max {max(agg['verify']):.2f}s, min {min(agg['verify']):.2f}s")
     if report.message:
-        out.print(f"[{colour}]{report.message}[/]")
+        out.print(f"[{colour}]{escape(report.message)}[/]")
     if report.artifacts:
-        out.print(f"  run artifacts: {report.artifacts}")
+        out.print(f"  run artifacts: {escape(str(report.artifacts))}")
 
 
-def print_status(out: Console, nodes: Sequence[NodeStatus]) -> None:
+def print_status(out: Console, fleet: FleetStatus) -> None:
     t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for col in ("node", "current", "previous", "releases", "last event", "desired", "drift"):
+    for col in ("node", "current", "sha", "previous", "releases", "last event", "desired", "drift"):
         t.add_column(col, overflow="fold")
-    for n in nodes:
+    for n in fleet.nodes:
         ev = n.last_event or {}
         last = f"{ev.get('event', '')} {ev.get('version', '')} {ev.get('time', '')}".strip() or "-"
-        drift = {
-            "in_sync": "[green]in_sync[/]",
-            "drift": "[red]drift[/]",
-            "unverified": "[red]unverified[/]",
-            "tampered": "[red]tampered[/]",
-        }.get(n.drift, n.drift)
-        if n.drift == "tampered" and n.current_check:
-            drift += f": {n.current_check}"
-        current = n.current or ("-" if n.reachable else f"[magenta]unreachable: {n.error}[/]")
+        colour = "green" if n.drift == "in_sync" else "yellow" if n.drift == "no_record" else "red"
+        drift = f"[{colour}]{escape(n.drift)}[/]"
+        detail = {"tampered": n.current_check, "suspect": n.suspect}.get(n.drift)
+        if n.drift == "other_bytes":
+            detail = f"ledger has {(n.expected_sha or '')[:12]}"
+        if detail:
+            drift += f": {escape(detail)}"
+        current = escape(n.current or "-") if n.reachable else f"[magenta]unreachable: {escape(n.error)}[/]"
         sim = " (simulated)" if n.simulated else ""
         t.add_row(
-            n.name + sim,
+            escape(n.name + sim),
             current,
-            n.previous or "-",
-            ", ".join(n.releases) or "-",
-            last,
-            n.desired or "-",
+            escape((n.current_sha or "-")[:12]),
+            escape(n.previous or "-"),
+            escape(", ".join(n.releases) or "-"),
+            escape(last),
+            escape(n.desired or "-"),
             drift,
         )
     out.print(t)
+    for op_id in fleet.unfinished:
+        out.print(
+            f"[red]unfinished rollout {escape(op_id)}[/]: its hosts are owed a return to its baseline;"
+            " run `solfleet reconcile` (the next deploy or rollback does it first)"
+        )
+    out.print(f"status: exit {int(fleet.exit_code)} ({fleet.exit_code.name.lower()})")
 
 
-def status_json(nodes: Sequence[NodeStatus]) -> str:
-    return json.dumps({"nodes": [n.to_json() for n in nodes]}, indent=1, sort_keys=True)
+def status_json(fleet: FleetStatus) -> str:
+    return json.dumps(
+        {
+            "nodes": [n.to_json() for n in fleet.nodes],
+            "unfinished": fleet.unfinished,
+            "exit_code": int(fleet.exit_code),
+            "verdict": fleet.exit_code.name.lower(),
+        },
+        indent=1,
+        sort_keys=True,
+    )
 
 
 def _host_json(r: HostRecord) -> dict[str, Any]:
@@ -208,6 +237,7 @@ def history_json(ops: Sequence[tuple[Operation, list[HostRecord]]]) -> str:
                     "started": op.started,
                     "finished": op.finished,
                     "status": op.status,
+                    "recovered_by": op.recovered_by,
                     "message": op.message,
                     "plan": op.plan,
                     "hosts": [_host_json(r) for r in hosts],
@@ -232,14 +262,22 @@ def print_history(out: Console, ops: Sequence[tuple[Operation, list[HostRecord]]
         for r in hosts:
             counts[r.outcome] = counts.get(r.outcome, 0) + 1
         summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "-"
+        status = op.status + (
+            f" (recovered by {op.recovered_by})" if op.recovered_by not in (None, op.id) else ""
+        )
         t.add_row(
-            op.id,
-            op.kind,
-            op.version or "(previous)",
-            op.status,
-            op.started,
-            op.finished or "-",
-            summary,
-            op.message,
+            *(
+                escape(x)
+                for x in (
+                    op.id,
+                    op.kind,
+                    op.version or "(previous)",
+                    status,
+                    op.started,
+                    op.finished or "-",
+                    summary,
+                    op.message,
+                )
+            )
         )
     out.print(t)

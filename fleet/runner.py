@@ -152,15 +152,58 @@ def _one_line(text: object) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
-def _path_env() -> dict[str, str]:
-    """Put this interpreter's bin dir (the venv) first on PATH, so `.venv/bin/solfleet` finds the matching
-    ansible-playbook without an activated venv. (ansible-runner's `binary=` would switch it to raw mode.)"""
-    bin_dir = str(Path(sys.executable).parent)
-    if not (Path(bin_dir) / "ansible-playbook").exists() and not shutil.which("ansible-playbook"):
+# ansible-runner starts ansible-playbook through pexpect in a new session, so nothing ties it to this
+# process: a controller killed with SIGKILL would leave it running, activating hosts no ledger row names.
+# The run dir gets this `ansible-playbook` in front of the real one on PATH. It asks the kernel to send it
+# SIGTERM when the controller thread that started it dies (PR_SET_PDEATHSIG), runs the real one as its child
+# in the process group pexpect made for it, and on SIGTERM kills that whole group the way ansible-runner's
+# own cancel does (killpg, SIGKILL), so no worker is left behind. Otherwise it exits with the real one's
+# status.
+_REAPER = """#!{python}
+# Written by solfleet (fleet/runner.py) for one run: ansible-playbook dies with the controller.
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+if os.getppid() != {controller}:  # the controller died before prctl took effect
+    sys.exit(143)
+child = os.fork()
+if child == 0:
+    os.execv({real!r}, [{real!r}] + sys.argv[1:])
+def stop(signum, frame):
+    os.killpg(os.getpgrp(), signal.SIGKILL)  # this process group: the reaper, ansible-playbook, its workers
+for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, stop)
+_, status = os.waitpid(child, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def _real_ansible_playbook() -> str:
+    """This interpreter's ansible-playbook (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    found = str(beside) if beside.exists() else shutil.which("ansible-playbook")
+    if not found:
         raise RunnerError(
             "ansible-playbook not found next to the interpreter or on PATH; install ansible-core"
         )
-    return {"PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+    return found
+
+
+def _path_env(private_data_dir: Path) -> dict[str, str]:
+    """PATH for the run: the reaper first, then this interpreter's bin dir (the venv), so `.venv/bin/solfleet`
+    finds the matching ansible-playbook without an activated venv. (ansible-runner's `binary=` would switch
+    it to raw mode.)"""
+    reaper_dir = private_data_dir / "bin"
+    reaper_dir.mkdir(parents=True, exist_ok=True)
+    reaper = reaper_dir / "ansible-playbook"
+    tmp = reaper.with_suffix(".tmp")
+    tmp.write_text(
+        _REAPER.format(python=sys.executable, controller=os.getpid(), real=_real_ansible_playbook()),
+        encoding="utf-8",
+    )
+    tmp.chmod(0o755)
+    os.replace(tmp, reaper)
+    bin_dir = str(Path(sys.executable).parent)
+    return {"PATH": os.pathsep.join([str(reaper_dir), bin_dir, os.environ.get("PATH", "")])}
 
 
 def run_playbook(
@@ -173,7 +216,10 @@ def run_playbook(
     timeout_s: int,
     progress: ProgressSink | None = None,
     refresh_s: float = 0.2,
+    task_timeout_s: int | None = None,
 ) -> RunResult:
+    """`timeout_s` bounds the whole run (ansible-runner's job timeout); `task_timeout_s`, when given,
+    replaces the rendered ANSIBLE_TASK_TIMEOUT for this run (short reads: status, leases)."""
     project = private_data_dir / "project"
     if not (project / playbook).is_file():
         raise RunnerError(f"playbook {project / playbook} does not exist (playbooks/ is the node side's)")
@@ -193,7 +239,8 @@ def run_playbook(
         limit=",".join(hosts),
         extravars=dict(extravars),
         ident=ident,
-        envvars=_path_env(),
+        envvars=_path_env(private_data_dir)
+        | ({"ANSIBLE_TASK_TIMEOUT": str(task_timeout_s)} if task_timeout_s else {}),
         event_handler=on_event,
         cancel_callback=cancel.is_set,
         quiet=True,

@@ -191,6 +191,7 @@ def load_spec(path: str | Path, *, work_dir: Path) -> FleetSpec:
 
 
 def parse_spec(data: object, *, source: Path, label: str, work_dir: Path) -> FleetSpec:
+    v.refuse_templates(label, "", data)
     top = v.Fields(data, "", label)
     variables = {**os.environ, "SOLFLEET_WORK": str(work_dir)}
     base = str(source.resolve().parent)
@@ -269,7 +270,8 @@ def _node(
     host = v.string(label, f, val, pattern=HOST_RE, what="a host name or IP address")
     f, val = _pick(n, "port", defaults, 22)
     port = v.integer(label, f, val, lo=1, hi=65535)
-    f, val = _pick(n, "user", defaults, "root")
+    # an unprivileged deploy user who owns only <root> (docs/security.md); provisioning uses `become`
+    f, val = _pick(n, "user", defaults, "solfleet")
     user = v.string(label, f, val, pattern=USER_RE, what="a POSIX user name")
     f, val = _pick(n, "root", defaults, "/opt/solfleet")
     root = v.node_path(label, f, val, variables)

@@ -29,18 +29,27 @@ class NodeStatus:
     last_event: Mapping[str, Any] | None
     simulated: bool
     desired: str | None  # from the ledger: where the last deploy/rollback left (or should have left) it
-    # tampered (--deep: current's files no longer match its MANIFEST) | unverified (current is not a verified
-    # release on the node) | in_sync | drift | no_record (ledger knows nothing) | unknown (node unreachable
-    # or no state)
+    # tampered (--deep: current's files no longer match its MANIFEST) | suspect (a re-check of current failed
+    # during a deploy, remembered on the node until a good deploy or rollback replaces it) | other_bytes
+    # (current came from another artifact than the ledger's for that version) | unverified (current is not
+    # a verified release on the node) | unconfirmed (the journal's last switch has no confirmation, or its
+    # health never ran) | in_sync | drift | no_record (ledger knows nothing) | unknown (no answer)
     drift: str
     error: str
     current_verified: bool | None = None  # the node's answer; None when it gave none
     # --deep only: every file of current re-hashed against its MANIFEST just now; None when not checked
     current_intact: bool | None = None
     current_check: str | None = None  # what the re-hash found ("N files match ..." or the first mismatch)
+    current_sha: str | None = None  # sha256 of the artifact current came from (node's record)
+    expected_sha: str | None = None  # the ledger's sha256 for that version
+    suspect: str | None = None  # why current is suspect (a failed re-check)
+    lease: Mapping[str, Any] | None = None  # the rollout lease the node holds now, if any
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+SUSPECT_STATES = ("tampered", "suspect", "other_bytes", "unverified", "unconfirmed")
 
 
 def drift_of(
@@ -50,53 +59,87 @@ def drift_of(
     reachable: bool,
     current_verified: bool | None = None,
     current_intact: bool | None = None,
+    suspect: str | None = None,
+    sha_matches: bool | None = None,
+    unconfirmed: bool = False,
 ) -> str:
     if not reachable:
         return "unknown"
     if current and current_intact is False:
         # Bytes on disk differ from what was verified: the verify record no longer describes what runs.
         return "tampered"
+    if current and suspect:
+        return "suspect"
+    if current and sha_matches is False:
+        return "other_bytes"
     if current and current_verified is not True:
         # Whatever the ledger says, a current release that is not verified (never was, or failed after
         # activation) is the first thing an operator must hear. An answer without the field counts as not
         # verified: the node module always sends it.
         return "unverified"
+    if unconfirmed:
+        return "unconfirmed"
     if desired is None:
         return "no_record"
     return "in_sync" if current == desired else "drift"
 
 
-def status_exit_code(nodes: list[NodeStatus]) -> ExitCode:
-    """1 when a reachable node returned no state (its status task failed: the answer is missing, not "in
-    sync") or runs an unverified or (--deep) tampered current; 3 when the only problem is unreachable
-    nodes; else 0. Same precedence as deploy's exit codes."""
-    if any(n.reachable and (n.error or n.drift in ("unverified", "tampered")) for n in nodes):
+def status_exit_code(nodes: list[NodeStatus], *, unfinished: bool = False) -> ExitCode:
+    """0 only when every node answered, is on the ledger's desired release, verified, intact and confirmed,
+    and no rollout is unfinished. Otherwise the most severe of: 1 a reachable node returned no state;
+    7 suspect (unverified, tampered, failed re-check, other bytes, unconfirmed move); 6 drift (a node not on
+    its desired release, a node running a release this ledger never put there, or an unfinished rollout);
+    8 split (every node where the ledger wants it, but not all on one release); 3 unreachable. A node with
+    no release and no record (never deployed) is not a fault."""
+    if any(n.reachable and n.error for n in nodes):
         return ExitCode.OPERATION_FAILED
+    if any(n.reachable and n.drift in SUSPECT_STATES for n in nodes):
+        return ExitCode.SUSPECT
+    unknown_release = any(n.reachable and n.drift == "no_record" and n.current for n in nodes)
+    if unfinished or unknown_release or any(n.reachable and n.drift == "drift" for n in nodes):
+        return ExitCode.DRIFT
+    if len({n.current for n in nodes if n.reachable}) > 1:
+        return ExitCode.SPLIT
     if any(not n.reachable for n in nodes):
         return ExitCode.UNREACHABLE
     return ExitCode.OK
 
 
+@dataclass(frozen=True)
+class FleetStatus:
+    nodes: list[NodeStatus]
+    unfinished: list[str]  # operations owed a return to their baseline (`solfleet reconcile`)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return status_exit_code(self.nodes, unfinished=bool(self.unfinished))
+
+
 def fleet_status(
     spec: FleetSpec, nodes: list[Node], *, deep: bool = False, progress: ProgressSink | None = None
-) -> list[NodeStatus]:
+) -> FleetStatus:
     """Every node's state; `deep` also has each node re-hash its current release (reads the whole release,
-    so it is opt-in)."""
+    so it is opt-in). Bounded by `timeouts.status_s` per task, so one hung node cannot hold the answer."""
     run_id = "s-" + new_operation_id()[2:]
     pdd = run_dir(spec, run_id)
     write_private_data_dir(spec, pdd)
+    limit = spec.timeouts.status_s
     result = runner.run_playbook(
         private_data_dir=pdd,
         playbook=STATUS_PLAYBOOK,
         hosts=[n.name for n in nodes],
         extravars={"solfleet_status_deep": deep},
         ident="00-status",
-        timeout_s=spec.timeouts.run_s,
+        # --deep reads every file of a release: give it the deploy's task limit, not the short one
+        timeout_s=spec.timeouts.run_s if deep else limit * 2 + spec.timeouts.connect_s,
+        task_timeout_s=None if deep else limit,
         progress=progress,
     )
     prune_runs(spec, prefix="s-", keep=STATUS_RUNS_KEPT)
     with Ledger(ledger_path(spec)) as ledger:
         desired = ledger.desired_versions()
+        shas = ledger.artifact_shas()
+        unfinished = [op.id for op in ledger.unfinished()]
     out = []
     for node in nodes:
         hp = result.hosts[node.name]
@@ -107,6 +150,9 @@ def fleet_status(
         verified = sf.get("current_verified") if ok else None
         intact = sf.get("current_intact") if ok else None
         intact = intact if isinstance(intact, bool) else None
+        current_sha = sf.get("current_sha") if ok else None
+        expected = shas.get(current) if current else None
+        sha_matches = None if not (current_sha and expected) else current_sha == expected
         out.append(
             NodeStatus(
                 name=node.name,
@@ -123,11 +169,18 @@ def fleet_status(
                     reachable=ok,
                     current_verified=verified,
                     current_intact=intact,
+                    suspect=sf.get("current_suspect") if ok else None,
+                    sha_matches=sha_matches,
+                    unconfirmed=bool(ok and (sf.get("unconfirmed") or sf.get("health_pending"))),
                 ),
                 error="" if ok else (hp.message or f"no state returned ({hp.status.value})"),
                 current_verified=verified if isinstance(verified, bool) else None,
                 current_intact=intact,
                 current_check=sf.get("current_check") if ok else None,
+                current_sha=current_sha,
+                expected_sha=expected,
+                suspect=sf.get("current_suspect") if ok else None,
+                lease=sf.get("lease") if ok else None,
             )
         )
-    return out
+    return FleetStatus(nodes=out, unfinished=unfinished)

@@ -45,6 +45,26 @@ class Fields:
                 self.fail(self.sub(str(key)), key, f"unknown key; allowed keys: {', '.join(allowed)}")
 
 
+# Jinja2's three openers. Ansible templates every inventory and extra-vars string it reads, so a spec value
+# holding one would run as code on the controller (`{{ lookup('pipe', ...) }}`). Spec values are data.
+TEMPLATE_MARKERS = ("{{", "{%", "{#")
+
+
+def refuse_templates(source: str, field: str, value: object) -> None:
+    """Walk a raw spec (before any parsing) and refuse a Jinja2 opener in any key or string value."""
+    if isinstance(value, str):
+        if any(m in value for m in TEMPLATE_MARKERS):
+            fail(source, field or "(top)", value, "spec values are data: `{{`, `{%` and `{#` are not allowed")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            sub = f"{field}.{key}" if field else str(key)
+            refuse_templates(source, sub, key)
+            refuse_templates(source, sub, item)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            refuse_templates(source, f"{field}[{i}]", item)
+
+
 def fail(source: str, field: str, value: object, allowed: str) -> NoReturn:
     raise SpecError(field, value, allowed, source=source)
 
@@ -141,8 +161,9 @@ def controller_path(
     """A path on the controller (ssh key, known_hosts): `${VAR}` and `~` are expanded, a relative path is
     taken relative to the spec file's directory (`base`)."""
     text = expand(source, field, string(source, field, value, what="a file path"), variables)
-    if "\0" in text or "\n" in text:
-        fail(source, field, text, "expected a file path")
+    if any(c in text for c in '\0\n\r"'):
+        # `"` too: the path is handed to ssh inside double quotes (fleet/inventory.py)
+        fail(source, field, text, 'expected a file path (no newline, NUL or `"`)')
     text = os.path.expanduser(text)
     if not os.path.isabs(text):
         text = os.path.join(base, text)

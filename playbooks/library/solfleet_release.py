@@ -26,8 +26,10 @@ from ansible.module_utils.solfleet_artifact import (
 )
 from ansible.module_utils.solfleet_kernels import KernelsRun, run_kernels, verify_summary
 from ansible.module_utils.solfleet_layout import (
+    INTENT_EVENT,
     PARTIAL_SUFFIX,
     VERIFY_DIR,
+    Lease,
     NodeError,
     NodeLayout,
     NodeLock,
@@ -65,7 +67,15 @@ options:
   health_timeout_s: {description: "timeout of health", type: int, default: 120}
   lock_timeout_s: {description: "how long to wait for the node lock", type: int, default: 60}
   rollback_to: {description: "rollback target version (empty = previous)", type: str, default: ""}
+  restore:
+    description: "mode=rollback, an undo to a baseline: current -> rollback_to, previous -> restore_previous"
+    type: bool
+    default: false
+  restore_previous: {description: "with restore: the baseline previous ('' = none)", type: str, default: ""}
 """
+
+# How many failing verify cases a refusal message names (the full list is in the kept verify JSON).
+FAILED_CASES_SHOWN = 3
 
 # Releases that failed after activation kept for inspection by prune (the newest ones); older ones go.
 KEEP_FAILED_RELEASES = 1
@@ -101,6 +111,8 @@ class Deployment:
         self.layout = NodeLayout(params["root"], params["node"], params["simulated"])
         self.phases: dict[str, float] = {}
         self.changed = False
+        # set once this run has journaled its own failure, so main() adds a `refused` line only when not
+        self.journaled_failure = False
         self.result: dict[str, Any] = {
             "node": params["node"],
             "version": params["version"] or params["rollback_to"] or None,
@@ -121,6 +133,28 @@ class Deployment:
 
     def journal(self, event: str, version: str, detail: str, plain: bool = False) -> None:
         self.layout.journal(event, version, self.p["rollout_id"], detail, plain=plain)
+        if event in ("failed", "refused"):
+            self.journaled_failure = True
+
+    def intend(self, version: str, detail: str) -> None:
+        """Journal a switch before making it (write-ahead). When even that line cannot be written (a full
+        disk), refuse before anything moves: a switch the journal cannot record is not made."""
+        try:
+            self.journal(INTENT_EVENT, version, detail)
+        except OSError as exc:
+            raise NodeError(
+                "activate",
+                "refused",
+                f"cannot journal the switch to {version} ({exc.strerror or exc}); nothing was switched",
+            ) from None
+
+    def confirm(self, event: str, version: str, detail: str, plain: bool = False) -> None:
+        """Journal a switch already made. If the write fails the node still reports where it really is:
+        the result carries `journal_error`, and status sees an unconfirmed move."""
+        try:
+            self.journal(event, version, detail, plain=plain)
+        except OSError as exc:
+            self.result["journal_error"] = f"{event} not journaled: {exc.strerror or exc}"
 
     def kernels(self, command: str, release: str, args: list[str], timeout_s: int, phase: str) -> KernelsRun:
         return run_kernels(
@@ -145,9 +179,11 @@ class Deployment:
         if not self.p["artifact"]:
             raise NodeError("input", "refused", "artifact (the pushed tarball's path on the node) is empty")
         self.layout.ensure_dirs()
+        Lease(self.layout).check(self.p["rollout_id"])
         with NodeLock(self.layout, self.p["lock_timeout_s"]) as lock, uninterruptible():
             self.phases["lock_wait"] = round(lock.waited_s, 3)
-            self._remove_stale_partials()
+            Lease(self.layout).check(self.p["rollout_id"])  # again under the lock: it may have changed
+            self._remove_stale()
             prior_current = self.layout.link_version("current")
             prior_previous = self.layout.link_version("previous")
             self.result["prior_current"] = prior_current
@@ -202,11 +238,23 @@ class Deployment:
             return f"it failed after activation ({failed.get('reason', 'no reason recorded')})"
         return "it has no passing verify/verify.json"
 
-    def _remove_stale_partials(self) -> None:
-        # Under the lock any .partial is left over from a run that died: no live run can own it.
+    def _remove_stale(self) -> None:
+        """Under the lock nothing else can be mid-step here: any .partial, and any release that was renamed
+        into place but never verified nor marked failed (its run was killed during verify), is a leftover.
+        Releases that current or previous point at are never removed (the re-check handles those)."""
+        linked = {self.layout.link_version("current"), self.layout.link_version("previous")}
         for name in os.listdir(self.layout.releases):
+            path = os.path.join(self.layout.releases, name)
             if name.endswith(PARTIAL_SUFFIX):
-                self.layout.remove_release_tree(os.path.join(self.layout.releases, name))
+                self.layout.remove_release_tree(path)
+            elif (
+                name in self.layout.release_names()
+                and name not in linked
+                and self.layout.verify_record(name) is None
+                and self.layout.failed_record(name) is None
+            ):
+                self.layout.remove_release_tree(path)
+                self.journal("removed", name, "left unverified by a run that did not finish; removed")
 
     def _artifact_record(self, release: str) -> str | None:
         try:
@@ -244,6 +292,9 @@ class Deployment:
                 ) from None
             # current/previous are never removed (a link must not dangle); refuse and say so in the journal.
             role = "current" if version == prior_current else "previous"
+            if role == "current":
+                # remembered until a good deploy or rollback replaces it: status reports it `suspect`
+                self.layout.mark_suspect(version, f"re-check failed: {exc.message}")
             self.journal("failed", version, f"{role} release failed its re-check: {exc.message}")
             raise NodeError(
                 exc.phase, exc.outcome, f"{role} release {version} failed its re-check: {exc.message}"
@@ -302,8 +353,11 @@ class Deployment:
         self.result["verify"] = verify_summary(run, self.p["simulated"])
         if not run.ok:
             self.layout.remove_release_tree(release)
-            failed = self.result["verify"]["failed"]
-            detail = run.message + (f"; failed: {', '.join(failed[:5])}" if failed else "")
+            detail = failure_detail(run)
+            if run.data is not None:
+                kept = self.layout.keep_failed_record(version, self.p["rollout_id"], "verify", run.data)
+                self.result["failed_record"] = kept
+                detail += f"; verify JSON kept at {kept}"
             self.journal("failed", version, detail)
             raise NodeError("verify", "verify_failed", detail + "; release removed")
         with open(os.path.join(release, VERIFY_DIR, "verify.json"), "w", encoding="utf-8") as fh:
@@ -323,13 +377,15 @@ class Deployment:
             # Staged by an earlier run: the stack may have changed since, so check it right before the switch.
             check_stack(manifest, self.p["python"])
             check_cc(manifest, self.p["gpu_cc"], self.p["simulated"])
+        self.intend(version, f"activate: current -> releases/{version} (was {prior_current or 'none'})")
         # `previous` first, then `current`: a kill between the two renames leaves current on the old verified
         # release (previous = current = old), never current on the new one with a stale previous behind it.
         if prior_current and prior_current != version:
             self.layout.set_link("previous", prior_current)
         self.layout.set_link("current", version)
+        self.layout.clear_suspect()
         self.changed = True
-        self.journal("activated", version, f"current -> releases/{version} (was {prior_current or 'none'})")
+        self.confirm("activated", version, f"current -> releases/{version} (was {prior_current or 'none'})")
         self.timed("activate", start)
 
     def _health(
@@ -340,29 +396,44 @@ class Deployment:
             run = self.kernels(
                 "health", self.layout.link_path("current"), [], self.p["health_timeout_s"], "health"
             )
-            message = run.message
+            message = failure_detail(run)
             healthy = run.ok
         except NodeError as exc:
             message, healthy = exc.message, False
         self.timed("health", start)
         if healthy:
+            self.confirm("healthy", version, "health passed after activation")
             return
         # After activation: restore the prior release exactly (current and previous as they were), keep the
         # failed release for inspection but mark it failed (its verify.json still says ok, and it must not
         # count as verified: no rollback target, not in status' releases), and say so in the journal.
+        self.journal("failed", version, f"health after activation: {message}")
+        self.intend(prior_current or "none", f"restore after {version} failed health")
         self.layout.set_link("current", prior_current)
         self.layout.set_link("previous", prior_previous)
         try:
             self.layout.mark_failed(version, f"health after activation: {message}")
         except OSError as exc:
             message += f"; could not write releases/{version}/verify/failed.json: {exc}"
-        self.journal("failed", version, f"health after activation: {message}")
+        after = ""
         if prior_current:
-            self.journal("rolled_back", prior_current, f"restored after {version} failed health")
+            self.confirm("rolled_back", prior_current, f"restored after {version} failed health")
+            try:  # health runs after every switch, this one too: a failing node must not look healthy
+                again = self.kernels(
+                    "health", self.layout.link_path("current"), [], self.p["health_timeout_s"], "health"
+                )
+                healthy_again, why_again = again.ok, failure_detail(again)
+            except NodeError as exc:
+                healthy_again, why_again = False, exc.message
+            if healthy_again:
+                self.confirm("healthy", prior_current, f"health passed after restoring {prior_current}")
+            else:
+                self.journal("failed", prior_current, f"health after restore: {why_again}")
+                after = f"; health fails on {prior_current} too ({why_again}): the node itself is suspect"
         raise NodeError(
             "health",
             "health_failed",
-            f"{message}; restored current -> {prior_current or 'none'}, {version} kept for inspection",
+            f"{message}; restored current -> {prior_current or 'none'}, {version} kept for inspection{after}",
         )
 
     def _prune(self, keep_version: str) -> None:
@@ -391,36 +462,54 @@ class Deployment:
     # -- rollback ------------------------------------------------------------------------------------------
     def rollback(self) -> None:
         wanted = self.p["rollback_to"]
+        restore = self.p["restore"]
         if wanted:
             check_version(wanted, "solfleet_rollback_to")
+        if restore:
+            if not wanted:
+                raise NodeError("input", "refused", "restore needs rollback_to (the baseline's current)")
+            if self.p["restore_previous"]:
+                check_version(self.p["restore_previous"], "solfleet_restore_previous")
         if not os.path.isdir(self.layout.releases):
             raise NodeError("rollback", "refused", f"no releases under {self.layout.root}")
+        if self.p["rollout_id"]:
+            Lease(self.layout).check(self.p["rollout_id"])
         with NodeLock(self.layout, self.p["lock_timeout_s"]) as lock, uninterruptible():
             self.phases["lock_wait"] = round(lock.waited_s, 3)
             start = time.monotonic()
             current = self.layout.link_version("current")
+            previous = self.layout.link_version("previous")
             self.result["prior_current"] = current
-            last_move = self.layout.last_moving_event()
-            if (
-                not wanted
-                and current
-                and last_move
-                and last_move.get("event") == "rolled_back"
-                and last_move.get("plain") is True
-                and last_move.get("version") == current
-            ):
-                # Re-running a plain rollback must not flip forward to what the last plain rollback left. Only
-                # a plain one counts: after `--to X` or a health-failure restore, a plain rollback means "go
-                # to previous" and must do so.
-                self.result.update(
-                    version=current, outcome="unchanged", message=f"already rolled back to {current}"
-                )
-                return
-            target = wanted or self.layout.link_version("previous")
+            self.result["prior_previous"] = previous
+            if restore:
+                target, new_previous = wanted, self.p["restore_previous"] or None
+            else:
+                target = wanted or previous
+                new_previous = current
+                last_move = self.layout.last_moving_event()
+                if (
+                    not wanted
+                    and current
+                    and last_move
+                    and last_move.get("event") == "rolled_back"
+                    and last_move.get("plain") is True
+                    and last_move.get("version") == current
+                ):
+                    # Re-running a plain rollback must not flip forward to what the last plain rollback left.
+                    # Only a plain one counts: after `--to X` or an undo, a plain rollback means "go to
+                    # previous" and must do so.
+                    target, new_previous = current, previous
             if not target:
                 raise NodeError("rollback", "refused", "no previous release to roll back to (use --to)")
             self.result["version"] = target
-            if target == current:
+            if target == current and (new_previous == previous or not restore):
+                # Nothing to switch. A move whose health never ran (a killed run) is finished here.
+                if self.layout.move_state()["health_pending"]:
+                    self._health_after_rollback(target, current)
+                    self.result.update(
+                        outcome="rolled_back", message=f"{target} is current; health now passed"
+                    )
+                    return
                 self.result.update(outcome="unchanged", message=f"{target} is already current")
                 return
             release = self.layout.release_dir(target)
@@ -432,27 +521,39 @@ class Deployment:
                     f"{target} is not a verified release on this node{why}"
                     f" (verified: {', '.join(self.layout.verified_releases()) or 'none'})",
                 )
+            if new_previous and not self.layout.is_verified(new_previous):
+                new_previous = None  # never point previous at a release that cannot be rolled back to
             try:
                 check_files(release, read_manifest(release))
             except NodeError as exc:
                 raise NodeError(
                     "rollback", "refused", f"rollback target {target} failed its re-check: {exc.message}"
                 ) from None
+            what = "restore" if restore else "rollback"
+            self.intend(
+                target,
+                f"{what}: current -> releases/{target} (was {current or 'none'}),"
+                f" previous -> {new_previous or 'none'}",
+            )
             # Unlike activation, `current` goes first: a rollback is run to leave the current release, and the
             # target was just re-checked, so a kill between the renames leaves current on a verified release.
             self.layout.set_link("current", target)
-            if current:
-                self.layout.set_link("previous", current)
+            self.layout.set_link("previous", new_previous)
+            self.layout.clear_suspect()
             self.changed = True
-            self.journal(
+            self.confirm(
                 "rolled_back",
                 target,
-                f"current -> releases/{target} (was {current or 'none'})",
+                f"current -> releases/{target} (was {current or 'none'}),"
+                f" previous -> {new_previous or 'none'}",
                 plain=not wanted,
             )
             self.timed("activate", start)
             self._health_after_rollback(target, current)
-            self.result.update(outcome="rolled_back", message=f"rolled back {current or 'none'} -> {target}")
+            note = f"; {self.result['journal_error']}" if self.result.get("journal_error") else ""
+            self.result.update(
+                outcome="rolled_back", message=f"rolled back {current or 'none'} -> {target}{note}"
+            )
 
     def _health_after_rollback(self, target: str, left: str | None) -> None:
         """A rollback is checked like an activation, but a failure does not switch back: the release being
@@ -464,19 +565,54 @@ class Deployment:
             run = self.kernels(
                 "health", self.layout.link_path("current"), [], self.p["health_timeout_s"], "health"
             )
-            message, healthy = run.message, run.ok
+            message, healthy = failure_detail(run), run.ok
         except NodeError as exc:
             message, healthy = exc.message, False
         self.timed("health", start)
         if healthy:
+            self.confirm("healthy", target, "health passed after rollback")
             return
         self.journal("failed", target, f"health after rollback: {message}")
         raise NodeError(
             "health",
             "health_failed",
             f"rolled back {left or 'none'} -> {target}, but health fails: {message};"
-            f" node left on {target} (verified), previous {left or 'none'}",
+            f" node left on {target} (verified), previous {self.layout.link_version('previous') or 'none'}",
         )
+
+
+def failure_detail(run: KernelsRun) -> str:
+    """One line of why a kernels run failed, from its JSON: verify's own `error` (an import or compile error,
+    no usable GPU), the first failing cases with their error, or the failing health checks with their
+    detail. Falls back to the runner's message (exit code, stderr tail) when the JSON says nothing."""
+    if run.ok:
+        return run.message
+    data = run.data or {}
+    parts = [str(data["error"])] if data.get("error") else []
+    results = [r for r in data.get("results") or [] if isinstance(r, dict) and r.get("ok") is not True]
+    for r in results[:FAILED_CASES_SHOWN]:
+        figures = [k for k in ("rel_err", "tol", "elem_err", "elem_tol") if isinstance(r.get(k), int | float)]
+        why = r.get("error") or r.get("detail") or ", ".join(f"{k}={r[k]:.3g}" for k in figures)
+        parts.append(f"{r.get('op')}/{r.get('dtype')}/{r.get('case')}: {why or 'failed'}")
+    if len(results) > FAILED_CASES_SHOWN:
+        parts.append(f"and {len(results) - FAILED_CASES_SHOWN} more failing case(s)")
+    checks = [c for c in data.get("checks") or [] if isinstance(c, dict)]
+    bad = [c for c in checks if c.get("ok") is False or c.get("status") == "failed"]
+    parts += [f"{c.get('name')}: {c.get('detail') or 'failed'}" for c in bad[:FAILED_CASES_SHOWN]]
+    return run.message + (": " + "; ".join(parts) if parts else "")
+
+
+def journal_refusal(deployment: Deployment, error: NodeError) -> str | None:
+    """Append a `refused` line for a failure this run did not journal itself; returns why it could not."""
+    layout = deployment.layout
+    if not os.path.isdir(layout.root):
+        return None
+    version = deployment.result.get("version") or "none"
+    try:
+        deployment.journal("refused", str(version), f"{error.phase}: {error.message}")
+    except OSError as exc:
+        return f"refusal not journaled: {exc.strerror or exc}"
+    return None
 
 
 def main() -> None:
@@ -499,6 +635,8 @@ def main() -> None:
             "health_timeout_s": {"type": "int", "default": 120},
             "lock_timeout_s": {"type": "int", "default": 60},
             "rollback_to": {"type": "str", "default": ""},
+            "restore": {"type": "bool", "default": False},
+            "restore_previous": {"type": "str", "default": ""},
         },
         supports_check_mode=False,
     )
@@ -522,6 +660,10 @@ def main() -> None:
         )
         result = deployment.finish_state() if deployment else {"node": params["node"], "phases": {}}
         result.update(outcome=error.outcome, failed_phase=error.phase, message=error.message)
+        if deployment is not None and not deployment.journaled_failure:
+            # Every refusal and error is journaled whenever the root exists (sha mismatch, disk, stack/cc,
+            # lock timeout, lease, internal error): the node's own record must not depend on the controller.
+            result["journal_error"] = journal_refusal(deployment, error)
         module.fail_json(
             msg=f"solfleet: {params['node']}: {error.phase}: {error.message}",
             changed=bool(deployment and deployment.changed),

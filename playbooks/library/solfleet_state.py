@@ -1,7 +1,9 @@
 #!/usr/bin/python
-"""solfleet_state: read a node's solfleet state (status), or run the kernels health check in `current`.
+"""solfleet_state: read a node's solfleet state (status), run the kernels health check in `current`, or take
+and drop the rollout lease.
 
-Read-only: takes no lock (status must answer while a deploy holds it) and never changes anything.
+status and health are read-only: they take no lock (status must answer while a deploy holds it) and change
+nothing. lease/release change only `<root>/lease.json`.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.solfleet_artifact import check_files, read_manifest
 from ansible.module_utils.solfleet_kernels import run_kernels
-from ansible.module_utils.solfleet_layout import NodeError, NodeLayout
+from ansible.module_utils.solfleet_layout import Lease, NodeError, NodeLayout
 
 DOCUMENTATION = r"""
 module: solfleet_state
@@ -19,8 +21,15 @@ description:
     last_event, simulated. With I(deep=true) it also re-hashes every file of C(current) against its
     MANIFEST.json: C(current_intact) true/false and C(current_check) say what was found (null when not asked).
   - I(mode=health) also runs C(python -m kernels health --json) in C(<root>/current) and fails when unhealthy.
+  - I(mode=lease) takes the node's rollout lease for I(rollout_id) (refused, naming the holder, when another
+    live rollout holds it, unless that rollout is in I(take_over)) and returns the state as I(mode=status)
+    does: the controller's baseline. I(mode=release) drops the lease when I(rollout_id) holds it.
 options:
-  mode: {description: "status or health", type: str, choices: [status, health], default: status}
+  mode: {description: "what to do", type: str, choices: [status, health, lease, release], default: status}
+  rollout_id: {description: "mode=lease/release: the rollout", type: str, default: ""}
+  controller: {description: "mode=lease: user@host:pid of the controller", type: str, default: ""}
+  lease_s: {description: "mode=lease: seconds until the lease expires", type: int, default: 3600}
+  take_over: {description: "mode=lease: rollouts whose lease may go", type: list, elements: str, default: []}
   root: {description: "absolute node root", type: path, required: true}
   node: {description: "node name", type: str, required: true}
   python: {description: "interpreter that runs python -m kernels (mode=health)", type: str, default: ""}
@@ -44,7 +53,11 @@ def intact(release: str) -> tuple[bool, str]:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "mode": {"type": "str", "choices": ["status", "health"], "default": "status"},
+            "mode": {"type": "str", "choices": ["status", "health", "lease", "release"], "default": "status"},
+            "rollout_id": {"type": "str", "default": ""},
+            "controller": {"type": "str", "default": ""},
+            "lease_s": {"type": "int", "default": 3600},
+            "take_over": {"type": "list", "elements": "str", "default": []},
             "root": {"type": "path", "required": True},
             "node": {"type": "str", "required": True},
             "python": {"type": "str", "default": ""},
@@ -59,6 +72,36 @@ def main() -> None:
         layout = NodeLayout(p["root"], p["node"], p["simulated"])
     except NodeError as exc:
         module.fail_json(msg=f"solfleet: {p['node']}: {exc.phase}: {exc.message}")
+    if p["mode"] in ("lease", "release"):
+        if not p["rollout_id"]:
+            module.fail_json(msg=f"solfleet: {p['node']}: lease: rollout_id is empty")
+        lease = Lease(layout)
+        if p["mode"] == "release":
+            released = lease.release(p["rollout_id"])
+            # changed=False for lease and release alike: the lease is the rollout's own bookkeeping, gone at
+            # its end, so a re-deploy of the current version still reports changed=0 (idempotence).
+            module.exit_json(changed=False, solfleet={"node": p["node"], "released": released})
+        try:
+            replaced = lease.acquire(
+                rollout_id=p["rollout_id"],
+                controller=p["controller"],
+                expires_in_s=p["lease_s"],
+                take_over=list(p["take_over"]),
+            )
+        except NodeError as exc:
+            state = layout.state()
+            state.update(outcome="refused", failed_phase="lease", message=exc.message)
+            module.fail_json(msg=f"solfleet: {p['node']}: lease: {exc.message}", solfleet=state)
+        except OSError as exc:
+            # A node that cannot even write its lease (a full disk) cannot take part in a switch either (the
+            # node module refuses before switching when it cannot journal): report the state, lease unheld,
+            # and let the node module's own refusal say so per host.
+            state = layout.state()
+            state["lease_error"] = f"cannot write {layout.lease_path}: {exc.strerror or exc}"
+            module.exit_json(changed=False, solfleet=state)
+        state = layout.state()
+        state["lease_replaced"] = replaced or None
+        module.exit_json(changed=False, solfleet=state)
     state = layout.state()
     if p["mode"] == "status":
         state["current_intact"], state["current_check"] = (

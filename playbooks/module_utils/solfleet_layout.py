@@ -28,6 +28,13 @@ FAILED_RECORD = "failed.json"
 
 # Journal events that move `current`; the rollback no-op rule reads the last one of these (and its `plain`).
 MOVING_EVENTS = ("activated", "rolled_back")
+# Written BEFORE a switch of `current` (write-ahead): a move whose intent is journaled but not confirmed by
+# one of MOVING_EVENTS was cut short; a confirmed move not followed by HEALTH_EVENTS never had its health run.
+INTENT_EVENT = "switching"
+HEALTH_EVENTS = ("healthy", "failed")
+LEASE_FILE = "lease.json"  # the rollout holding this node: {rollout_id, controller, user, pid, expires}
+SUSPECT_FILE = "suspect.json"  # {version, reason, time}: current failed a re-check; cleared when replaced
+FAILED_DIR = "failed"  # verify/health records of refused releases, kept after the release is removed
 
 
 class NodeError(Exception):
@@ -73,6 +80,9 @@ class NodeLayout:
         self.cache = os.path.join(self.root, "cache")
         self.journal_path = os.path.join(self.root, "journal.jsonl")
         self.lock_path = os.path.join(self.root, ".lock")
+        self.lease_path = os.path.join(self.root, LEASE_FILE)
+        self.suspect_path = os.path.join(self.root, SUSPECT_FILE)
+        self.failed_dir = os.path.join(self.root, FAILED_DIR)
 
     # -- paths ---------------------------------------------------------------------------------------------
     def release_dir(self, version: str) -> str:
@@ -159,6 +169,46 @@ class NodeLayout:
         """Verify passed (verify.json ok) and the release did not fail after activation since."""
         record = self.verify_record(version)
         return bool(record and record.get("ok") is True) and self.failed_record(version) is None
+
+    def release_sha(self, version: str | None) -> str | None:
+        """sha256 of the artifact a release was unpacked from (verify/artifact.json), or None."""
+        if not version:
+            return None
+        try:
+            with open(
+                os.path.join(self.release_dir(version), VERIFY_DIR, "artifact.json"), encoding="utf-8"
+            ) as fh:
+                sha = json.load(fh).get("sha256")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return sha if isinstance(sha, str) else None
+
+    # -- records outside releases (they outlive a removed release) -----------------------------------------
+    def keep_failed_record(self, version: str, rollout_id: str, kind: str, data: object) -> str:
+        """Save the JSON of a refused release's verify/health run under failed/; returns its path."""
+        os.makedirs(self.failed_dir, mode=0o755, exist_ok=True)
+        tag = re.sub(r"[^0-9A-Za-z._-]+", "_", rollout_id or "no-rollout")
+        path = os.path.join(self.failed_dir, f"{version}.{tag}.{kind}.json")
+        write_json_atomic(path, data)
+        return path
+
+    def suspect(self) -> dict | None:
+        """The suspect record, when it names the release `current` points at now."""
+        record = read_json(self.suspect_path)
+        if not isinstance(record, dict) or record.get("version") != self.link_version("current"):
+            return None
+        return record
+
+    def mark_suspect(self, version: str, reason: str) -> None:
+        write_json_atomic(self.suspect_path, {"version": version, "reason": reason, "time": utc_now()})
+
+    def clear_suspect(self) -> None:
+        if os.path.lexists(self.suspect_path):
+            os.unlink(self.suspect_path)
+
+    def lease(self) -> dict | None:
+        record = read_json(self.lease_path)
+        return record if isinstance(record, dict) else None
 
     def release_names(self) -> list[str]:
         """Every complete (non-partial) release directory name, unsorted."""
@@ -248,6 +298,26 @@ class NodeLayout:
                 lines.append(item)
         return lines
 
+    def move_state(self) -> dict:
+        """What the journal says of the last move of `current`: `unconfirmed` when its write-ahead intent has
+        no confirmation (the switch may or may not have happened), `health_pending` when it was confirmed but
+        no health result followed (a kill between switch and health, or a journal write that failed)."""
+        last_intent = last_move = last_health = -1
+        journal = self.read_journal()
+        for index, line in enumerate(journal):
+            event = line.get("event")
+            if event == INTENT_EVENT:
+                last_intent = index
+            elif event in MOVING_EVENTS:
+                last_move = index
+            elif event in HEALTH_EVENTS:
+                last_health = index
+        return {
+            "unconfirmed": last_intent > last_move,
+            "health_pending": last_move >= 0 and last_health < last_move,
+            "intent": journal[last_intent] if last_intent > last_move else None,
+        }
+
     def last_moving_event(self) -> dict | None:
         for line in reversed(self.read_journal()):
             if line.get("event") in MOVING_EVENTS:
@@ -269,7 +339,86 @@ class NodeLayout:
             "releases": self.verified_releases(),
             "last_event": journal[-1] if journal else None,
             "simulated": self.simulated,
+            # sha256 of the artifact each complete release came from: one version, one artifact, fleet-wide
+            "current_sha": self.release_sha(current),
+            "release_shas": {n: self.release_sha(n) for n in sorted(self.release_names())},
+            "current_suspect": (self.suspect() or {}).get("reason"),
+            "lease": self.lease(),
+            **self.move_state(),
         }
+
+
+class Lease:
+    """The node-side lease of a rollout (docs/node-contract.md): one rollout at a time per node, whichever
+    controller or work dir runs it. Held from the baseline read before the first push to the end of the
+    rollout; it expires so a controller that vanished does not hold the node forever. Updates take their own
+    short flock (`.lease.lock`), never the deploy `.lock`, which a running verify may hold for minutes."""
+
+    def __init__(self, layout: NodeLayout) -> None:
+        self.layout = layout
+        self.lock_path = os.path.join(layout.root, ".lease.lock")
+
+    def _locked(self) -> int:
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    @staticmethod
+    def describe(record: dict) -> str:
+        expires = float(record.get("expires") or 0)
+        when = datetime.datetime.fromtimestamp(expires, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: UP017
+        return f"rollout {record.get('rollout_id')} of {record.get('controller')} (lease expires {when})"
+
+    def check(self, rollout_id: str) -> None:
+        """Refuse when a live lease of another rollout holds this node."""
+        held = self.layout.lease()
+        if held and held.get("rollout_id") != rollout_id and float(held.get("expires") or 0) > time.time():
+            raise NodeError("lease", "refused", f"{self.describe(held)} holds this node; nothing was changed")
+
+    def acquire(self, *, rollout_id: str, controller: str, expires_in_s: float, take_over: list[str]) -> dict:
+        """Take (or renew) the lease for `rollout_id`. A live lease of another rollout is refused unless it is
+        one of `take_over` (an unfinished rollout of this controller's ledger that is being reconciled).
+        Returns the lease record replaced, when it was another rollout's."""
+        os.makedirs(self.layout.root, mode=0o755, exist_ok=True)
+        fd = self._locked()
+        try:
+            held = self.layout.lease()
+            other = held if held and held.get("rollout_id") != rollout_id else None
+            if (
+                other
+                and other.get("rollout_id") not in take_over
+                and float(other.get("expires") or 0) > time.time()
+            ):
+                raise NodeError(
+                    "lease", "refused", f"{self.describe(other)} holds this node; nothing was changed"
+                )
+            write_json_atomic(
+                self.layout.lease_path,
+                {
+                    "rollout_id": rollout_id,
+                    "controller": controller,
+                    "acquired": utc_now(),
+                    "expires": round(time.time() + expires_in_s, 3),
+                },
+            )
+            return other or {}
+        finally:
+            os.close(fd)
+
+    def release(self, rollout_id: str) -> bool:
+        """Drop the lease if `rollout_id` holds it; True when it did."""
+        if not os.path.isdir(self.layout.root):
+            return False
+        fd = self._locked()
+        try:
+            held = self.layout.lease()
+            if held and held.get("rollout_id") == rollout_id:
+                os.unlink(self.layout.lease_path)
+                fsync_dir(self.layout.root)
+                return True
+            return False
+        finally:
+            os.close(fd)
 
 
 class NodeLock:
@@ -334,3 +483,22 @@ def seal_tree(path: str) -> None:
         for d in dirnames:
             os.chmod(os.path.join(dirpath, d), 0o555)
     os.chmod(path, 0o555)
+
+
+def read_json(path: str) -> object:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json_atomic(path: str, data: object) -> None:
+    """Temp file, fsync, rename: a reader sees the old record or the new one, never half of one."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path))

@@ -39,7 +39,14 @@ def test_first_deploy_activates_v1_on_every_node(e2e: E2EFleet) -> None:
         verify = json.loads((root / "releases" / V1 / "verify" / "verify.json").read_text())
         assert verify["simulated"] is True
         events = [(e["event"], e["version"]) for e in e2e.journal(node)]
-        assert events == [("staged", V1), ("verified", V1), ("activated", V1)], events
+        # write-ahead: the switch is journaled before it is made, confirmed after, and health closes it
+        assert events == [
+            ("staged", V1),
+            ("verified", V1),
+            ("switching", V1),
+            ("activated", V1),
+            ("healthy", V1),
+        ], events
         assert all(e["simulated"] is True for e in e2e.journal(node))
         assert not list((root / "releases").glob("*.partial")), "a .partial dir survived a successful deploy"
         # nothing the node ran wrote into the verified release (bytecode and numba caches live elsewhere)
@@ -51,8 +58,10 @@ def test_second_version_sets_previous(e2e: E2EFleet) -> None:
     for node in NODES:
         assert e2e.link(node, "current") == V2
         assert e2e.link(node, "previous") == V1
-        assert e2e.journal(node)[-1]["event"] == "activated"
-        assert e2e.journal(node)[-1]["version"] == V2
+        assert [(e["event"], e["version"]) for e in e2e.journal(node)[-2:]] == [
+            ("activated", V2),
+            ("healthy", V2),
+        ]
 
 
 def test_redeploy_of_current_version_changes_nothing(e2e: E2EFleet) -> None:
@@ -83,8 +92,9 @@ def test_rollback_returns_every_node_to_v1_and_ledger_holds_both(e2e: E2EFleet) 
         root = e2e.root(node)
         assert (root / "current").resolve() == (root / "releases" / V1).resolve()
         assert e2e.link(node, "previous") == V2
-        last = e2e.journal(node)[-1]
-        assert (last["event"], last["version"]) == ("rolled_back", V1)
+        moved, health = e2e.journal(node)[-2:]
+        assert (moved["event"], moved["version"]) == ("rolled_back", V1)
+        assert (health["event"], health["version"]) == ("healthy", V1)
     rollback_op = e2e.last_operation()
     assert rollback_op["kind"] == "rollback" and rollback_op["id"] != deploy_op["id"]
     with e2e.ledger() as conn:

@@ -301,11 +301,15 @@ def test_health_failure_after_activation_restores_prior_release(
     assert result.status == "failed"
     assert result.results["n1"]["outcome"] == "health_failed"
     assert "health" in result.messages["n1"] and "restored current -> 1.0.0" in result.messages["n1"]
+    # the failing check's own detail reaches the operator, not just "exit 1"
+    assert "injected: broken" in result.messages["n1"], result.messages["n1"]
     assert os.readlink(node_on_v1 / "current") == f"releases/{V1}"
     assert not (node_on_v1 / "previous").exists(), "previous must be restored exactly as it was (absent)"
     assert (node_on_v1 / "releases" / V2).is_dir(), "a release that failed after activation is kept"
     events = [json.loads(line)["event"] for line in (node_on_v1 / "journal.jsonl").read_text().splitlines()]
-    assert events[-2:] == ["failed", "rolled_back"]
+    # the failure, then the restore: journaled before (switching) and after (rolled_back) the switch, and
+    # health run again on the restored release (healthy)
+    assert events[-4:] == ["failed", "switching", "rolled_back", "healthy"]
     failed = json.loads((node_on_v1 / "releases" / V2 / "verify" / "failed.json").read_text())
     assert failed["reason"].startswith("health after activation")
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
+import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import jinja2
 import pytest
@@ -18,9 +21,24 @@ def baremetal(tmp_path: Path):
     return load_spec(project_root() / "inventory" / "fleets" / "baremetal.example.yml", work_dir=tmp_path)
 
 
+class Unsafe(str):
+    """A string the inventory tagged `!unsafe` (Ansible never templates it)."""
+
+
+class _InventoryLoader(yaml.SafeLoader):
+    pass
+
+
+_InventoryLoader.add_constructor("!unsafe", lambda loader, node: Unsafe(loader.construct_scalar(node)))
+
+
+def load_inventory(text: str) -> dict:
+    return yaml.load(text, Loader=_InventoryLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def test_every_host_has_its_interpreter_and_contract_vars(baremetal, tmp_path: Path) -> None:
     files = render_files(baremetal, run_dir=tmp_path / "run")
-    inv = yaml.safe_load(files["inventory/hosts.yml"])
+    inv = load_inventory(files["inventory/hosts.yml"])
     hosts = inv["all"]["children"]["solfleet_nodes"]["hosts"]
     assert list(hosts) == [n.name for n in baremetal.nodes]
     for node in baremetal.nodes:
@@ -28,8 +46,12 @@ def test_every_host_has_its_interpreter_and_contract_vars(baremetal, tmp_path: P
         assert hv["ansible_python_interpreter"] == node.python
         assert hv["ansible_host"] == node.host and hv["ansible_port"] == node.port
         assert hv["ansible_connection"] == "ssh"
-        assert "StrictHostKeyChecking=yes" in hv["ansible_ssh_common_args"]
-        assert f"UserKnownHostsFile={node.ssh.known_hosts_file}" in hv["ansible_ssh_common_args"]
+        # host-key checking first (ssh keeps the first value), the known_hosts path one quoted token
+        args = shlex.split(hv["ansible_ssh_common_args"])
+        assert args[:2] == ["-o", "StrictHostKeyChecking=yes"]
+        assert args[2:] == ["-o", f'UserKnownHostsFile="{node.ssh.known_hosts_file}"']
+        for key in ("ansible_host", "ansible_user", "ansible_python_interpreter", "solfleet_root"):
+            assert isinstance(hv[key], Unsafe), f"{key} must be !unsafe: {hv[key]!r}"
         assert hv["ansible_ssh_private_key_file"] == node.ssh.private_key_file
         assert hv["solfleet_root"] == str(node.root) and hv["solfleet_python"] == node.python
         assert hv["solfleet_simulated"] is False
@@ -53,7 +75,7 @@ def test_env_turns_on_pipelining_controlpersist_and_host_key_checking(baremetal,
 
 def test_local_fleet_renders_local_connection_without_ssh_vars(tmp_path: Path) -> None:
     spec = load_spec(embedded_fleet(), work_dir=tmp_path)
-    hosts = yaml.safe_load(render_files(spec, run_dir=tmp_path)["inventory/hosts.yml"])["all"]["children"][
+    hosts = load_inventory(render_files(spec, run_dir=tmp_path)["inventory/hosts.yml"])["all"]["children"][
         "solfleet_nodes"
     ]["hosts"]
     for name, hv in hosts.items():
@@ -97,3 +119,29 @@ def test_control_path_dir_stays_short_enough_for_a_unix_socket(tmp_path: Path) -
     cp = control_path_dir(deep)
     assert len(str(cp)) + 1 + 10 + 17 < 104  # dir / 10-hex name + ssh's temp suffix, within sun_path
     assert control_path_dir(Path("/w/run")) == Path("/w/run/cp")
+
+
+def test_ansible_never_templates_a_spec_value(tmp_path: Path) -> None:
+    """The second wall behind the spec loader's refusal of `{{`: even a value that got past it (here put
+    into the spec object directly) reaches a real ansible-playbook as data, not as a template."""
+    spec = load_spec(embedded_fleet(), work_dir=tmp_path / "work")
+    evil = PurePosixPath("/tmp/x/{{ 6 * 7 }}/{{ lookup('pipe', 'echo PWNED') }}")
+    node = dataclasses.replace(spec.nodes[0], root=evil)
+    spec = dataclasses.replace(spec, nodes=(node,))
+    pdd = write_private_data_dir(spec, tmp_path / "pdd").path
+    play = pdd / "show.yml"
+    play.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.debug:\n        msg: 'root=[{{ solfleet_root }}]'\n"
+    )
+    bin_dir = Path(sys.executable).parent
+    proc = subprocess.run(
+        [str(bin_dir / "ansible-playbook"), "-i", str(pdd / "inventory" / "hosts.yml"), str(play)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "{{ 6 * 7 }}" in proc.stdout and "PWNED" not in proc.stdout.replace("echo PWNED", ""), proc.stdout
+    assert "/42/" not in proc.stdout

@@ -13,8 +13,8 @@ import pytest
 
 from fleet.errors import Interrupted
 from fleet.ledger import HostRecord, Ledger, OpStatus, new_operation_id
+from fleet.operation import Operation
 from fleet.plan import plan_rollout
-from fleet.rollout import Operation
 from fleet.spec import embedded_fleet, load_spec
 from fleet.workdir import ledger_path
 

@@ -45,7 +45,7 @@ def test_build_deploy_status_on_the_embedded_local_fleet(tmp_path: Path) -> None
     assert [n["name"] for n in nodes] == ["n1", "n2", "n3"]
     for n in nodes:
         assert (n["current"], n["desired"], n["drift"], n["simulated"]) == ("0.1.0", "0.1.0", "in_sync", True)
-        assert n["releases"] == ["0.1.0"] and n["last_event"]["event"] == "activated"
+        assert n["releases"] == ["0.1.0"] and n["last_event"]["event"] == "healthy"
         # the filesystem agrees: current is a relative link to the verified release
         root = work / "local-fleet" / n["name"]
         assert os.readlink(root / "current") == "releases/0.1.0"

@@ -92,8 +92,9 @@ def test_undo_targets_follow_on_failure() -> None:
     from fleet.plan import Batch
     from fleet.rollout import undo_targets
 
-    activated = {"gpu-01": "1.0.0", "gpu-02": "0.9.0", "gpu-03": None}
+    hosts = ["gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-05"]
     failed = Batch("batch 1", ("gpu-02", "gpu-03", "gpu-04"), 0)
-    assert undo_targets("rollback_fleet", activated, failed) == activated  # each to its own prior version
-    assert undo_targets("rollback_batch", activated, failed) == {"gpu-02": "0.9.0", "gpu-03": None}
-    assert undo_targets("halt", activated, failed) == {}
+    # every targeted host goes back to the baseline (hosts already there are left alone by restore)
+    assert undo_targets("rollback_fleet", hosts, failed) == hosts
+    assert undo_targets("rollback_batch", hosts, failed) == ["gpu-02", "gpu-03", "gpu-04"]
+    assert undo_targets("halt", hosts, failed) == []

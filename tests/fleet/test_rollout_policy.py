@@ -1,6 +1,9 @@
 """The failure policy when a batch does not end normally. ansible-runner's job timeout is produced for real
 (a tiny playbook, connection local); the deploy-level tests script `runner.run_playbook`, the one boundary
-to Ansible, so the policy is checked against a real SQLite ledger without a minutes-long simulator deploy."""
+to Ansible, so the policy is checked against a real SQLite ledger without a minutes-long simulator deploy.
+The script answers the lease/state/lease-end reads from a small model of each node's links, which the
+scripted deploy and undo answers move, so the baseline and the undo are computed from what "the nodes"
+say, as in a real run."""
 
 from __future__ import annotations
 
@@ -16,8 +19,9 @@ import yaml
 from fleet import runner
 from fleet.errors import ExitCode, RunnerError
 from fleet.ledger import Ledger
+from fleet.operation import _interrupted_record
 from fleet.plan import plan_rollout
-from fleet.rollout import _interrupted_record, deploy
+from fleet.rollout import ArtifactInfo, deploy
 from fleet.runner import HostProgress, HostStatus, RunResult
 from fleet.spec import embedded_fleet, load_spec
 from fleet.workdir import ledger_path
@@ -90,17 +94,41 @@ def answered(
     )
 
 
-class ScriptedRunner:
-    """Stands in for `runner.run_playbook`: `script` maps a step's hosts to what that run does."""
+READS = ("lease.yml", "status.yml", "lease_end.yml")
 
-    def __init__(self, script: Mapping[tuple[str, ...], Any]) -> None:
+
+class ScriptedRunner:
+    """Stands in for `runner.run_playbook`: `script` maps a deploy/rollback step's hosts to what that run
+    does; lease.yml, status.yml and lease_end.yml answer from `links` (host -> (current, previous)), which
+    each scripted answer updates the way the node module would have."""
+
+    def __init__(
+        self, script: Mapping[tuple[str, ...], Any], links: dict[str, tuple[str | None, str | None]]
+    ):
         self.script = script
+        self.links = links
         self.calls: list[tuple[str, tuple[str, ...], dict[str, Any]]] = []
+
+    def _read(self, host: str) -> HostProgress:
+        current, previous = self.links[host]
+        return HostProgress(
+            host=host,
+            status=HostStatus.OK,
+            solfleet={"current": current, "previous": previous, "current_sha": None, "release_shas": {}},
+        )
 
     def __call__(self, **kw: Any) -> RunResult:
         hosts = tuple(kw["hosts"])
         self.calls.append((kw["playbook"], hosts, dict(kw["extravars"])))
-        what = self.script[(kw["playbook"], hosts)]
+        if kw["playbook"] in READS:
+            what: Any = {h: self._read(h) for h in hosts}
+        else:
+            what = self.script[(kw["playbook"], hosts)]
+        progress = what.progress if isinstance(what, RunnerError) else what
+        for host, hp in progress.items():
+            sf = hp.solfleet
+            if sf.get("outcome") in ("activated", "rolled_back"):
+                self.links[host] = (sf["current"], sf.get("previous"))
         if isinstance(what, Exception):
             raise what
         return RunResult(
@@ -124,7 +152,12 @@ def timed_out_batch_1() -> RunnerError:
 
 
 def run_deploy(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_failure: str, script: Mapping, max_failures: int = 0
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    on_failure: str,
+    script: Mapping,
+    max_failures: int = 0,
+    links: dict[str, tuple[str | None, str | None]] | None = None,
 ) -> tuple:
     """Deploy 2.0.0 to the embedded fleet (with this on_failure and max_failures) through `script`."""
     text = embedded_fleet().read_text().replace("on_failure: rollback_fleet", f"on_failure: {on_failure}")
@@ -132,9 +165,9 @@ def run_deploy(
     (tmp_path / "fleet.yml").write_text(text)
     spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
     plan = plan_rollout(list(spec.nodes), spec.rollout, version="2.0.0")
-    scripted = ScriptedRunner(script)
+    scripted = ScriptedRunner(script, dict(links or {h: ("1.0.0", None) for h in ("n1", "n2", "n3")}))
     monkeypatch.setattr(runner, "run_playbook", scripted)
-    result = deploy(spec, plan, artifact=tmp_path / "a.tar.gz", artifact_sha256="0" * 64)
+    result = deploy(spec, plan, artifact=ArtifactInfo(path=tmp_path / "a.tar.gz", sha256="0" * 64))
     with Ledger(ledger_path(spec)) as ledger:
         (op,) = ledger.operations()
         rows = {(h.step, h.host): h for h in ledger.host_outcomes(op.id)}
@@ -147,45 +180,66 @@ CANARY_OK = {("deploy.yml", ("n1",)): {"n1": answered("n1", "activated", before=
 def test_a_timed_out_batch_is_recorded_and_rolled_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    undo = {h: answered(h, "rolled_back", before="2.0.0", after="1.0.0") for h in ("n1", "n2")}
+    undo = {
+        h: answered(h, "rolled_back", before="2.0.0", after="1.0.0", previous="0.9.0") for h in ("n1", "n2")
+    }
     script = {
         **CANARY_OK,
         ("deploy.yml", ("n2", "n3")): timed_out_batch_1(),
         ("rollback.yml", ("n1", "n2")): undo,
     }
-    result, op, rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
+    baseline = {h: ("1.0.0", "0.9.0") for h in ("n1", "n2", "n3")}
+    result, op, rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script, links=baseline)
     assert result.exit_code is ExitCode.RUNNER  # still exit 4, but only after the failure policy ran
     assert op.status == "rolled_back" and result.status == "rolled_back"
     assert op.message.startswith("batch 1 failed: ansible-runner timeout running deploy.yml")
-    assert "returned 2 host(s) to their prior versions" in op.message
+    assert "returned 2 host(s) to the baseline" in op.message
     # the stopped batch is in the ledger, each host with what it had done
     n2, n3 = rows[("batch 1", "n2")], rows[("batch 1", "n3")]
     assert (n2.outcome, n2.version_before, n2.version_after) == ("activated", "1.0.0", "2.0.0")
     assert (n3.outcome, n3.failed_phase) == ("not_finished", "verify_release")
-    # both hosts this rollout activated (canary n1, and n2 before the timeout) went back to 1.0.0
-    assert scripted.calls[-1][:2] == ("rollback.yml", ("n1", "n2"))
-    assert scripted.calls[-1][2]["solfleet_rollback_to"] == "1.0.0"
-    assert rows[("undo to 1.0.0", "n1")].outcome == rows[("undo to 1.0.0", "n2")].outcome == "rolled_back"
+    # both hosts this rollout activated (canary n1, and n2 before the timeout) went back to the baseline:
+    # current 1.0.0 AND previous 0.9.0, as the baseline read recorded them before the first push
+    undo_call = next(c for c in scripted.calls if c[0] == "rollback.yml")
+    assert undo_call[1] == ("n1", "n2")
+    assert undo_call[2]["solfleet_restore"] == {
+        "n1": {"current": "1.0.0", "previous": "0.9.0"},
+        "n2": {"current": "1.0.0", "previous": "0.9.0"},
+    }
+    assert rows[("undo", "n1")].outcome == rows[("undo", "n2")].outcome == "rolled_back"
+    assert scripted.links == baseline
+    # leases: taken first (before any push), dropped last
+    assert scripted.calls[0][0] == "lease.yml" and scripted.calls[-1][0] == "lease_end.yml"
 
 
 def test_a_timed_out_batch_under_halt_leaves_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = {**CANARY_OK, ("deploy.yml", ("n2", "n3")): timed_out_batch_1()}
     result, op, rows, scripted = run_deploy(tmp_path, monkeypatch, "halt", script)
     assert result.exit_code is ExitCode.RUNNER and op.status == "failed"
-    assert "on_failure=halt left 2 activated host(s)" in op.message
-    assert [c[0] for c in scripted.calls] == ["deploy.yml", "deploy.yml"]
+    assert "on_failure=halt: hosts left where they are" in op.message
+    assert [c[0] for c in scripted.calls] == ["lease.yml", "deploy.yml", "deploy.yml", "lease_end.yml"]
     assert rows[("batch 1", "n3")].outcome == "not_finished"
+
+
+def test_a_failed_canary_stops_the_rollout_even_within_max_failures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Canary n1 fails, within max_failures 1: the canary proved nothing, so batch 1 is never scheduled."""
+    refused = answered("n1", "refused", before="1.0.0", after="1.0.0")
+    script = {("deploy.yml", ("n1",)): {"n1": refused}}
+    result, op, _rows, scripted = run_deploy(tmp_path, monkeypatch, "halt", script, max_failures=1)
+    assert result.exit_code is ExitCode.OPERATION_FAILED
+    assert op.message.startswith("canary: no host completed verify and activation (n1: refused)")
+    assert "not scheduled: n2, n3" in op.message
+    assert [c[1] for c in scripted.calls if c[0] == "deploy.yml"] == [("n1",)]
 
 
 def test_the_failure_message_counts_the_failed_batch_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Canary n1 fails within max_failures 1; batch 1 then fails 2 > 1: the message says 2, not 3."""
-    refused = {h: answered(h, "refused", before="1.0.0", after="1.0.0") for h in ("n1", "n2", "n3")}
-    script = {
-        ("deploy.yml", ("n1",)): {"n1": refused["n1"]},
-        ("deploy.yml", ("n2", "n3")): {"n2": refused["n2"], "n3": refused["n3"]},
-    }
+    """Batch 1 (n2, n3) fails 2 > max_failures 1 after a good canary: the message says 2 and names n2."""
+    refused = {h: answered(h, "refused", before="1.0.0", after="1.0.0") for h in ("n2", "n3")}
+    script = {**CANARY_OK, ("deploy.yml", ("n2", "n3")): refused}
     result, op, _rows, _calls = run_deploy(tmp_path, monkeypatch, "halt", script, max_failures=1)
     assert result.exit_code is ExitCode.OPERATION_FAILED
     assert op.message.startswith("batch 1 failed (2 > max_failures 1): n2: ")
@@ -204,11 +258,13 @@ def test_a_host_that_had_no_current_is_kept_not_moved_to_a_stale_previous(
         ("deploy.yml", ("n2", "n3")): {"n2": n2, "n3": n3},
         ("rollback.yml", ("n2",)): {"n2": answered("n2", "rolled_back", before="2.0.0", after="1.0.0")},
     }
-    result, op, rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
+    links = {"n1": (None, "0.9.0"), "n2": ("1.0.0", None), "n3": ("1.0.0", None)}
+    result, op, rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script, links=links)
     assert result.exit_code is ExitCode.OPERATION_FAILED and op.status == "failed"
     assert rows[("canary", "n1")].version_before is None
     assert [c[:2] for c in scripted.calls if c[0] == "rollback.yml"] == [("rollback.yml", ("n2",))]
-    assert scripted.calls[-1][2]["solfleet_rollback_to"] == "1.0.0"
+    undo_call = next(c for c in scripted.calls if c[0] == "rollback.yml")
+    assert undo_call[2]["solfleet_restore"] == {"n2": {"current": "1.0.0", "previous": ""}}
     kept = rows[("undo", "n1")]
     assert (kept.outcome, kept.version_after) == ("kept", "2.0.0")
-    assert rows[("undo to 1.0.0", "n2")].outcome == "rolled_back"
+    assert rows[("undo", "n2")].outcome == "rolled_back"

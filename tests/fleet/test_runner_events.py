@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fleet.plan import Batch
-from fleet.rollout import host_record, undo_targets
+from fleet.operation import host_record
 from fleet.runner import HostProgress, HostStatus, fold_event
 
 DATA = Path(__file__).parent / "data"
@@ -130,7 +129,7 @@ def test_a_refusal_reported_by_the_node_module_wins_over_rescued_stats() -> None
 
 
 def test_interrupted_hosts_keep_what_the_node_already_said() -> None:
-    from fleet.rollout import _interrupted_record
+    from fleet.operation import _interrupted_record
 
     events = recorded("deploy-batch-n3-fails.jsonl")
     stats_at = next(i for i, e in enumerate(events) if e["event"] == "playbook_on_stats")
@@ -180,8 +179,3 @@ def test_undo_target_is_the_nodes_prior_current_not_its_previous() -> None:
     a, b = host_record("batch 1", state["a"]), host_record("batch 1", state["b"])
     assert (a.outcome, a.version_before, a.version_after) == ("activated", None, "2.0.0")
     assert (b.outcome, b.version_before, b.version_after) == ("activated", "1.0.0", "2.0.0")
-    batch = Batch(name="batch 1", hosts=("a", "b"), max_failures=0)
-    assert undo_targets("rollback_fleet", {r.host: r.version_before for r in (a, b)}, batch) == {
-        "a": None,
-        "b": "1.0.0",
-    }

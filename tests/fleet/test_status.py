@@ -69,7 +69,8 @@ def test_status_exit_code_precedence() -> None:
 
 def test_status_says_unverified_when_current_is_not_a_verified_release(tmp_path: Path) -> None:
     """n1's current points at a release whose verify.json says ok but which failed after activation
-    (verify/failed.json): drift `unverified`, exit 1. Without failed.json it is a verified current again."""
+    (verify/failed.json): drift `unverified`, exit 7 (suspect). Without failed.json it is a verified current
+    again, but one this ledger never put there: exit 6 (drift)."""
     work = tmp_path / "work"
     root = work / "local-fleet" / "n1"
     verify = root / "releases" / "1.0.0" / "verify"
@@ -78,7 +79,7 @@ def test_status_says_unverified_when_current_is_not_a_verified_release(tmp_path:
     (verify / "failed.json").write_text(json.dumps({"reason": "health after activation: injected"}))
     (root / "current").symlink_to("releases/1.0.0")
     failed = solfleet("status", "--json", work=work, cwd=tmp_path)
-    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert failed.returncode == ExitCode.SUSPECT, failed.stdout + failed.stderr
     nodes = {n["name"]: n for n in json.loads(failed.stdout)["nodes"]}
     assert (nodes["n1"]["current"], nodes["n1"]["current_verified"], nodes["n1"]["drift"]) == (
         "1.0.0",
@@ -90,7 +91,7 @@ def test_status_says_unverified_when_current_is_not_a_verified_release(tmp_path:
 
     (verify / "failed.json").unlink()
     fixed = solfleet("status", "--json", work=work, cwd=tmp_path)
-    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert fixed.returncode == ExitCode.DRIFT, fixed.stdout + fixed.stderr
     n1 = {n["name"]: n for n in json.loads(fixed.stdout)["nodes"]}["n1"]
     assert (n1["current_verified"], n1["drift"], n1["releases"]) == (True, "no_record", ["1.0.0"])
 
@@ -114,14 +115,14 @@ def test_unverified_current_outranks_the_ledger_and_fails_the_exit_code() -> Non
         error="",
         current_verified=False,
     )
-    assert status_exit_code([node("c"), bad]) is ExitCode.OPERATION_FAILED
-    assert status_exit_code([node("a", reachable=False, error="x"), bad]) is ExitCode.OPERATION_FAILED
+    assert status_exit_code([node("c"), bad]) is ExitCode.SUSPECT
+    assert status_exit_code([node("a", reachable=False, error="x"), bad]) is ExitCode.SUSPECT
 
 
 def test_status_deep_rehashes_current_and_reports_a_changed_file(tmp_path: Path) -> None:
     """A verified current whose bytes changed after verification (hand edit, bad disk): plain status trusts
-    the verify record (in sync, exit 0); `status --deep` re-hashes current against its MANIFEST on the node
-    and says `tampered`, naming the file, exit 1."""
+    the verify record (no ledger record of it here: exit 6, drift); `status --deep` re-hashes current
+    against its MANIFEST on the node and says `tampered`, naming the file, exit 7 (suspect)."""
     import hashlib
 
     work = tmp_path / "work"
@@ -135,7 +136,7 @@ def test_status_deep_rehashes_current_and_reports_a_changed_file(tmp_path: Path)
     (release.parent.parent / "current").symlink_to("releases/1.0.0")
 
     clean = solfleet("status", "--json", "--deep", "--limit", "n1", work=work, cwd=tmp_path)
-    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert clean.returncode == ExitCode.DRIFT, clean.stdout + clean.stderr
     n1 = json.loads(clean.stdout)["nodes"][0]
     assert (n1["current_intact"], n1["current_check"], n1["drift"]) == (
         True,
@@ -145,16 +146,18 @@ def test_status_deep_rehashes_current_and_reports_a_changed_file(tmp_path: Path)
 
     body.write_text("X = 2\n")
     plain = solfleet("status", "--json", "--limit", "n1", work=work, cwd=tmp_path)
-    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert plain.returncode == ExitCode.DRIFT, plain.stdout + plain.stderr
     assert json.loads(plain.stdout)["nodes"][0]["current_intact"] is None  # not asked: not checked
 
     deep = solfleet("status", "--json", "--deep", "--limit", "n1", work=work, cwd=tmp_path)
-    assert deep.returncode == 1, deep.stdout + deep.stderr
+    assert deep.returncode == ExitCode.SUSPECT, deep.stdout + deep.stderr
     n1 = json.loads(deep.stdout)["nodes"][0]
     assert (n1["current_intact"], n1["drift"]) == (False, "tampered")
     assert "sha256 mismatch for kernels.py" in n1["current_check"]
     table = solfleet("status", "--deep", "--limit", "n1", work=work, cwd=tmp_path)
-    assert table.returncode == 1 and "tampered" in table.stdout and "kernels.py" in table.stdout, table.stdout
+    assert (
+        table.returncode == ExitCode.SUSPECT and "tampered" in table.stdout and "kernels.py" in table.stdout
+    ), table.stdout
 
 
 def test_tampered_current_outranks_everything_but_unreachable() -> None:

@@ -1,0 +1,276 @@
+"""One operation on the fleet (deploy, stage, rollback, reconcile): its run dir, its ledger row, the
+controller lock, and each step it runs through ansible-runner, recorded host by host as soon as the step
+ends. Prints nothing: the CLI renders the returned report.
+
+Signals: SIGINT, SIGTERM and SIGHUP all arrive as KeyboardInterrupt (fleet/cli.py); the runner cancels the
+running step and raises `Interrupted`, and the operation's body decides what to do about it (deploy applies
+its failure policy). ansible-playbook never outlives the controller (fleet/runner.py)."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet import runner
+from fleet.errors import ExitCode, FleetError, Interrupted, RunnerError
+from fleet.inventory import write_private_data_dir
+from fleet.ledger import HostRecord, Ledger, OpStatus, new_operation_id
+from fleet.plan import Plan
+from fleet.runner import HostProgress, HostStatus, ProgressSink
+from fleet.spec import FleetSpec
+from fleet.workdir import controller_lock, ledger_path, run_dir
+
+DEPLOY_PLAYBOOK = "deploy.yml"
+ROLLBACK_PLAYBOOK = "rollback.yml"
+STATUS_PLAYBOOK = "status.yml"
+LEASE_PLAYBOOK = "lease.yml"
+LEASE_END_PLAYBOOK = "lease_end.yml"
+# node-module outcomes that mean "this host did not end where it was asked to"; `not_finished`: ansible-runner
+# stopped the run (job timeout) while the host was mid-step, before its module answered
+FAILED_OUTCOMES = {"refused", "verify_failed", "health_failed", "failed", "not_run", "not_finished"}
+PHASES = ("push", "unpack_check", "verify", "activate", "health")
+
+ProgressFactory = Callable[[str, list[str]], ProgressSink | None]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: str
+    hosts: tuple[str, ...]
+    records: tuple[HostRecord, ...]
+    seconds: float
+    ok_hosts: Mapping[str, HostProgress] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[HostRecord]:
+        return [r for r in self.records if r.outcome in FAILED_OUTCOMES]
+
+    @property
+    def unreachable(self) -> list[HostRecord]:
+        return [r for r in self.records if r.outcome == "unreachable"]
+
+
+@dataclass
+class OperationReport:
+    op_id: str
+    kind: str
+    version: str | None
+    status: OpStatus = OpStatus.RUNNING
+    steps: list[StepResult] = field(default_factory=list)
+    message: str = ""
+    exit_code: ExitCode = ExitCode.OK
+    artifacts: Path | None = None
+
+    @property
+    def records(self) -> list[HostRecord]:
+        return [r for s in self.steps for r in s.records]
+
+
+def host_record(step: str, hp: HostProgress) -> HostRecord:
+    """One host's outcome from its folded events: the node module's `solfleet` result when there is one,
+    else what the events say (unreachable, failed before the module ran, never ran)."""
+    sf: Mapping[str, Any] = hp.solfleet
+    outcome = str(sf.get("outcome") or "")
+    if hp.status is HostStatus.UNREACHABLE:
+        outcome = "unreachable"
+    elif not outcome:
+        outcome = {HostStatus.FAILED: "failed", HostStatus.NOT_RUN: "not_run"}.get(hp.status, "ok")
+    elif hp.status is HostStatus.FAILED and outcome not in FAILED_OUTCOMES:
+        outcome = "failed"  # the module succeeded but a later task (health, journal, prune) failed
+    current = sf.get("current")
+    before: str | None
+    if outcome in ("activated", "rolled_back"):
+        # The node's own `prior_current` (None: it had no current, or a dangling one), not `previous`: when
+        # current was missing before the switch, `previous` is an older release this host was not running.
+        # A result without the key predates it (the recorded runs in tests/fleet/data): `previous` there.
+        before = sf["prior_current"] if "prior_current" in sf else sf.get("previous")
+    elif outcome == "unreachable" or not sf:
+        before = None
+    else:
+        before = current
+    phases = {k: float(val) for k, val in (sf.get("phases") or {}).items() if isinstance(val, int | float)}
+    if hp.push_s is not None:
+        phases["push"] = hp.push_s
+    failed_phase = sf.get("failed_phase")
+    if outcome in FAILED_OUTCOMES | {"unreachable"} and not failed_phase:
+        failed_phase = _phase_of_task(hp.failed_task) if outcome != "unreachable" else "connect"
+    # the module's one-line message; the failed task's msg when the module never answered
+    message = str(sf.get("message") or "") or hp.message
+    return HostRecord(
+        step=step,
+        host=hp.host,
+        outcome=outcome,
+        changed=hp.changed > 0,
+        version_before=before,
+        version_after=current if outcome != "unreachable" and sf else None,
+        failed_phase=failed_phase if outcome in FAILED_OUTCOMES | {"unreachable"} else None,
+        message=message,
+        phases=phases,
+        simulated=None if "simulated" not in sf else bool(sf["simulated"]),
+    )
+
+
+def _interrupted_record(
+    step: str, hp: HostProgress | None, host: str, *, outcome: str = "interrupted"
+) -> HostRecord:
+    """A host of a run cut short (Ctrl-C: `interrupted`; stopped by ansible-runner: `not_finished`): its
+    module's answer when it gave one, else where it was."""
+    if hp is not None and hp.solfleet.get("outcome"):
+        return host_record(step, hp)
+    task = hp.task if hp is not None else ""
+    ended = hp is not None and hp.status in (HostStatus.FAILED, HostStatus.UNREACHABLE)
+    if outcome != "interrupted" and hp is not None and ended:
+        return host_record(step, hp)  # its events already said how it ended
+    if not task:
+        outcome = "interrupted" if outcome == "interrupted" else "not_run"
+    what = outcome.replace("_", " ")
+    return HostRecord(
+        step=step,
+        host=host,
+        outcome=outcome,
+        changed=False,
+        version_before=None,
+        version_after=None,
+        failed_phase=_phase_of_task(task) if task else "not_started",
+        message=f"{what} in {task!r}; the node journal says how far it got" if task else "not started",
+        phases={},
+    )
+
+
+def _phase_of_task(task: str | None) -> str:
+    """`solfleet | Push artifact` -> `push`: a failure before the node module ran still names a phase."""
+    if not task:
+        return "unknown"
+    name = task.split("|")[-1].strip().lower()
+    return "push" if "push" in name else re.sub(r"[^a-z0-9]+", "_", name).strip("_") or "unknown"
+
+
+class StepAborted(RunnerError):
+    """ansible-runner stopped a step (job timeout, runner error): each host is already in the ledger, and
+    `step` holds those records so deploy can apply its failure policy to what did happen."""
+
+    def __init__(self, message: str, *, step: StepResult) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+class Operation:
+    """One deploy/stage/rollback/reconcile: owns its run dir, its ledger row and the controller lock."""
+
+    def __init__(self, spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = None) -> None:
+        self.spec = spec
+        self.plan = plan
+        self.progress = progress or (lambda _name, _hosts: None)
+        self.op_id = new_operation_id()
+        # named in every node lease this operation takes, so a refused second operator learns who holds it
+        self.controller = f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}"
+        self.pdd = run_dir(spec, self.op_id)
+        self.report = OperationReport(
+            op_id=self.op_id, kind=plan.kind, version=plan.version, artifacts=self.pdd
+        )
+
+    def run_step(
+        self,
+        ledger: Ledger,
+        step: str,
+        hosts: list[str],
+        playbook: str,
+        extravars: Mapping[str, Any],
+        *,
+        record: bool = True,
+        timeout_s: int | None = None,
+    ) -> StepResult:
+        """One ansible-runner run over `hosts`. `record=False` for steps that read or lease and move no
+        release (their answers land in the baselines table or nowhere, not in host_outcomes). `timeout_s`:
+        a short per-task limit for such reads (the run gets twice that plus the connect timeout)."""
+        ident = f"{len(self.report.steps):02d}-{re.sub(r'[^a-z0-9]+', '-', step.lower()).strip('-')}"
+        started = time.monotonic()
+        try:
+            result = runner.run_playbook(
+                private_data_dir=self.pdd,
+                playbook=playbook,
+                hosts=hosts,
+                extravars=extravars,
+                ident=ident,
+                timeout_s=(timeout_s * 2 + self.spec.timeouts.connect_s)
+                if timeout_s
+                else self.spec.timeouts.run_s,
+                task_timeout_s=timeout_s,
+                progress=self.progress(f"{self.plan.kind} {self.plan.version or ''} {step}".strip(), hosts),
+            )
+        except Interrupted as exc:
+            # Ansible is stopped, but a node-side module already running finishes its step under its lock
+            # (the node journal is the truth); the ledger says which hosts were mid-step, and in what.
+            if record:
+                ledger.record_hosts(
+                    self.op_id, [_interrupted_record(step, exc.progress.get(h), h) for h in hosts]
+                )
+            raise
+        except RunnerError as exc:
+            # A timed-out batch still did things: hosts that answered (activated) before the run was
+            # stopped are recorded with that answer, so the failure policy can act on them.
+            cut = tuple(
+                _interrupted_record(step, exc.progress.get(h), h, outcome="not_finished") for h in hosts
+            )
+            if record:
+                ledger.record_hosts(self.op_id, list(cut))
+            seconds = time.monotonic() - started
+            aborted = StepResult(step=step, hosts=tuple(hosts), records=cut, seconds=seconds)
+            self.report.steps.append(aborted)
+            raise StepAborted(str(exc), step=aborted) from exc
+        records = tuple(host_record(step, result.hosts[h]) for h in hosts)
+        if record:
+            ledger.record_hosts(self.op_id, list(records))  # committed per step: a crash later loses nothing
+        out = StepResult(
+            step=step,
+            hosts=tuple(hosts),
+            records=records,
+            seconds=time.monotonic() - started,
+            ok_hosts=dict(result.hosts),
+        )
+        if record:
+            self.report.steps.append(out)
+        return out
+
+    def execute(
+        self, body: Callable[[Ledger], None], *, precheck: Callable[[Ledger], None] | None = None
+    ) -> OperationReport:
+        """`precheck` runs under the lock before the ledger row exists: a refusal there (a version that is
+        another artifact) leaves no row and touches nothing."""
+        with controller_lock(self.spec), Ledger(ledger_path(self.spec)) as ledger:
+            if precheck is not None:
+                precheck(ledger)
+            write_private_data_dir(self.spec, self.pdd)
+            ledger.begin(
+                op_id=self.op_id,
+                kind=self.plan.kind,
+                version=self.plan.version,
+                fleet=self.spec.name,
+                plan=self.plan.to_json(),
+            )
+            try:
+                body(ledger)
+            except Interrupted as exc:
+                ledger.finish(self.op_id, OpStatus.INTERRUPTED, str(exc))
+                raise
+            except KeyboardInterrupt:
+                ledger.finish(self.op_id, OpStatus.INTERRUPTED, "interrupted")
+                raise Interrupted(f"{self.op_id} interrupted; the ledger marks it interrupted") from None
+            except FleetError as exc:
+                ledger.finish(self.op_id, OpStatus.FAILED, str(exc))
+                raise
+            except BaseException as exc:
+                ledger.finish(self.op_id, OpStatus.FAILED, f"controller error: {exc!r}")
+                raise
+            if self.report.status is OpStatus.RUNNING:  # a body that forgot to conclude is a bug, not success
+                self.report.status, self.report.exit_code = OpStatus.FAILED, ExitCode.RUNNER
+                self.report.message = "operation ended without a conclusion (controller bug)"
+            ledger.finish(self.op_id, self.report.status, self.report.message)
+        return self.report

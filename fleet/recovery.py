@@ -1,0 +1,282 @@
+"""The memory of a rollout across runs: its baseline, its node leases, and the return to its baseline.
+
+Before the first host is touched, `take_baseline` takes every targeted node's lease (docs/node-contract.md)
+and records, in the same node-side step, where each node is: its current release, that release's artifact
+sha256, and its `previous`. Every undo returns hosts to that baseline (`restore`): the failure policy, an
+interrupted run, and `reconcile` of a run that died (SIGKILL, a lost controller). Hosts are compared with
+the baseline as they are NOW (a state read), not as the ledger last heard of them, so a host that a dead run
+activated is moved back too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fleet.errors import ExitCode, FleetError, Interrupted, UsageError
+from fleet.ledger import Baseline, HostRecord, Ledger, OpStatus
+from fleet.operation import (
+    LEASE_END_PLAYBOOK,
+    LEASE_PLAYBOOK,
+    ROLLBACK_PLAYBOOK,
+    STATUS_PLAYBOOK,
+    Operation,
+    StepAborted,
+)
+from fleet.runner import HostStatus
+
+# outcomes of a restore step that leave the host on its baseline
+RESTORED = ("rolled_back", "unchanged")
+
+
+class LeaseHeld(FleetError):
+    """Another rollout (another controller, or another work dir of this one) holds some targeted nodes."""
+
+    exit_code = ExitCode.LOCKED
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What a node said of itself just now (solfleet_state), or that it did not answer."""
+
+    host: str
+    reachable: bool
+    current: str | None = None
+    previous: str | None = None
+    current_sha: str | None = None
+    release_shas: Mapping[str, str | None] | None = None
+    message: str = ""
+
+
+def _state_of(host: str, status: HostStatus, sf: Mapping[str, Any], message: str) -> NodeState:
+    if status is HostStatus.UNREACHABLE or "current" not in sf:
+        return NodeState(host=host, reachable=False, message=message or f"no state ({status.value})")
+    return NodeState(
+        host=host,
+        reachable=True,
+        current=sf.get("current"),
+        previous=sf.get("previous"),
+        current_sha=sf.get("current_sha"),
+        release_shas=dict(sf.get("release_shas") or {}),
+    )
+
+
+def lease_seconds(op: Operation) -> int:
+    """Long enough for every batch and an undo to run to their own time limits, so a live rollout never
+    loses its lease; short enough that a vanished controller does not hold the fleet for a day."""
+    return op.spec.timeouts.run_s * (len(op.plan.batches) + 2)
+
+
+def take_baseline(
+    op: Operation,
+    ledger: Ledger,
+    hosts: list[str],
+    *,
+    version: str | None = None,
+    artifact_sha256: str | None = None,
+    take_over: Iterable[str] = (),
+    record: bool = True,
+) -> dict[str, Baseline]:
+    """Lease every host and record its baseline (`record=False`: a reconcile, whose own undo must never
+    become a baseline to return to). Refuses (and drops the leases it took) when another live
+    rollout holds a node (LeaseHeld, exit 5), or when `version` is already on a node as other bytes
+    (UsageError, exit 2): in both cases no release has moved."""
+    step = op.run_step(
+        ledger,
+        "baseline",
+        hosts,
+        LEASE_PLAYBOOK,
+        {
+            "solfleet_rollout_id": op.op_id,
+            "solfleet_controller": op.controller,
+            "solfleet_lease_s": lease_seconds(op),
+            "solfleet_take_over": list(take_over),
+        },
+        record=False,
+    )
+    held: list[str] = []
+    other_bytes: list[str] = []
+    baselines: dict[str, Baseline] = {}
+    for host in hosts:
+        hp = step.ok_hosts.get(host)
+        sf: Mapping[str, Any] = hp.solfleet if hp is not None else {}
+        if sf.get("failed_phase") == "lease":
+            held.append(f"{host}: {sf.get('message')}")
+            continue
+        state = _state_of(host, hp.status if hp else HostStatus.NOT_RUN, sf, hp.message if hp else "")
+        baselines[host] = Baseline(
+            host=host,
+            reachable=state.reachable,
+            current=state.current,
+            current_sha256=state.current_sha,
+            previous=state.previous,
+        )
+        on_node = (state.release_shas or {}).get(version or "")
+        if version and artifact_sha256 and on_node and on_node != artifact_sha256:
+            other_bytes.append(f"{host} has {version} as artifact {on_node[:12]}..")
+    if held or other_bytes:
+        end_leases(op, ledger, [h for h in hosts if h in baselines])
+        if held:
+            raise LeaseHeld(
+                f"another rollout holds {len(held)} node(s), nothing was changed: {'; '.join(held[:3])}"
+                + (f"; and {len(held) - 3} more" if len(held) > 3 else "")
+            )
+        raise UsageError(
+            f"version {version} is already other bytes on the fleet ({'; '.join(other_bytes[:3])}), not "
+            f"{(artifact_sha256 or '')[:12]}..: a version is immutable, build a new version"
+        )
+    if record:
+        ledger.record_baseline(op.op_id, list(baselines.values()))
+    return baselines
+
+
+def end_leases(op: Operation, ledger: Ledger, hosts: list[str]) -> None:
+    """Drop this operation's lease on `hosts`. Best effort: a node that does not answer keeps the lease
+    until it expires (the next rollout of this controller takes it over when it reconciles)."""
+    if not hosts:
+        return
+    with contextlib.suppress(Interrupted, StepAborted):
+        op.run_step(
+            ledger,
+            "lease end",
+            hosts,
+            LEASE_END_PLAYBOOK,
+            {"solfleet_rollout_id": op.op_id},
+            record=False,
+            timeout_s=op.spec.timeouts.status_s,
+        )
+
+
+def read_states(op: Operation, ledger: Ledger, hosts: list[str]) -> dict[str, NodeState]:
+    step = op.run_step(
+        ledger,
+        "state",
+        hosts,
+        STATUS_PLAYBOOK,
+        {"solfleet_status_deep": False},
+        record=False,
+        timeout_s=op.spec.timeouts.status_s,
+    )
+    out = {}
+    for host in hosts:
+        hp = step.ok_hosts.get(host)
+        out[host] = (
+            _state_of(host, hp.status, hp.solfleet, hp.message)
+            if hp is not None
+            else NodeState(host=host, reachable=False, message="no answer")
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    ok: bool  # every host asked for is on its baseline
+    # nothing more can be done: every host is on its baseline, or had no release before the rollout (kept
+    # on the verified release it runs). False while a host is unreachable or its undo failed.
+    final: bool
+    moved: list[str]
+    where: dict[str, str]  # host -> one line: where it is now and why
+
+
+def restore(
+    op: Operation, ledger: Ledger, baseline: Mapping[str, Baseline], hosts: list[str]
+) -> RestoreResult:
+    """Return `hosts` to `baseline`: current AND previous, so a later plain rollback never lands on the
+    release that was just rejected. Hosts already there are left alone; a host with no baseline release (a
+    first deploy) stays on what it runs, said so in the ledger."""
+    states = read_states(op, ledger, hosts)
+    moves: dict[str, dict[str, str]] = {}
+    notes: list[HostRecord] = []
+    where: dict[str, str] = {}
+    ok = final = True
+    for host in hosts:
+        base, now = baseline.get(host), states[host]
+        if base is None or not base.reachable:
+            where[host] = f"{now.current or 'unknown'} (no baseline: it did not answer before the rollout)"
+            continue
+        if not now.reachable:
+            ok = final = False
+            where[host] = f"unknown: unreachable ({now.message})"
+            notes.append(_note(host, "unreachable", base, None, f"not restored: {now.message}"))
+            continue
+        if (now.current, now.previous) == (base.current, base.previous):
+            where[host] = f"{now.current or 'none'} (baseline)"
+            continue
+        if base.current is None:
+            ok = False
+            where[host] = f"{now.current} (kept: no release before the rollout to return to)"
+            notes.append(_note(host, "kept", base, now.current, "no prior release on this node to return to"))
+            continue
+        moves[host] = {"current": base.current, "previous": base.previous or ""}
+    if notes:
+        ledger.record_hosts(op.op_id, notes)
+    if moves:
+        try:
+            step = op.run_step(
+                ledger,
+                "undo",
+                list(moves),
+                ROLLBACK_PLAYBOOK,
+                {"solfleet_restore": moves, "solfleet_rollout_id": op.op_id},
+            )
+        except StepAborted as exc:
+            step = exc.step
+        for r in step.records:
+            if r.outcome in RESTORED:
+                where[r.host] = f"{r.version_after} (restored to baseline)"
+            else:
+                ok = final = False
+                where[r.host] = f"{r.version_after or 'unknown'}: undo {r.outcome}: {r.message}"
+    return RestoreResult(ok=ok, final=final, moved=list(moves), where=where)
+
+
+def _note(host: str, outcome: str, base: Baseline, after: str | None, message: str) -> HostRecord:
+    return HostRecord(
+        step="undo",
+        host=host,
+        outcome=outcome,
+        changed=False,
+        version_before=after,
+        version_after=after,
+        failed_phase="rollback" if outcome != "kept" else None,
+        message=message,
+        phases={},
+    )
+
+
+def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
+    """Return every host of an unfinished operation to its baseline, under this operation's lease (taking
+    over the dead one's), and mark it recovered by `op`."""
+    baseline = ledger.baseline(unfinished_id)
+    hosts = list(baseline)
+    take_baseline(op, ledger, hosts, take_over=[unfinished_id], record=False)
+    try:
+        result = restore(op, ledger, baseline, hosts)
+    finally:
+        end_leases(op, ledger, hosts)
+    if result.final:
+        ledger.mark_recovered(unfinished_id, by=op.op_id)
+    return result
+
+
+def describe_where(where: Mapping[str, str]) -> str:
+    return "; ".join(f"{h}: {w}" for h, w in sorted(where.items()))
+
+
+def conclude_recovery(op: Operation, unfinished_id: str, result: RestoreResult) -> None:
+    report = op.report
+    if result.final:
+        report.status = OpStatus.SUCCEEDED if result.ok else OpStatus.FAILED
+        report.exit_code = ExitCode.OK if result.ok else ExitCode.OPERATION_FAILED
+        report.message = (
+            f"{unfinished_id} returned to its baseline ({len(result.moved)} host(s) moved): "
+            + describe_where(result.where)
+        )
+    else:
+        report.status, report.exit_code = OpStatus.FAILED, ExitCode.OPERATION_FAILED
+        report.message = (
+            f"{unfinished_id} could not be returned to its baseline everywhere; it stays unfinished: "
+            + describe_where(result.where)
+        )
