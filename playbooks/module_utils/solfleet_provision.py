@@ -14,7 +14,7 @@ import re
 import shutil
 import subprocess
 
-NVIDIA_SMI_QUERY = "name,driver_version,compute_cap,memory.total,persistence_mode,pci.bus_id"
+NVIDIA_SMI_QUERY = "name,pci.bus_id,driver_version,persistence_mode,compute_cap,memory.total"
 # /etc/os-release ID -> the distribution name used in provision.supported_os (Ansible's spelling)
 OS_NAMES = {
     "debian": "Debian",
@@ -63,15 +63,15 @@ def parse_nvidia_smi_csv(text: str) -> list[dict]:
         cols = [c.strip() for c in line.split(",")]
         if len(cols) < 6:
             continue
-        memory = re.match(r"(\d+)", cols[3])
+        memory = re.match(r"(\d+)", cols[5])
         gpus.append(
             {
                 "name": cols[0],
-                "driver": cols[1],
-                "cc": cols[2],
+                "bus_id": cols[1],
+                "driver": cols[2],
+                "persistence": cols[3].lower() == "enabled",
+                "cc": cols[4],
                 "memory_mib": int(memory.group(1)) if memory else None,
-                "persistence": cols[4].lower() == "enabled",
-                "bus_id": cols[5],
             }
         )
     return gpus
