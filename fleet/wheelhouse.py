@@ -102,8 +102,8 @@ def _python_version(spec: FleetSpec) -> str:
 def _pip(
     python: str, args: Sequence[str], *, what: str, timeout_s: int = 1800
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    # PYTHONPATH is kept: on a machine without pip in the interpreter, pip itself may come from there
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     try:
         proc = subprocess.run(
             [python, "-m", "pip", *args],

@@ -116,15 +116,26 @@ def build(p: dict, runtime: str, wheelhouse: str, manifest: dict, env: dict) -> 
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env, 60, "runtime python"
     ).strip()
     if p["mode"] == "layered":
-        layers = json.loads(
+        base = json.loads(
             run(
-                [p["base_python"], "-c", "import json, site; print(json.dumps(site.getsitepackages()))"],
+                [
+                    p["base_python"],
+                    "-c",
+                    "import json, site, sys; print(json.dumps([sys.prefix, site.getsitepackages()]))",
+                ],
                 env,
                 60,
                 "base python",
             )
         )
-        lines = [f"import site; site.addsitedir({d!r})" for d in layers if os.path.isdir(d) and d != purelib]
+        prefix, layers = base[0], [d for d in base[1] if os.path.isdir(d) and d != purelib]
+        # addsitedir appends (after this runtime's own packages) and reads the layer's .pth files; PREFIXES
+        # makes site.getsitepackages() list the layer too, which is where cuda.pathfinder looks for the
+        # NVIDIA wheels' libraries (nvrtc, nvvm, nvjitlink)
+        lines = [
+            f"import site; site.addsitedir({d!r}); {prefix!r} in site.PREFIXES or site.PREFIXES.append({prefix!r})"
+            for d in layers
+        ]
         with open(os.path.join(purelib, LAYER_PTH), "w", encoding="utf-8") as fh:
             fh.write("# solfleet layered runtime: the base interpreter's packages, after this runtime's own\n")
             fh.write("\n".join(lines) + "\n")
