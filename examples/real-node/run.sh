@@ -98,7 +98,7 @@ step provision-again 0 "${CLI[@]}" provision --wheelhouse "$W"/dist/solfleet-whe
 step build-v1 0 "${CLI[@]}" build --version 1.0.0 --out "$W/dist" --ptx-python "$RUNTIME_PY"
 step deploy-v1 0 "${CLI[@]}" deploy --version 1.0.0 --artifact "$W/dist/solfleet-ops-1.0.0.tar.gz" --yes
 # health exactly as the node runs it: the runtime's interpreter, current on PYTHONPATH, nothing inherited
-step health 0 env -i PATH=/usr/bin:/bin HOME="$W" PYTHONNOUSERSITE=1 PYTHONPATH="$W/node/current" \
+step health 0 env -i PATH=/usr/bin:/bin HOME="$W" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$W/node/current" \
   NUMBA_CACHE_DIR="$W/node/cache" $([ "$SIMULATED" = 1 ] && echo NUMBA_ENABLE_CUDASIM=1) \
   bash -c "cd '$W/node/current' && '$RUNTIME_PY' -m kernels health --json"
 step build-v2 0 "${CLI[@]}" build --version 1.1.0 --out "$W/dist" --ptx-python "$RUNTIME_PY"
@@ -129,7 +129,7 @@ def section(name):
     m = re.search(rf"=== {re.escape(name)}: .*?\n(.*?)=== {re.escape(name)}: rc", text, re.S)
     return m.group(1) if m else ""
 v3 = section("deploy-v3-broken")
-reason = next((l.strip() for l in v3.splitlines() if "verify" in l and ("failed" in l or "refused" in l)), "")
+reason = next((l.strip() for l in v3.splitlines() if "verify: " in l and "failed" in l), "")
 health = section("health")
 try:
     health_json = json.loads(health[health.index("{"):])

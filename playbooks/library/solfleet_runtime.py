@@ -64,8 +64,15 @@ def unpack(archive: str, dest_parent: str, stack_id: str) -> None:
     with tarfile.open(archive, "r:*") as tar:
         for m in tar.getmembers():
             parts = m.name.split("/")
-            if m.name.startswith("/") or ".." in parts or parts[0] != stack_id or not (m.isfile() or m.isdir()):
-                raise RuntimeError_(f"wheelhouse member {m.name!r} refused (outside {stack_id}/ or not a file)")
+            if (
+                m.name.startswith("/")
+                or ".." in parts
+                or parts[0] != stack_id
+                or not (m.isfile() or m.isdir())
+            ):
+                raise RuntimeError_(
+                    f"wheelhouse member {m.name!r} refused (outside {stack_id}/ or not a file)"
+                )
         for m in tar.getmembers():
             rel = "/".join(m.name.split("/")[1:])
             target = os.path.join(tmp, rel) if rel else tmp
@@ -137,7 +144,9 @@ def build(p: dict, runtime: str, wheelhouse: str, manifest: dict, env: dict) -> 
             for d in layers
         ]
         with open(os.path.join(purelib, LAYER_PTH), "w", encoding="utf-8") as fh:
-            fh.write("# solfleet layered runtime: the base interpreter's packages, after this runtime's own\n")
+            fh.write(
+                "# solfleet layered runtime: the base interpreter's packages, after this runtime's own\n"
+            )
             fh.write("\n".join(lines) + "\n")
     lock = os.path.join(wheelhouse, manifest["lock"])
     with open(lock, encoding="utf-8") as fh:
@@ -146,9 +155,20 @@ def build(p: dict, runtime: str, wheelhouse: str, manifest: dict, env: dict) -> 
         pip = os.path.join(wheelhouse, manifest["installer"], "pip")
         run(
             [
-                python, pip, "install", "--no-index", "--no-deps", "--require-hashes", "--ignore-installed",
-                "--disable-pip-version-check", "--no-cache-dir", "--no-warn-script-location",
-                "--find-links", wheelhouse, "-r", lock,
+                python,
+                pip,
+                "install",
+                "--no-index",
+                "--no-deps",
+                "--require-hashes",
+                "--ignore-installed",
+                "--disable-pip-version-check",
+                "--no-cache-dir",
+                "--no-warn-script-location",
+                "--find-links",
+                wheelhouse,
+                "-r",
+                lock,
             ],
             {**env, "PIP_NO_INPUT": "1"},
             p["timeout_s"],
@@ -223,8 +243,17 @@ def main() -> None:
             raise RuntimeError_(f"runtime {python} does not match the stack: {why}")
         if not current:
             with open(os.path.join(runtime, STAMP + ".tmp"), "w", encoding="utf-8") as fh:
-                json.dump({"stack_id": sid, "mode": p["mode"], "lock_sha256": manifest.get("lock_sha256"),
-                           "versions": versions}, fh, sort_keys=True, indent=1)
+                json.dump(
+                    {
+                        "stack_id": sid,
+                        "mode": p["mode"],
+                        "lock_sha256": manifest.get("lock_sha256"),
+                        "versions": versions,
+                    },
+                    fh,
+                    sort_keys=True,
+                    indent=1,
+                )
             os.replace(os.path.join(runtime, STAMP + ".tmp"), os.path.join(runtime, STAMP))
     except RuntimeError_ as exc:
         module.fail_json(msg=f"solfleet: {p['node']}: runtime: {exc}", solfleet={"runtime": out})

@@ -76,9 +76,7 @@ def kernels_env(
     the GPU (CUDA_VISIBLE_DEVICES) and the file is named in SOLFLEET_CONFIG for the kernels commands.
     base: the environment to filter (default os.environ; tests pass their own)."""
     inherited = os.environ if base is None else base
-    env = {
-        k: v for k, v in inherited.items() if k in INHERITED or k.startswith(INHERITED_PREFIXES)
-    }
+    env = {k: v for k, v in inherited.items() if k in INHERITED or k.startswith(INHERITED_PREFIXES)}
     env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     if release:
         env["PYTHONPATH"] = release
@@ -163,7 +161,9 @@ def failure_reason(proc: subprocess.CompletedProcess, data: dict | None) -> str:
         shown = []
         for r in failed[:FAILED_CASES_SHOWN]:
             what = r.get("error") or (
-                f"rel_err {r.get('rel_err')} > tol {r.get('tol')}" if r.get("rel_err") is not None else "failed"
+                f"rel_err {r.get('rel_err')} > tol {r.get('tol')}"
+                if r.get("rel_err") is not None
+                else "failed"
             )
             shown.append(f"{r.get('op')}/{r.get('dtype')}/{r.get('case')}: {str(what).splitlines()[0][:160]}")
         more = f" (+{len(failed) - len(shown)} more)" if len(failed) > len(shown) else ""

@@ -134,7 +134,11 @@ def gather_facts(*, root: str, python_version: str) -> dict:
     lspci = 0
     if not gpus:
         rc, out = _run(["lspci", "-nn"])
-        lspci = sum(1 for ln in out.splitlines() if "NVIDIA" in ln and ("3D" in ln or "VGA" in ln)) if rc == 0 else 0
+        lspci = (
+            sum(1 for ln in out.splitlines() if "NVIDIA" in ln and ("3D" in ln or "VGA" in ln))
+            if rc == 0
+            else 0
+        )
         source = "lspci" if lspci else None
     manager = "apt" if shutil.which("apt-get") else ("dnf" if shutil.which("dnf") else "none")
     installed, held = _driver_packages(manager)
@@ -202,14 +206,26 @@ def preflight_checks(facts: dict, want: dict) -> list[dict]:
     elif ccs == [cc_want]:
         checks.append(_check("compute_capability", "passed", f"cc {cc_want}"))
     else:
-        checks.append(_check("compute_capability", "failed", f"GPUs report cc {ccs}, the spec declares {cc_want}"))
+        checks.append(
+            _check("compute_capability", "failed", f"GPUs report cc {ccs}, the spec declares {cc_want}")
+        )
     action = driver_decision(facts, want)["action"]
     if facts.get("kernel_headers"):
         checks.append(_check("kernel_headers", "passed", f"present for {facts.get('kernel')}"))
     elif action == "install":
-        checks.append(_check("kernel_headers", "failed", f"missing for {facts.get('kernel')}; a driver install builds against them"))
+        checks.append(
+            _check(
+                "kernel_headers",
+                "failed",
+                f"missing for {facts.get('kernel')}; a driver install builds against them",
+            )
+        )
     else:
-        checks.append(_check("kernel_headers", "skipped", f"missing for {facts.get('kernel')}; no driver install planned"))
+        checks.append(
+            _check(
+                "kernel_headers", "skipped", f"missing for {facts.get('kernel')}; no driver install planned"
+            )
+        )
     return checks
 
 
@@ -236,7 +252,11 @@ def driver_decision(facts: dict, want: dict) -> dict:
     package = driver_package(want, manager)
     base = {"pin": pin, "loaded": loaded, "package": package, "manager": manager, "reboot": False}
     if not pin or want.get("simulated"):
-        return {**base, "action": "none", "why": "no stack.driver pin" if not pin else "node declared simulated"}
+        return {
+            **base,
+            "action": "none",
+            "why": "no stack.driver pin" if not pin else "node declared simulated",
+        }
     if loaded and pin_matches(pin, loaded):
         return {**base, "action": "skip", "why": f"driver {loaded} is loaded, as pinned"}
     if want.get("driver_policy", "refuse") == "refuse":
@@ -248,10 +268,19 @@ def driver_decision(facts: dict, want: dict) -> dict:
             "(set it to install to change the driver on this node)",
         }
     if manager not in ("apt", "dnf"):
-        return {**base, "action": "refuse", "why": f"stack.driver {pin} needs apt or dnf; the node has neither"}
+        return {
+            **base,
+            "action": "refuse",
+            "why": f"stack.driver {pin} needs apt or dnf; the node has neither",
+        }
     installed = (facts.get("driver_packages") or {}).get(package)
     if installed and pin_matches(pin, installed.split("-")[0]):
-        return {**base, "action": "reboot", "reboot": True, "why": f"{package} {installed} installed, {loaded} loaded"}
+        return {
+            **base,
+            "action": "reboot",
+            "reboot": True,
+            "why": f"{package} {installed} installed, {loaded} loaded",
+        }
     return {
         **base,
         "action": "install",

@@ -67,7 +67,11 @@ def test_the_capture_parses_to_the_h200_facts() -> None:
 def _spec(tmp_path: Path, names: list[str], *, pin: str, policy: str, max_reboots: int = 2):
     data = {
         "fleet": "drv",
-        "defaults": {"connection": "local", "simulated": False, "gpu": {"count": 1, "model": "H200", "cc": "9.0"}},
+        "defaults": {
+            "connection": "local",
+            "simulated": False,
+            "gpu": {"count": 1, "model": "H200", "cc": "9.0"},
+        },
         "stack": {"python": "3.12", "numba": "auto", "numba_cuda": "auto", "numpy": "auto", "driver": pin},
         "provision": {
             "base_python": sys.executable,
@@ -89,7 +93,9 @@ def run_driver_check(
         host_vars = pdd / "inventory" / "host_vars"
         host_vars.mkdir(parents=True, exist_ok=True)
         (host_vars / f"{name}.yml").write_text(yaml.safe_dump({"solfleet_preflight_facts": f}))
-    extra = prov.extravars(spec, wheelhouse=tmp_path / "none.tar.gz", check=True, roles=("preflight", "driver"))
+    extra = prov.extravars(
+        spec, wheelhouse=tmp_path / "none.tar.gz", check=True, roles=("preflight", "driver")
+    )
     extra["ansible_python_interpreter"] = sys.executable
     # plan_only: this test machine has no NVIDIA apt repository, so apt's own check mode would fail here
     extra["solfleet_driver_plan_only"] = plan_only
@@ -112,9 +118,15 @@ def test_check_mode_driver_choices_against_the_h200_facts(tmp_path: Path) -> Non
         pin=LOADED,
         policy="refuse",
     )
-    assert (refuse["loaded"].driver_action, refuse["loaded"].failed, refuse["loaded"].reboot) == ("skip", 0, False)
+    assert (refuse["loaded"].driver_action, refuse["loaded"].failed, refuse["loaded"].reboot) == (
+        "skip",
+        0,
+        False,
+    )
     assert refuse["loaded"].changed == 0  # persistence is already on in the capture: nothing to do
-    _, mismatch = run_driver_check(tmp_path / "mismatch", {"n1": h200_facts()}, pin="580.165.02", policy="refuse")
+    _, mismatch = run_driver_check(
+        tmp_path / "mismatch", {"n1": h200_facts()}, pin="580.165.02", policy="refuse"
+    )
     m = mismatch["n1"]
     assert m.driver_action == "refuse" and m.failed == 1 and not m.reboot
     assert f"driver {LOADED} is loaded but stack.driver pins 580.165.02" in m.message
@@ -149,16 +161,31 @@ def test_check_mode_install_and_reboot_waves(tmp_path: Path) -> None:
 
 
 def test_missing_kernel_headers_fail_preflight_only_when_a_driver_install_is_due() -> None:
-    want = {"supported_os": ["Ubuntu 24.04"], "min_free_disk_mb": 1, "gpu_cc": "9.0", "python": "3.12",
-            "driver": "580.165.02", "driver_policy": "install"}
+    want = {
+        "supported_os": ["Ubuntu 24.04"],
+        "min_free_disk_mb": 1,
+        "gpu_cc": "9.0",
+        "python": "3.12",
+        "driver": "580.165.02",
+        "driver_policy": "install",
+    }
     checks = {c["name"]: c["status"] for c in sp.preflight_checks(h200_facts(kernel_headers=False), want)}
     assert checks["kernel_headers"] == "failed"
     same = {**want, "driver": LOADED}
     checks = {c["name"]: c["status"] for c in sp.preflight_checks(h200_facts(kernel_headers=False), same)}
-    assert checks == {"os": "passed", "disk": "passed", "python": "passed", "gpu": "passed",
-                      "compute_capability": "passed", "kernel_headers": "skipped"}
+    assert checks == {
+        "os": "passed",
+        "disk": "passed",
+        "python": "passed",
+        "gpu": "passed",
+        "compute_capability": "passed",
+        "kernel_headers": "skipped",
+    }
     wrong_cc = {c["name"]: c for c in sp.preflight_checks(h200_facts(), {**same, "gpu_cc": "8.0"})}
-    assert wrong_cc["compute_capability"]["status"] == "failed" and "['9.0']" in wrong_cc["compute_capability"]["detail"]
+    assert (
+        wrong_cc["compute_capability"]["status"] == "failed"
+        and "['9.0']" in wrong_cc["compute_capability"]["detail"]
+    )
 
 
 def test_reboot_waves_never_exceed_the_limit() -> None:

@@ -21,7 +21,9 @@ from fleet.errors import BuildFailed, SpecError
 from fleet.provision_spec import RuntimeMode, runtime_python
 
 REPO = Path(__file__).resolve().parents[2]
-amu.__path__.append(str(REPO / "playbooks" / "module_utils"))  # the node side's modules, as Ansible loads them
+amu.__path__.append(
+    str(REPO / "playbooks" / "module_utils")
+)  # the node side's modules, as Ansible loads them
 from ansible.module_utils import solfleet_artifact, solfleet_kernels  # noqa: E402
 
 BASE: dict[str, Any] = {
@@ -39,7 +41,12 @@ def with_(**parts: Any) -> dict[str, Any]:
 def test_stack_id_changes_with_every_pin_and_requirement(make_spec) -> None:
     base = make_spec(BASE).stack_id
     assert len(base) == 12 and make_spec(BASE).stack_id == base
-    for key, value in [("numpy", "2.4.6"), ("llvmlite", "0.50.0"), ("driver", "580.159.04"), ("cuda", "13.0")]:
+    for key, value in [
+        ("numpy", "2.4.6"),
+        ("llvmlite", "0.50.0"),
+        ("driver", "580.159.04"),
+        ("cuda", "13.0"),
+    ]:
         other = make_spec(with_(stack={**BASE["stack"], key: value})).stack_id
         assert other != base, key
     req = make_spec(with_(stack={**BASE["stack"], "requirements": ["PyYAML==6.0.2"]}))
@@ -62,7 +69,9 @@ def test_compare_names_the_first_differing_field() -> None:
     expected = {"python": "3.12", "numba_cuda": "0.30.4", "numpy": "2.4.*"}
     ok = stk.compare(expected=expected, actual={"python": "3.12.3", "numba_cuda": "0.30.4", "numpy": "2.4.6"})
     assert ok.ok
-    bad = stk.compare(expected=expected, actual={"python": "3.12.3", "numba_cuda": "0.30.4", "numpy": "2.5.2"})
+    bad = stk.compare(
+        expected=expected, actual={"python": "3.12.3", "numba_cuda": "0.30.4", "numpy": "2.5.2"}
+    )
     assert not bad.ok and [d.field for d in bad.differences] == ["numpy"]
     assert str(bad) == "stack.numpy: pinned 2.4.* but numpy is 2.5.2"
     missing = stk.compare(expected=expected, actual={"python": "3.11.7", "numpy": "2.4.1"})
@@ -87,7 +96,9 @@ def test_bad_stack_fields_are_named(make_spec, stack: dict[str, Any], field: str
 
 
 def test_provision_section_defaults_and_runtime_python(make_spec) -> None:
-    spec = make_spec(with_(provision={"mode": "layered", "carry": ["numpy"], "base_python": "/usr/bin/python3"}))
+    spec = make_spec(
+        with_(provision={"mode": "layered", "carry": ["numpy"], "base_python": "/usr/bin/python3"})
+    )
     p = spec.provision
     assert p is not None and p.mode is RuntimeMode.LAYERED and p.carry == ("numpy",)
     assert p.driver_policy.value == "refuse" and p.max_parallel_reboots == 1
@@ -95,7 +106,9 @@ def test_provision_section_defaults_and_runtime_python(make_spec) -> None:
     # a provisioned node's python is its runtime unless the spec names one
     assert spec.nodes[0].python == runtime_python(spec.nodes[0].root, spec.stack_id)
     assert spec.nodes[0].python == f"/srv/a/runtimes/{spec.stack_id}/bin/python"
-    named = make_spec(with_(provision={}, nodes=[{"name": "a", "root": "/srv/a", "python": "/usr/bin/python3"}]))
+    named = make_spec(
+        with_(provision={}, nodes=[{"name": "a", "root": "/srv/a", "python": "/usr/bin/python3"}])
+    )
     assert named.nodes[0].python == "/usr/bin/python3"
     assert make_spec(BASE).nodes[0].python == sys.executable  # no provision: `auto` as before
 
@@ -129,7 +142,9 @@ def test_build_refuses_ptx_from_another_numba_cuda(make_spec, tmp_path: Path) ->
     )
     with pytest.raises(BuildFailed) as exc:
         build(spec=spec, version="1.0.0", out_dir=tmp_path / "dist")
-    assert f"stack.numba_cuda: pinned 0.29.0 but numba_cuda is {metadata.version('numba-cuda')}" in str(exc.value)
+    assert f"stack.numba_cuda: pinned 0.29.0 but numba_cuda is {metadata.version('numba-cuda')}" in str(
+        exc.value
+    )
     assert not list((tmp_path / "dist").glob("*.tar.gz"))
 
 
@@ -186,18 +201,27 @@ def test_config_device_id_selects_the_gpu(tmp_path: Path) -> None:
 
 def test_failure_reason_shows_the_import_error_and_the_first_failing_cases() -> None:
     crash = subprocess.CompletedProcess(
-        [], 1, "", "Traceback (most recent call last):\n  File x\nAttributeError: module 'numpy' has no attribute 'row_stack'\n"
+        [],
+        1,
+        "",
+        "Traceback (most recent call last):\n  File x\nAttributeError: module 'numpy' has no attribute 'row_stack'\n",
     )
     assert solfleet_kernels.failure_reason(crash, None).endswith(
         "AttributeError: module 'numpy' has no attribute 'row_stack'"
     )
     results = [
-        {"op": "gemm", "dtype": "fp32", "case": f"c{i}", "ok": False, "rel_err": 0.5, "tol": 1e-5} for i in range(5)
+        {"op": "gemm", "dtype": "fp32", "case": f"c{i}", "ok": False, "rel_err": 0.5, "tol": 1e-5}
+        for i in range(5)
     ] + [{"op": "cast", "dtype": "fp32", "case": "x", "ok": True}]
-    why = solfleet_kernels.failure_reason(subprocess.CompletedProcess([], 1, "", ""), {"ok": False, "results": results})
-    assert why.startswith("5 of 6 case(s) failed: gemm/fp32/c0: rel_err 0.5 > tol 1e-05") and "(+2 more)" in why
+    why = solfleet_kernels.failure_reason(
+        subprocess.CompletedProcess([], 1, "", ""), {"ok": False, "results": results}
+    )
+    assert (
+        why.startswith("5 of 6 case(s) failed: gemm/fp32/c0: rel_err 0.5 > tol 1e-05") and "(+2 more)" in why
+    )
     gpu = solfleet_kernels.failure_reason(
-        subprocess.CompletedProcess([], 1, "", ""), {"ok": False, "error": "no CUDA GPU visible", "results": []}
+        subprocess.CompletedProcess([], 1, "", ""),
+        {"ok": False, "error": "no CUDA GPU visible", "results": []},
     )
     assert gpu == "no CUDA GPU visible (no case ran)"
 
