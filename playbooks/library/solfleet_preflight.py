@@ -51,7 +51,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    facts = p["facts"] or gather_facts(root=p["root"], python_version="%d.%d.%d" % sys.version_info[:3])
+    facts = p["facts"] or gather_facts(root=p["root"], python_version=".".join(map(str, sys.version_info[:3])))
     checks = preflight_checks(facts, p)
     result = {"changed": False, "solfleet": {"preflight": {"checks": checks, "facts": facts}}, "facts": facts}
     failed = [c for c in checks if c["status"] == "failed"]

@@ -16,6 +16,8 @@ import json
 import os
 import subprocess
 
+from ansible.module_utils.solfleet_layout import NodeError
+
 # Inherited as they are: they choose locale, temp dir, GPU visibility and where the CUDA driver's native
 # libraries are found, not which Python packages load. Everything else is dropped.
 INHERITED = (
@@ -35,8 +37,6 @@ INHERITED = (
 )
 INHERITED_PREFIXES = ("LC_", "NVIDIA_")
 FAILED_CASES_SHOWN = 3
-
-from ansible.module_utils.solfleet_layout import NodeError
 
 
 class KernelsRun:
