@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleet import stack as stk
 from fleet.errors import ArtifactError, BuildFailed
 from fleet.spec import FleetSpec, check_version, project_root
 
@@ -121,17 +122,61 @@ def package_files(root: Path) -> dict[str, bytes]:
     return files
 
 
-def compile_targets(ccs: tuple[str, ...], *, root: Path) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+# the pins that decide the PTX a build emits; python and the platform pins do not
+PTX_PINS = ("numba", "numba_cuda", "llvmlite", "numpy")
+
+
+def _ptx_env() -> dict[str, str]:
+    env = {k: val for k, val in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def check_ptx_stack(spec: FleetSpec, *, python: str, root: Path) -> dict[str, str | None]:
+    """The versions the PTX compiler child will load, compared with the spec's pins; a difference refuses
+    the build and names the field, since PTX from another numba-cuda is not what the nodes will verify."""
+    stack = spec.resolved_stack
+    request = {k: v for k, v in stk.probe_request(stack).items() if k in PTX_PINS}
+    try:
+        proc = subprocess.run(
+            [python, "-c", stk.PROBE, json.dumps(request)],
+            capture_output=True,
+            text=True,
+            env=_ptx_env(),
+            cwd=str(root),
+            check=False,
+            timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildFailed(f"--ptx-python {python}: cannot run it: {exc}") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BuildFailed(f"--ptx-python {python}: version probe failed: {tail}")
+    actual: dict[str, str | None] = json.loads(proc.stdout)
+    expected = {k: v for k, v in stack.pins.items() if k in PTX_PINS}
+    result = stk.compare(expected=expected, actual=actual)
+    if not result.ok:
+        raise BuildFailed(
+            f"PTX would be compiled by {python}, which differs from the spec: {result}; "
+            "build with an interpreter holding the pinned stack (--ptx-python, e.g. a provisioned runtime)"
+        )
+    return actual
+
+
+def compile_targets(
+    ccs: tuple[str, ...], *, root: Path, python: str | None = None
+) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
     """PTX of every kernel for each target, compiled offline in a child process (kernels.ptx, via
     fleet.ptx_export) so a simulator setting or CUDA state of this process cannot leak in."""
     targets: list[dict[str, Any]] = []
     files: dict[str, bytes] = {}
-    env = {k: val for k, val in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env = _ptx_env()
+    # the child imports fleet.ptx_export from this checkout even when it is another interpreter
+    env["PYTHONPATH"] = os.pathsep.join([str(project_root()), *filter(None, [env.get("PYTHONPATH")])])
     # `python -m` puts cwd (= root) first on sys.path: the child compiles the kernels being packaged
     for cc in ccs:
         proc = subprocess.run(
-            [sys.executable, "-m", "fleet.ptx_export", cc],
+            [python or sys.executable, "-m", "fleet.ptx_export", cc],
             capture_output=True,
             text=True,
             env=env,
@@ -154,13 +199,25 @@ def compile_targets(ccs: tuple[str, ...], *, root: Path) -> tuple[list[dict[str,
     return targets, files
 
 
-def build(*, spec: FleetSpec, version: str, out_dir: Path, root: Path | None = None) -> BuildResult:
+def build(
+    *,
+    spec: FleetSpec,
+    version: str,
+    out_dir: Path,
+    root: Path | None = None,
+    ptx_python: str | None = None,
+) -> BuildResult:
+    """`ptx_python`: the interpreter that compiles PTX (default: this one); its numba, numba-cuda,
+    llvmlite and numpy must match the spec's pins, or the build is refused naming the field."""
     check_version(version)
     root = root or project_root()
     files = package_files(root)
     prov = provenance(root, set(files))
     out_dir.mkdir(parents=True, exist_ok=True)  # before the ~30 s of PTX: a bad --out fails at once
-    targets, ptx_files = compile_targets(spec.compute_capabilities, root=root)
+    python = ptx_python or sys.executable
+    if spec.compute_capabilities:
+        check_ptx_stack(spec, python=python, root=root)
+    targets, ptx_files = compile_targets(spec.compute_capabilities, root=root, python=python)
     files.update(ptx_files)
     manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT,
@@ -168,7 +225,7 @@ def build(*, spec: FleetSpec, version: str, out_dir: Path, root: Path | None = N
         "version": version,
         "git": {"commit": prov.commit, "dirty": prov.dirty},
         "build_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(prov.epoch)),
-        "stack": dict(spec.stack),
+        "stack": spec.resolved_stack.as_manifest(),
         "stack_id": spec.stack_id,
         "targets": targets,
         "files": {rel: hashlib.sha256(data).hexdigest() for rel, data in sorted(files.items())},

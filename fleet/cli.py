@@ -7,6 +7,7 @@ Exit codes (docs/cli.md): 0 ok, 1 operation failed on a host, 2 usage/spec error
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import NoReturn
 from rich.console import Console
 
 from fleet import artifact, report
+from fleet import provision as prov
+from fleet import wheelhouse as wh
 from fleet.errors import ExitCode, FleetError, UsageError
 from fleet.inventory import write_private_data_dir
 from fleet.ledger import Ledger
@@ -76,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", parents=[common], help="build dist/solfleet-ops-V.tar.gz")
     b.add_argument("--version", required=True)
     b.add_argument("--out", default="dist", metavar="DIR")
+    b.add_argument(
+        "--ptx-python",
+        metavar="PATH",
+        help="interpreter that compiles PTX; must hold the spec's numba-cuda, numba, llvmlite and numpy "
+        "(default: this one)",
+    )
 
     r = sub.add_parser("render", parents=[common], help="write the ansible-runner private_data_dir")
     r.add_argument("--out", metavar="DIR", help="default: <work>/fleets/<fleet>/rendered")
@@ -113,6 +122,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     rc.add_argument("--dry-run", action="store_true", help="say which rollouts are unfinished; touch nothing")
     rc.add_argument("--yes", action="store_true")
+
+    w = sub.add_parser(
+        "wheelhouse", parents=[common], help="download + lock the stack's wheels for the nodes"
+    )
+    w.add_argument("--out", default="dist", metavar="DIR")
+    w.add_argument("--find-links", action="append", default=[], metavar="DIR|URL", help="pip --find-links")
+    w.add_argument("--index-url", metavar="URL", help="pip --index-url (default: pip's own configuration)")
+    w.add_argument("--no-index", action="store_true", help="only --find-links: no registry at all")
+
+    pv = sub.add_parser("provision", parents=[common], help="preflight, driver, runtime and config on nodes")
+    pv.add_argument(
+        "--wheelhouse", metavar="PATH", help="default: dist/solfleet-wheelhouse-<stack-id>.tar.gz"
+    )
+    pv.add_argument("--limit", metavar="HOSTS", help="node names, globs or label:NAME, comma-separated")
+    pv.add_argument("--only", metavar="ROLES", help=f"comma-separated subset of {','.join(prov.ROLES)}")
+    pv.add_argument(
+        "--dry-run", action="store_true", help="print the plan, run in check mode; change nothing"
+    )
+    pv.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    pv.add_argument("--json", action="store_true", help='print {"hosts": [{"name","ok","changed","failed"}]}')
 
     h = sub.add_parser("history", parents=[common], help="recorded deploys and rollbacks")
     h.add_argument("--json", action="store_true")
@@ -196,7 +225,9 @@ def _reconcile(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     spec = _spec(args)
-    result = artifact.build(spec=spec, version=check_version(args.version), out_dir=Path(args.out))
+    result = artifact.build(
+        spec=spec, version=check_version(args.version), out_dir=Path(args.out), ptx_python=args.ptx_python
+    )
     out = report.console()
     out.print(f"built {result.path} ({result.size} bytes) sha256 {result.sha256}")
     m = result.manifest
@@ -313,6 +344,67 @@ def _history(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wheelhouse(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    result = wh.build_wheelhouse(
+        spec=spec,
+        out_dir=Path(args.out),
+        find_links=args.find_links,
+        index_url=args.index_url,
+        no_index=args.no_index,
+    )
+    out = report.console()
+    m = result.manifest
+    out.print(f"built {result.archive} sha256 {result.sha256} for stack {result.stack_id} ({m['mode']})")
+    for name, version in m["locked"].items():
+        out.print(f"  {name}=={version}")
+    out.print(f"  installer {m['installer']}; lock {result.directory / m['lock']}")
+    return 0
+
+
+def _provision(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    prov.require_provision(spec)
+    roles = prov.ROLES
+    if args.only:
+        roles = tuple(r.strip() for r in args.only.split(",") if r.strip())
+        bad = [r for r in roles if r not in prov.ROLES]
+        if bad or not roles:
+            raise UsageError(
+                f"--only: {','.join(bad) or '(empty)'} is not allowed; expected {','.join(prov.ROLES)}"
+            )
+    nodes = select_nodes(spec.nodes, args.limit)
+    wheelhouse = Path(args.wheelhouse) if args.wheelhouse else prov.default_wheelhouse(spec, Path("dist"))
+    out = report.console(sys.stderr if args.json else None)
+    for line in prov.provision_plan(spec, nodes, wheelhouse=wheelhouse, check=args.dry_run, roles=roles):
+        out.print(line)
+    if not args.dry_run:
+        _confirm(args, f"provision {len(nodes)} node(s)")
+    live = report.live_factory(sys.stderr.isatty() and not args.json)
+    result = prov.provision(
+        spec,
+        nodes,
+        wheelhouse=wheelhouse,
+        check=args.dry_run,
+        roles=roles,
+        progress=live("provision", [n.name for n in nodes]),
+    )
+    if args.json:
+        print(json.dumps(result.as_json(), indent=1))
+    for h in result.hosts:
+        out.print(
+            f"  {h.name}: ok={h.ok} changed={h.changed} failed={h.failed} driver={h.driver_action}"
+            + (" reboot" if h.reboot else "")
+            + (f": {h.message}" if h.failed and h.message else "")
+        )
+    if result.reboot_waves:
+        verb = "would reboot" if result.check_mode else "reboot waves"
+        out.print(f"  {verb}: " + " | ".join(",".join(w) for w in result.reboot_waves))
+    if result.check_mode:
+        out.print("dry run: nothing was changed")
+    return int(result.exit_code)
+
+
 COMMANDS = {
     "build": _build,
     "render": _render,
@@ -321,6 +413,8 @@ COMMANDS = {
     "status": _status,
     "history": _history,
     "reconcile": _reconcile,
+    "wheelhouse": _wheelhouse,
+    "provision": _provision,
 }
 
 

@@ -11,14 +11,11 @@ relative to the spec file's directory.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -27,6 +24,16 @@ import yaml
 from fleet import validate as v
 from fleet.errors import SpecError, UsageError
 from fleet.policy import Gates, Rollout, Timeouts, parse_gates, parse_rollout, parse_timeouts
+from fleet.provision_spec import Provision, parse_provision, runtime_python
+from fleet.stack import (
+    DEFAULT_PLATFORM,
+    PIN_KEYS,
+    REQUIRED_PINS,
+    Requirement,
+    Stack,
+    parse_requirement,
+    resolve_pin,
+)
 
 NAME_RE = r"[a-z0-9][a-z0-9_.-]{0,62}"
 LABEL_RE = r"[a-z0-9][a-z0-9_-]{0,62}"
@@ -51,8 +58,7 @@ NODE_KEYS = [
     "ssh",
 ]
 DEFAULT_KEYS = [k for k in NODE_KEYS if k not in ("name", "host")]
-STACK_KEYS = ["python", "numba", "numba_cuda", "numpy", "driver", "cuda"]
-REQUIRED_PINS = ["python", "numba", "numba_cuda", "numpy"]
+STACK_KEYS = [*PIN_KEYS, "requirements", "platform"]
 
 
 class Connection(StrEnum):
@@ -98,11 +104,18 @@ class FleetSpec:
     rollout: Rollout
     gates: Gates
     timeouts: Timeouts
+    requirements: tuple[Requirement, ...] = ()  # the runtime's other locked requirements (stack.requirements)
+    platform: str = DEFAULT_PLATFORM  # pip platform tag of the stack's wheelhouse
+    provision: Provision | None = None  # None: the spec has no `provision` section
+
+    @property
+    def resolved_stack(self) -> Stack:
+        return Stack(pins=self.stack, requirements=self.requirements, platform=self.platform)
 
     @property
     def stack_id(self) -> str:
-        """Short hash of the pins: names the runtime on a node and the stack an artifact was built for."""
-        return hashlib.sha256(json.dumps(dict(self.stack), sort_keys=True).encode()).hexdigest()[:12]
+        """Short hash of the resolved stack: names the runtime on a node and the stack an artifact is for."""
+        return self.resolved_stack.id
 
     @property
     def fleet_dir(self) -> Path:
@@ -198,32 +211,37 @@ def parse_spec(data: object, *, source: Path, label: str, work_dir: Path) -> Fle
 
     name = v.string(label, "fleet", top.raw("fleet"), pattern=NAME_RE, what="a fleet name like lab-a")
     defaults = _defaults(top, variables, base)
+    # the stack and provision come first: a provisioned node's `python` defaults to its runtime
+    stack = _stack(top, label)
+    provision = parse_provision(top, label, stack, variables, sys.executable)
     raw_nodes = top.raw("nodes")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         v.fail(label, "nodes", raw_nodes, "expected a non-empty list of nodes")
     nodes: list[Node] = []
     seen: dict[str, int] = {}
     for i, raw in enumerate(raw_nodes):
-        node = _node(label, i, raw, defaults, variables, base)
+        node = _node(label, i, raw, defaults, variables, base, stack.id if provision else None)
         if node.name in seen:
             v.fail(label, f"nodes[{i}].name", node.name, f"duplicate of nodes[{seen[node.name]}].name")
         seen[node.name] = i
         nodes.append(node)
     _check_shared_roots(label, nodes)
-    stack = _stack(top, label)
     rollout = parse_rollout(top, label, nodes)
     gates = parse_gates(top, label)
     timeouts = parse_timeouts(top, label)
-    top.done(["fleet", "defaults", "stack", "nodes", "rollout", "gates", "timeouts"])
+    top.done(["fleet", "defaults", "stack", "provision", "nodes", "rollout", "gates", "timeouts"])
     return FleetSpec(
         name=name,
         source=source.resolve(),
         work_dir=work_dir,
         nodes=tuple(nodes),
-        stack=stack,
+        stack=stack.pins,
         rollout=rollout,
         gates=gates,
         timeouts=timeouts,
+        requirements=stack.requirements,
+        platform=stack.platform,
+        provision=provision,
     )
 
 
@@ -253,6 +271,7 @@ def _node(
     defaults: Mapping[str, tuple[str, Any]],
     variables: Mapping[str, str],
     base: str,
+    runtime_stack_id: str | None,
 ) -> Node:
     n = v.Fields(raw, f"nodes[{i}]", label)
     name = v.string(
@@ -281,7 +300,13 @@ def _node(
     labels = v.string_list(label, f, val, pattern=LABEL_RE, what="labels (lowercase letters, digits, _ -)")
     f, val = _pick(n, "gpu", defaults, None)
     gpu = None if val is None else _gpu(label, f, val)
-    f, val = _pick(n, "python", defaults, "auto" if connection is Connection.LOCAL else None)
+    # provisioned (the spec has `provision`): the runtime solfleet provisions; else `auto` for local nodes
+    fallback = (
+        runtime_python(root, runtime_stack_id)
+        if runtime_stack_id
+        else ("auto" if connection is Connection.LOCAL else None)
+    )
+    f, val = _pick(n, "python", defaults, fallback)
     if val is None:
         v.fail(
             label, f, val, "required for connection ssh: the node's interpreter (absolute path, or `auto`)"
@@ -372,11 +397,11 @@ def _check_shared_roots(label: str, nodes: list[Node]) -> None:
         seen[key] = i
 
 
-def _stack(top: v.Fields, label: str) -> dict[str, str]:
+def _stack(top: v.Fields, label: str) -> Stack:
     raw = top.raw("stack", {})
     s = v.Fields({} if raw is None else raw, "stack", label)
     pins: dict[str, str] = {}
-    for key in STACK_KEYS:
+    for key in PIN_KEYS:
         if s.has(key) or key in REQUIRED_PINS:
             value = v.string(
                 label,
@@ -385,24 +410,29 @@ def _stack(top: v.Fields, label: str) -> dict[str, str]:
                 pattern=PIN_RE,
                 what='a quoted version pin like "0.68.*" or "auto"',
             )
-            pins[key] = _resolve_pin(key, value)
+            pins[key] = resolve_pin(key, value)
+    reqs_raw = s.raw("requirements", [])
+    if not isinstance(reqs_raw, list):
+        v.fail(label, s.sub("requirements"), reqs_raw, 'expected a list of exact pins like "pyyaml==6.0.2"')
+    requirements: list[Requirement] = []
+    for i, text in enumerate(reqs_raw):
+        if not isinstance(text, str):
+            v.fail(label, f"stack.requirements[{i}]", text, 'expected a quoted pin like "pyyaml==6.0.2"')
+        req = parse_requirement(text, field_path=f"stack.requirements[{i}]")
+        if req.name in ("numba", "numba-cuda", "numpy", "llvmlite", "python"):
+            v.fail(label, f"stack.requirements[{i}]", text, f"pin {req.name} with its own stack field")
+        if req.name in {r.name for r in requirements}:
+            v.fail(label, f"stack.requirements[{i}]", text, "each requirement may appear once")
+        requirements.append(req)
+    platform = v.string(
+        label,
+        s.sub("platform"),
+        s.raw("platform", DEFAULT_PLATFORM),
+        pattern=r"(manylinux|musllinux)_[0-9]+_[0-9]+_(x86_64|aarch64)|manylinux2014_(x86_64|aarch64)",
+        what="a pip platform tag like manylinux_2_28_x86_64",
+    )
     s.done(STACK_KEYS)
-    return pins
-
-
-def _resolve_pin(key: str, value: str) -> str:
-    """`auto` = the version installed on the controller (python, numba, numba_cuda, numpy only)."""
-    if value != "auto":
-        return value
-    if key == "python":
-        return f"{sys.version_info.major}.{sys.version_info.minor}"
-    dist = {"numba": "numba", "numba_cuda": "numba-cuda", "numpy": "numpy"}.get(key)
-    if dist is None:
-        raise SpecError(f"stack.{key}", value, "`auto` works for python, numba, numba_cuda, numpy only")
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        raise SpecError(f"stack.{key}", value, f"`auto` needs {dist} installed on the controller") from None
+    return Stack(pins=pins, requirements=tuple(sorted(requirements, key=lambda r: r.name)), platform=platform)
 
 
 def check_controller_files(spec: FleetSpec, nodes: Sequence[Node]) -> None:
@@ -422,9 +452,14 @@ def check_controller_files(spec: FleetSpec, nodes: Sequence[Node]) -> None:
                     source=str(spec.source),
                 )
         if node.connection is Connection.LOCAL and not os.access(node.python, os.X_OK):
+            provisioned = spec.provision is not None and node.python == runtime_python(
+                node.root, spec.stack_id
+            )
             raise SpecError(
                 f"{where}.python (or defaults.python)",
                 node.python,
-                "a local node's interpreter must exist and be executable here",
+                "this is the node's provisioned runtime: run `solfleet provision` first"
+                if provisioned
+                else "a local node's interpreter must exist and be executable here",
                 source=str(spec.source),
             )

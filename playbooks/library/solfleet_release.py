@@ -74,8 +74,6 @@ options:
   restore_previous: {description: "with restore: the baseline previous ('' = none)", type: str, default: ""}
 """
 
-# How many failing verify cases a refusal message names (the full list is in the kept verify JSON).
-FAILED_CASES_SHOWN = 3
 
 # Releases that failed after activation kept for inspection by prune (the newest ones); older ones go.
 KEEP_FAILED_RELEASES = 1
@@ -156,8 +154,17 @@ class Deployment:
         except OSError as exc:
             self.result["journal_error"] = f"{event} not journaled: {exc.strerror or exc}"
 
+    def _stack_env(self, release: str) -> dict[str, Any]:
+        return {
+            "release": release,
+            "cache_dir": self.layout.cache,
+            "simulated": self.p["simulated"],
+            "config": self.layout.config_path,
+        }
+
     def kernels(self, command: str, release: str, args: list[str], timeout_s: int, phase: str) -> KernelsRun:
         return run_kernels(
+            config=self.layout.config_path,
             python=self.p["python"],
             release=release,
             command=command,
@@ -327,7 +334,8 @@ class Deployment:
                     f"MANIFEST.json version {manifest.get('version')!r} is not {version!r}",
                 )
             check_files(partial, manifest)
-            check_stack(manifest, self.p["python"])
+            # in the very environment verify will run in (the release on PYTHONPATH, nothing inherited)
+            check_stack(manifest, self.p["python"], **self._stack_env(partial))
             check_cc(manifest, self.p["gpu_cc"], self.p["simulated"])
             os.makedirs(os.path.join(partial, VERIFY_DIR))
             with open(os.path.join(partial, VERIFY_DIR, ARTIFACT_RECORD), "w", encoding="utf-8") as fh:
@@ -353,7 +361,7 @@ class Deployment:
         self.result["verify"] = verify_summary(run, self.p["simulated"])
         if not run.ok:
             self.layout.remove_release_tree(release)
-            detail = failure_detail(run)
+            detail = run.message
             if run.data is not None:
                 kept = self.layout.keep_failed_record(version, self.p["rollout_id"], "verify", run.data)
                 self.result["failed_record"] = kept
@@ -375,7 +383,7 @@ class Deployment:
         start = time.monotonic()
         if not stack_checked:
             # Staged by an earlier run: the stack may have changed since, so check it right before the switch.
-            check_stack(manifest, self.p["python"])
+            check_stack(manifest, self.p["python"], **self._stack_env(self.layout.release_dir(version)))
             check_cc(manifest, self.p["gpu_cc"], self.p["simulated"])
         self.intend(version, f"activate: current -> releases/{version} (was {prior_current or 'none'})")
         # `previous` first, then `current`: a kill between the two renames leaves current on the old verified
@@ -396,7 +404,7 @@ class Deployment:
             run = self.kernels(
                 "health", self.layout.link_path("current"), [], self.p["health_timeout_s"], "health"
             )
-            message = failure_detail(run)
+            message = run.message
             healthy = run.ok
         except NodeError as exc:
             message, healthy = exc.message, False
@@ -422,7 +430,7 @@ class Deployment:
                 again = self.kernels(
                     "health", self.layout.link_path("current"), [], self.p["health_timeout_s"], "health"
                 )
-                healthy_again, why_again = again.ok, failure_detail(again)
+                healthy_again, why_again = again.ok, again.message
             except NodeError as exc:
                 healthy_again, why_again = False, exc.message
             if healthy_again:
@@ -565,7 +573,7 @@ class Deployment:
             run = self.kernels(
                 "health", self.layout.link_path("current"), [], self.p["health_timeout_s"], "health"
             )
-            message, healthy = failure_detail(run), run.ok
+            message, healthy = run.message, run.ok
         except NodeError as exc:
             message, healthy = exc.message, False
         self.timed("health", start)
@@ -579,27 +587,6 @@ class Deployment:
             f"rolled back {left or 'none'} -> {target}, but health fails: {message};"
             f" node left on {target} (verified), previous {self.layout.link_version('previous') or 'none'}",
         )
-
-
-def failure_detail(run: KernelsRun) -> str:
-    """One line of why a kernels run failed, from its JSON: verify's own `error` (an import or compile error,
-    no usable GPU), the first failing cases with their error, or the failing health checks with their
-    detail. Falls back to the runner's message (exit code, stderr tail) when the JSON says nothing."""
-    if run.ok:
-        return run.message
-    data = run.data or {}
-    parts = [str(data["error"])] if data.get("error") else []
-    results = [r for r in data.get("results") or [] if isinstance(r, dict) and r.get("ok") is not True]
-    for r in results[:FAILED_CASES_SHOWN]:
-        figures = [k for k in ("rel_err", "tol", "elem_err", "elem_tol") if isinstance(r.get(k), int | float)]
-        why = r.get("error") or r.get("detail") or ", ".join(f"{k}={r[k]:.3g}" for k in figures)
-        parts.append(f"{r.get('op')}/{r.get('dtype')}/{r.get('case')}: {why or 'failed'}")
-    if len(results) > FAILED_CASES_SHOWN:
-        parts.append(f"and {len(results) - FAILED_CASES_SHOWN} more failing case(s)")
-    checks = [c for c in data.get("checks") or [] if isinstance(c, dict)]
-    bad = [c for c in checks if c.get("ok") is False or c.get("status") == "failed"]
-    parts += [f"{c.get('name')}: {c.get('detail') or 'failed'}" for c in bad[:FAILED_CASES_SHOWN]]
-    return run.message + (": " + "; ".join(parts) if parts else "")
 
 
 def journal_refusal(deployment: Deployment, error: NodeError) -> str | None:

@@ -117,6 +117,7 @@ def main() -> None:
     current = layout.link_path("current")
     try:
         run = run_kernels(
+            config=layout.config_path,
             python=p["python"],
             release=current,
             command="health",

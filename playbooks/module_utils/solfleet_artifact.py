@@ -16,25 +16,46 @@ import subprocess
 import tarfile
 import zlib
 
+from ansible.module_utils.solfleet_kernels import kernels_env
 from ansible.module_utils.solfleet_layout import VERIFY_DIR, NodeError
 
 MANIFEST = "MANIFEST.json"
 CHUNK = 1 << 20
 SPACE_MARGIN = 64 << 20  # never fill a node's disk to the last byte with a release
-# Stack pins the node checks; manifest key -> distribution name on the node. Driver/CUDA pins belong to
-# provision (platform changes roll out separately) and are not compared here.
-STACK_DISTS = {"numba": "numba", "numba_cuda": "numba-cuda", "numpy": "numpy"}
+# Stack pins the node checks; manifest key -> (distribution, top-level module) on the node. Driver/CUDA pins
+# belong to provision (platform changes roll out separately) and are not compared here. The manifest's
+# `requirements` (name==version) are checked too.
+STACK_DISTS = {
+    "numba": ("numba", "numba"),
+    "numba_cuda": ("numba-cuda", "numba_cuda"),
+    "numpy": ("numpy", "numpy"),
+    "llvmlite": ("llvmlite", "llvmlite"),
+}
+_MODULES = {"pyyaml": "yaml", "nvidia-ml-py": "pynvml"}
 
-_PROBE = (
-    "import json, sys, importlib.metadata as m\n"
-    "out = {'python': '%d.%d.%d' % sys.version_info[:3]}\n"
-    "for key, dist in json.loads(sys.argv[1]).items():\n"
-    "    try:\n"
-    "        out[key] = m.version(dist)\n"
-    "    except m.PackageNotFoundError:\n"
-    "        out[key] = None\n"
-    "print(json.dumps(out))\n"
-)
+# The same probe as fleet/stack.py PROBE: the version of the distribution that `import <module>` would load
+# (its dist-info next to the module), so a shadowed package is reported as the one that actually loads.
+_PROBE = r"""
+import importlib.metadata as m, importlib.util as u, json, os, sys
+want = json.loads(sys.argv[1])
+out = {"python": "%d.%d.%d" % sys.version_info[:3]}
+def version(dist, module):
+    spec = u.find_spec(module) if module else None
+    if spec is not None and spec.origin:
+        top = spec.origin
+        for _ in range(module.count(".") + (2 if os.path.basename(top).startswith("__init__.") else 1)):
+            top = os.path.dirname(top)
+        for d in m.distributions(path=[top]):
+            if d.metadata["Name"] and d.metadata["Name"].lower().replace("_", "-") == dist:
+                return d.version
+    try:
+        return m.version(dist)
+    except m.PackageNotFoundError:
+        return None
+for key, (dist, module) in want.items():
+    out[key] = version(dist, module)
+print(json.dumps(out))
+"""
 
 
 def sha256_file(path: str) -> str:
@@ -196,15 +217,42 @@ def pin_matches(pin: str, actual: str) -> bool:
     return actual == pin or actual.startswith(pin + ".") or fnmatch.fnmatchcase(actual, pin)
 
 
-def node_stack(python: str, timeout_s: float) -> dict:
-    """Versions of python, numba, numba-cuda and numpy as the node's kernel interpreter sees them."""
+def requirements_of(pins: dict) -> dict:
+    """The manifest's `requirements` list ("name==version") as dist -> version."""
+    out = {}
+    for text in pins.get("requirements") or []:
+        name, _, version = str(text).partition("==")
+        name = name.split("[")[0].strip().lower().replace("_", "-")
+        if name and version:
+            out[name] = version.strip()
+    return out
+
+
+def node_stack(
+    python: str,
+    timeout_s: float,
+    *,
+    release: str | None = None,
+    cache_dir: str | None = None,
+    simulated: bool = False,
+    config: str | None = None,
+    requirements: dict | None = None,
+) -> dict:
+    """Versions of python and the pinned packages as `python -m kernels` will see them: the same clean
+    environment (solfleet_kernels.kernels_env) and, when `release` is given, the same cwd and PYTHONPATH."""
+    want = dict(STACK_DISTS)
+    for dist in requirements or {}:
+        want[dist] = (dist, _MODULES.get(dist, dist.replace("-", "_")))
+    env = kernels_env(release, cache_dir or os.path.join(os.sep, "tmp"), simulated, config=config)
     try:
         proc = subprocess.run(
-            [python, "-c", _PROBE, json.dumps(STACK_DISTS)],
+            [python, "-c", _PROBE, json.dumps(want)],
             capture_output=True,
             text=True,
             timeout=timeout_s,
             check=False,
+            env=env,
+            cwd=release or None,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise NodeError("stack_check", "refused", f"cannot run solfleet_python {python}: {exc}") from None
@@ -214,21 +262,46 @@ def node_stack(python: str, timeout_s: float) -> dict:
     return json.loads(proc.stdout)
 
 
-def check_stack(manifest: dict, python: str, timeout_s: float = 30.0) -> dict:
-    """Compare the manifest's stack pins with the node; returns the node's versions."""
-    pins = manifest.get("stack") or {}
-    actual = node_stack(python, timeout_s)
-    for key in ("python", *STACK_DISTS):
-        pin = pins.get(key)
+def stack_difference(pins: dict, actual: dict) -> str | None:
+    """The first field where `actual` differs from the pins, as one line naming it; None when they match."""
+    expected = {key: pins.get(key) for key in ("python", *STACK_DISTS)}
+    expected.update(requirements_of(pins))
+    for key, pin in expected.items():
         if pin in (None, "", "auto"):
             continue
         have = actual.get(key)
         if have is None:
-            raise NodeError(
-                "stack_check", "refused", f"stack pin {key}={pin} but {key} is not installed for {python}"
-            )
+            return f"stack pin {key}={pin} but {key} is not installed"
         if not pin_matches(str(pin), have):
-            raise NodeError("stack_check", "refused", f"stack pin {key}={pin} but the node has {key} {have}")
+            return f"stack pin {key}={pin} but the node has {key} {have}"
+    return None
+
+
+def check_stack(
+    manifest: dict,
+    python: str,
+    timeout_s: float = 30.0,
+    *,
+    release: str | None = None,
+    cache_dir: str | None = None,
+    simulated: bool = False,
+    config: str | None = None,
+) -> dict:
+    """Compare the manifest's stack pins with the node; returns the node's versions. Pass the `release`,
+    `cache_dir` and `simulated` that verify will use: the check then sees exactly what verify will load."""
+    pins = manifest.get("stack") or {}
+    actual = node_stack(
+        python,
+        timeout_s,
+        release=release,
+        cache_dir=cache_dir,
+        simulated=simulated,
+        config=config,
+        requirements=requirements_of(pins),
+    )
+    why = stack_difference(pins, actual)
+    if why:
+        raise NodeError("stack_check", "refused", f"{why} (as {python} sees it, in the verify environment)")
     return actual
 
 

@@ -80,6 +80,7 @@ class NodeLayout:
         self.cache = os.path.join(self.root, "cache")
         self.journal_path = os.path.join(self.root, "journal.jsonl")
         self.lock_path = os.path.join(self.root, ".lock")
+        self.config_path = os.path.join(self.root, "config.yaml")  # written by provision (docs/fleet-spec.md)
         self.lease_path = os.path.join(self.root, LEASE_FILE)
         self.suspect_path = os.path.join(self.root, SUSPECT_FILE)
         self.failed_dir = os.path.join(self.root, FAILED_DIR)
