@@ -122,7 +122,7 @@ def package_files(root: Path) -> dict[str, bytes]:
 
 
 def compile_targets(ccs: tuple[str, ...], *, root: Path) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
-    """PTX of every kernel for each target, compiled offline in a child process (kernels.ptx, via
+    """PTX of every kernel for each target, compiled offline in a child process (kernels.runtime.ptx, via
     fleet.ptx_export) so a simulator setting or CUDA state of this process cannot leak in."""
     targets: list[dict[str, Any]] = []
     files: dict[str, bytes] = {}
@@ -138,7 +138,7 @@ def compile_targets(ccs: tuple[str, ...], *, root: Path) -> tuple[list[dict[str,
             cwd=str(root),
             check=False,
         )
-        if proc.returncode == 3:  # kernels.ptx does not exist (yet): build without PTX, and say so
+        if proc.returncode == 3:  # kernels.runtime.ptx does not exist (yet): build without PTX, and say so
             targets.append({"cc": cc, "ptx_status": f"unavailable: {proc.stdout.strip()}", "kernels": []})
             continue
         if proc.returncode != 0:

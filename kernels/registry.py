@@ -2,7 +2,7 @@
 
 Every operator module under `kernels/ops/` defines its kernel(s), a host launcher, a float64 numpy reference,
 its FLOP/byte model, tolerance and shapes, and registers one or more `OpSpec`s with `register()`. The harness
-(`kernels.verify`, `kernels.bench`) never knows an op by name: it only walks `all_ops()`.
+(`kernels.harness.verify`, `kernels.harness.bench`) never knows an op by name: it only walks `all_ops()`.
 
 The harness does, for every case:
   1. `problem = spec.make_problem(case, rng)`: fresh random host inputs and the outputs to allocate.
@@ -62,7 +62,7 @@ class OpSpec:
     bound: str = "memory"  # "memory" | "compute": which peak SOL is scored against
     # kernels to compile offline to PTX for the artifact manifest: (kernel name, @cuda.jit dispatcher or
     # python function, numba signature string). Kernels that link external CUDA C add a 4th item, their link
-    # files (see kernels.ptx).
+    # files (see kernels.runtime.ptx).
     ptx_kernels: tuple[tuple[Any, ...], ...] = ()
     # which implementation the launcher takes for a case on this machine (e.g. "portable" under the
     # simulator, "mma" on tensor cores), for ops with several; verify/bench put it in each result as "path".

@@ -17,13 +17,13 @@ import numpy as np
 from numba import cuda, float32
 from numba.core.types import float16
 
-from kernels import arrays
-from kernels.arrays import HostSync
-from kernels.launch import FastCache, kernel
-from kernels.reduce import BLOCK
+from kernels.primitives.reductions import BLOCK
 from kernels.registry import Case, OpSpec, Problem, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import HostSync
+from kernels.runtime.launch import FastCache, kernel
 
-THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.reduce)
+THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.primitives.reductions)
 UNROLL = 8  # one input stream of 4-byte loads: 8 in flight per thread, as residual_add's fp16 path
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -54,7 +54,7 @@ def _cast_kernel(x, out):  # type: ignore[no-untyped-def]
 _SIG = "void(float32[::1], float16[::1])"
 _KERNEL = kernel(_cast_kernel, _SIG)
 MAX_GRID = 2**31 - 1
-_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
 
 def cast(x: Any, out: Any = None, *, stream: int = 0) -> Any:

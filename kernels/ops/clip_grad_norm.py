@@ -29,7 +29,7 @@ That is the v2 "split" path: 1 + 2 x count launches. The v3 "fused" path does it
 
   Why a software barrier: the norm must be complete before any element is scaled. numba's grid group sync
   needs a cooperative launch through its dispatcher (28 us of host overhead, FACTS.md); the fast launch path
-  (kernels.launch) does a plain cuLaunchKernel. So the grid is sized to be co-resident (SMs x
+  (kernels.runtime.launch) does a plain cuLaunchKernel. So the grid is sized to be co-resident (SMs x
   FUSED_BLOCKS_PER_SM, capped by the occupancy query) and thread 0 of each block arrives on a device counter:
   the last block to arrive resets the counter and bumps a generation word; the others spin on an atomic read
   of the generation, for at most SPIN_LIMIT polls (~1 s): a block that gives up (a grid that was not
@@ -60,23 +60,21 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, float64, int32, int64, uint64
 
-from kernels import arrays
-from kernels import launch as _launch
-from kernels.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
-from kernels.launch import USE_DISPATCHER, GraphCache, Kernel, LaunchError, _stream_handle, kernel, sm_count
-from kernels.reduce import BLOCK, block_sum
+from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last, ldg_hint_into, stg_hint_from
+from kernels.primitives.reductions import BLOCK, block_sum
+from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, ldg_into, stg_from, vector_ok
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.vector import (
-    AUTO_VECTOR,
-    VEC_BYTES,
-    WIDTH,
-    l2_evict_first,
-    l2_evict_last,
-    ldg_hint_into,
-    ldg_into,
-    stg_from,
-    stg_hint_from,
-    vector_ok,
+from kernels.runtime import arrays
+from kernels.runtime import launch as _launch
+from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
+from kernels.runtime.launch import (
+    USE_DISPATCHER,
+    GraphCache,
+    Kernel,
+    LaunchError,
+    _stream_handle,
+    kernel,
+    sm_count,
 )
 
 BLOCKS_PER_SM = 8
@@ -1064,17 +1062,17 @@ class _FastPlan:
                 raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {k.sig}")
 
 
-# Repeat calls replay a CUDA graph of the call's launches (kernels.launch.LaunchGraph): one cuGraphLaunch
+# Repeat calls replay a CUDA graph of the call's launches (kernels.runtime.launch.LaunchGraph): one cuGraphLaunch
 # costs the host 1.8 us where the two cuLaunchKernel calls of "two" cost 10.2 us (H200 host, 2026-11-30,
 # benchmarks/probe_launch.py). A graph is built on the second call in a row with the same arrays (the cached
 # values object) and max_norm, the case of a training loop; calls that change them launch directly.
-# kernels.launch.GRAPH_REPLAY switches it off.
+# kernels.runtime.launch.GRAPH_REPLAY switches it off.
 GRAPHS_MAX = 8  # graphs per plan
 
 
 _fast_plans: dict[tuple[np.dtype, str], _FastPlan] = {}
 # the v4 kind "auto" takes per dtype (absent: the v3 rules). H200, rounds 1 and 2 (notes-clip.md): "one" and
-# "two" take the same device time (fp32 211.3 / 211.9 us, fp16 110.6 / 110.5); timed as kernels.bench times
+# "two" take the same device time (fp32 211.3 / 211.9 us, fp16 110.6 / 110.5); timed as kernels.harness.bench times
 # them, "two" was faster in all four comparisons (by 4-13 us), while "one" has less host time per call in a
 # steady loop (8.3 vs 15.0 us, one launch instead of two). "two" is the default because it has no grid
 # barrier: "one" needs every block co-resident, and a block that waits past SPIN_LIMIT (another stream's

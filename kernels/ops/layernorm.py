@@ -6,8 +6,8 @@ Kernels, one block of 256 threads per row, as rmsnorm:
   - `_layernorm_reg` (rows of up to BLOCK * PER = 4096): the row sits in registers, so the variance is the
     exact two-pass E[(x - mean)^2] at the cost of one more block reduction, no extra memory traffic.
   - `_layernorm_vec` (v3, same rows when x, weight, bias, out are 16-byte aligned and a row is a multiple
-    of 16 bytes): the register kernel with 16-byte loads and stores (kernels.vector).
-  - kernels/rowcases.py ROW_KERNELS picks, per dtype, the kernel the vector path takes (fp16: v6b, below;
+    of 16 bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector).
+  - kernels/ops/rows.py ROW_KERNELS picks, per dtype, the kernel the vector path takes (fp16: v6b, below;
     fp32: v3's vector kernel, also on "auto"), from the side-by-side H200 timings in
     benchmarks/notes-memory.md ("v4", "v5", "v6", "v6b"). The v4 / v5 row kernels (make_rows / make_rows5:
     other block shapes, reductions, fastmath) lost to v3 / v6b there and were removed (commit 0a9cc4b).
@@ -29,20 +29,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, uint32
 
-from kernels import arrays
-from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
-from kernels.launch import FastCache, kernel
-from kernels.reduce import (
-    BLOCK,
-    PER,
-    ROW_JIT,
-    VEC_ROW_JIT,
-    block_sum,
-    make_block_sum2,
-    row_slots,
-)
-from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import (
+from kernels.ops.rows import (
     ROW_KERNELS,
     pick_row_kernel,
     row_cases,
@@ -51,8 +38,17 @@ from kernels.rowcases import (
     row_ptx_kernels,
     sim_spec,
 )
-from kernels.vector import PATHS as VECTOR_PATHS
-from kernels.vector import (
+from kernels.primitives.reductions import (
+    BLOCK,
+    PER,
+    ROW_JIT,
+    VEC_ROW_JIT,
+    block_sum,
+    make_block_sum2,
+    row_slots,
+)
+from kernels.primitives.vector import PATHS as VECTOR_PATHS
+from kernels.primitives.vector import (
     RAW_DTYPE,
     RAW_PER_VEC,
     VEC_BYTES,
@@ -65,6 +61,10 @@ from kernels.vector import (
     unpack_h8,
     vector_ok,
 )
+from kernels.registry import Case, OpSpec, Problem, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
+from kernels.runtime.launch import FastCache, kernel
 
 
 @cuda.jit
@@ -204,7 +204,7 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
 
 def make_rows6(threads: int, per: int, min_blocks: int, full_rows: bool):  # type: ignore[no-untyped-def]
     """v6 (fp16 only): v5's kernel (one two-sum reduction of x - x[row, 0], fastmath) with a half2 output
-    stage (kernels.vector.stg_norm_h8): y = (x - k) * rstd - mean(x - k) * rstd in fp32 (one FFMA per
+    stage (kernels.primitives.vector.stg_norm_h8): y = (x - k) * rstd - mean(x - k) * rstd in fp32 (one FFMA per
     element; x - k is small, so no large value cancels), rounded to fp16, then y * w + b as half2 FMAs on
     weight and bias loaded as packed halves. v5 converts weight and bias to fp32 for every element of every
     row (2 of its ~16 SASS instructions per element) and does FADD, FMUL, FFMA, half an F2FP per element in
@@ -267,7 +267,7 @@ def make_rows6(threads: int, per: int, min_blocks: int, full_rows: bool):  # typ
 #     shift, src[soff + 2k + 1] * scale + shift) (fp32 FFMAs, rounded to fp16, F2FP packs 2) for k < 4: the
 #     8 normalised values of one vector as 4 packed words (RAW_DTYPE; the 32 fp32 row registers die);
 #   stg_fma_h8(out, idx, y, wr, br, off): out[idx : idx + 8] = y * w + b as 4 `fma.rn.f16x2` on the 4 words
-#     y[off:], wr[off:], br[off:] (weight and bias loaded with kernels.vector.ldg_raw), one 16-byte store.
+#     y[off:], wr[off:], br[off:] (weight and bias loaded with kernels.primitives.vector.ldg_raw), one 16-byte store.
 # With both, a thread's weight / bias loads can be written in program order BEFORE its first store (v6b):
 # stg_norm_h8 loads them inside each vector's step, after the previous vector's store, which neither LLVM
 # nor ptxas may reorder (out may alias w / b): 4 serial round trips per row for 128 x 32.
@@ -375,7 +375,7 @@ def make_rows6b(  # type: ignore[no-untyped-def]
     y = (x - k) * rstd + shift in fp32 rounded to fp16, then y * w + b as half2 FMAs) with the weight / bias
     loads batched ahead of the stores. v6's output stage (stg_norm_h8) does load w, load b, math, store per
     vector, and a load cannot pass the previous vector's store (out may alias w / b): per / 8 serial round
-    trips after the barrier. Here (kernels above: pack_norm_h8, stg_fma_h8, and kernels.vector.ldg_raw):
+    trips after the barrier. Here (kernels above: pack_norm_h8, stg_fma_h8, and kernels.primitives.vector.ldg_raw):
       - wb_early=False: after the reduction every vector's y is computed and packed first (per / 2 words; the
         fp32 row dies), then this thread's weight and bias vectors are loaded back to back, `group` vectors
         at a time (0 = all: per / 8 x 2 16-byte loads in flight, per registers), then each vector of the
@@ -529,7 +529,7 @@ _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 
 
 def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
-    """(dispatcher, threads per block, grid-stride?) of a kernels.rowcases.ROW_KERNELS entry."""
+    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
     kind = spec[0]
     if kind == "v3":
         return _make_vec(width, spec[1]), BLOCK, False
@@ -549,14 +549,14 @@ def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
 _ROW = {dt: _row_kernel(sim_spec(spec), WIDTH[dt]) for dt, spec in ROW_KERNELS["layernorm"].items()}
 _ROW_FNS = {dt: fn for dt, (fn, _, _) in _ROW.items()}
 _ROW_K = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _ROW_FNS.items()}
-_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 # v6 (make_rows6, fp16 only), opt-in as path="v6" until the H200 run decides (benchmarks/notes-memory.md,
 # "layernorm fp16 v6"): (threads, per, blocks per SM, full_rows); under the simulator BLOCK x PER, 1 block.
 V6_CONFIG = (128, 32, 8, True)
 _V6_CFG = (BLOCK, PER, 1, True) if SIMULATED else V6_CONFIG
 _V6_K = kernel(make_rows6(*_V6_CFG), _SIGS[np.dtype(np.float16)])
 # v6b (make_rows6b, fp16 only: v6 with the weight / bias loads batched ahead of the stores), what "auto" runs
-# for aligned fp16 rows since its H200 run (kernels/rowcases.py ROW_KERNELS; notes-memory.md, "layernorm fp16
+# for aligned fp16 rows since its H200 run (kernels/ops/rows.py ROW_KERNELS; notes-memory.md, "layernorm fp16
 # v6b"): (threads, per, blocks per SM, full_rows, wb_early, group); one block per row; path="v6b" is the same
 # kernel. Under the simulator BLOCK x PER, 1 block.
 V6B_CONFIG = (128, 32, 8, True, False, 2)
@@ -576,7 +576,7 @@ def layernorm(
     path: str = "auto",
 ) -> Any:
     """Row-wise layer norm over the last dimension of x (any ndim >= 1), weight and bias [x.shape[-1]].
-    `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER), or
+    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose; vector covers rows of <= BLOCK * PER), or
     "v6" (fp16 rows of <= BLOCK * PER with 16-byte aligned operands: make_rows6, V6_CONFIG), "v6b" (the same
     operands: make_rows6b, V6B_CONFIG, one block per row); any other path is rejected (a ValueError)."""
     if out is not None:

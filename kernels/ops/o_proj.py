@@ -10,7 +10,7 @@ bytes fp32 = 4 * (M*K + K*N + 2*M*N) = 277 MB (fp16: 138 MB). Compute-bound: 1.6
 vs 0.07 ms of memory traffic. The unfused baseline (cuBLAS GEMM, then a CuPy add) writes and re-reads the
 [M, N] product: +168 MB fp32.
 
-Kernels and paths are gemm's (kernels/ops/gemm.py): "portable", "simt", "simt_wide", "simt2" (fp32 auto:
+Kernels and paths are gemm's (kernels/ops/gemm/): "portable", "simt" (fp32 auto:
 0.953x cuBLAS matmul + CuPy add on the H200), "mma" (fp16 tensor cores). Calls on device arrays with `out`
 replay validated launches from a FastCache (host time ~8.5 us per call).
 """
@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from kernels import arrays
-from kernels.arrays import SIMULATED, HostSync
-from kernels.launch import FastCache
 from kernels.ops import gemm as _gemm
 from kernels.registry import Case, OpSpec, Problem, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import SIMULATED, HostSync
+from kernels.runtime.launch import FastCache
 
 
 def o_proj(
@@ -40,7 +40,9 @@ def o_proj(
 ) -> Any:
     """out = attn @ w (+ bias) + residual, in one kernel. Returns `out` (a new device array when None; numpy
     when the inputs are numpy)."""
-    if out is not None:  # hot path: a layout validated before, new pointers (kernels.launch.FastCache)
+    if (
+        out is not None
+    ):  # hot path: a layout validated before, new pointers (kernels.runtime.launch.FastCache)
         objs = (attn, w, out, residual) if bias is None else (attn, w, out, residual, bias)
         hit, ptrs = _FAST.find(objs, path)
         if hit is not None:
@@ -77,7 +79,7 @@ def o_proj(
     return arrays.finish(sync, oo, out, ao)
 
 
-_FAST = FastCache()  # validated o_proj launches by operand layout and path (kernels.launch.FastCache)
+_FAST = FastCache()  # validated o_proj launches by operand layout and path (kernels.runtime.launch.FastCache)
 
 
 # --- registry ----------------------------------------------------------------------------------------------

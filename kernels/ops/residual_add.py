@@ -3,10 +3,10 @@
 Floors per element: 1 FLOP; bytes = 3 * itemsize (two reads, one write). Pure bandwidth.
 Kernels: the arrays are seen as flat; one block per contiguous tile.
   - scalar (v2): each thread keeps UNROLL independent element pairs in flight, one scalar load each.
-  - vector (v3): each thread loads VEC_UNROLL 16-byte vectors per operand (kernels.vector: 8 halves or 4
+  - vector (v3): each thread loads VEC_UNROLL 16-byte vectors per operand (kernels.primitives.vector: 8 halves or 4
     floats per `ld.global.v4.b32`), so fp16 moves 512 B per warp instruction instead of 64 B. Needs 16-byte
     aligned pointers (device allocations are 256-aligned); the last partial tile is done in scalar.
-`path="auto"` takes the vector kernel for fp16 on a GPU when aligned (kernels.vector.choose); both stay
+`path="auto"` takes the vector kernel for fp16 on a GPU when aligned (kernels.primitives.vector.choose); both stay
 selectable so they can be timed side by side. fp16 adds in fp32 and rounds once.
 """
 
@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32
 
-from kernels import arrays
-from kernels.arrays import FLOAT_IO, HostSync, Operand
-from kernels.launch import FastCache, Kernel, kernel
-from kernels.reduce import BLOCK
+from kernels.primitives.reductions import BLOCK
+from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_from, vector_ok
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_from, vector_ok
+from kernels.runtime import arrays
+from kernels.runtime.arrays import FLOAT_IO, HostSync, Operand
+from kernels.runtime.launch import FastCache, Kernel, kernel
 
-THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.reduce)
+THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.primitives.reductions)
 # elements per thread: fp16 loads carry half the bytes, so twice as many are kept in flight
 UNROLL = {np.dtype(np.float32): 4, np.dtype(np.float16): 8}
 # 16-byte vectors per operand per thread in the vector kernel: 2 x 16 B x 2 inputs = 64 B in flight per
@@ -108,7 +108,7 @@ _KERNELS = {dt: kernel(_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 _VEC_DISPATCHERS = {dt: _make_vec_kernel(WIDTH[dt], VEC_UNROLL) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
-_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
 
 def grid_for(n: int, unroll: int) -> int:
@@ -118,7 +118,7 @@ def grid_for(n: int, unroll: int) -> int:
 
 def residual_add(x: Any, r: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> Any:
     """out = x + r. Returns `out` (a new device array when None; a numpy array when the inputs are numpy).
-    `path`: "auto", "scalar" or "vector" (kernels.vector.choose)."""
+    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose)."""
     # (the cache is skipped while tests/kernels/test_verify.py has swapped in its own _launch)
     own = _launch is _LAUNCH
     if out is not None and own:

@@ -6,8 +6,8 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
   - `_rmsnorm_reg` (rows of up to BLOCK * PER = 4096): each thread loads its PER elements into registers
     with every load in flight at once, reduces, and writes from registers: one read, one write.
   - `_rmsnorm_vec` (v3, same rows when x, weight, out are 16-byte aligned and a row is a multiple of 16
-    bytes): the register kernel with 16-byte loads and stores (kernels.vector), 8 halves per instruction.
-  - kernels/rowcases.py ROW_KERNELS sends fp32 "auto" calls to the v3 vector kernel (3 % faster than the
+    bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector), 8 halves per instruction.
+  - kernels/ops/rows.py ROW_KERNELS sends fp32 "auto" calls to the v3 vector kernel (3 % faster than the
     register kernel on the H200). v4 (make_rows: other block shapes / prefetch) was slower there and was
     removed (commit 0a9cc4b).
   - `_rmsnorm_kernel` (longer rows): pass 1 streams the row with four loads in flight per thread; pass 2
@@ -22,12 +22,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, uint32
 
-from kernels import arrays
-from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
-from kernels.launch import FastCache, kernel
-from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
-from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import (
+from kernels.ops.rows import (
     ROW_KERNELS,
     pick_row_kernel,
     row_cases,
@@ -35,7 +30,12 @@ from kernels.rowcases import (
     row_ptx_kernels,
     sim_spec,
 )
-from kernels.vector import WIDTH, ldg_into, make_row_io, stg_from, vector_ok
+from kernels.primitives.reductions import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
+from kernels.primitives.vector import WIDTH, ldg_into, make_row_io, stg_from, vector_ok
+from kernels.registry import Case, OpSpec, Problem, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
+from kernels.runtime.launch import FastCache, kernel
 
 
 @cuda.jit
@@ -159,7 +159,7 @@ _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 
 
 def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
-    """(dispatcher, threads per block, grid-stride?) of a kernels.rowcases.ROW_KERNELS entry."""
+    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
     kind = spec[0]
     if kind == "v3":
         return _make_vec(width, spec[1]), BLOCK, False
@@ -169,14 +169,14 @@ def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
 _ROW = {dt: _row_kernel(sim_spec(spec), WIDTH[dt]) for dt, spec in ROW_KERNELS["rmsnorm"].items()}
 _ROW_FNS = {dt: fn for dt, (fn, _, _) in _ROW.items()}
 _ROW_K = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _ROW_FNS.items()}
-_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
 
 def rmsnorm(
     x: Any, weight: Any, out: Any = None, *, eps: float = 1e-6, stream: int = 0, path: str = "auto"
 ) -> Any:
     """Row-wise RMS norm over the last dimension of x (any ndim >= 1), times weight [x.shape[-1]].
-    `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER)."""
+    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose; vector covers rows of <= BLOCK * PER)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, weight, out), (eps, path))
         if bound is not None:

@@ -7,9 +7,9 @@ Kernels, one block of 256 threads per row:
     element's exp(v - max) is computed once, kept in its register, summed, and scaled on the way out:
     one read, one write, one exp per element.
   - `_softmax_vec` (v3, same rows when x and out are 16-byte aligned and a row is a multiple of 16
-    bytes): the register kernel with 16-byte loads and stores (kernels.vector).
+    bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector).
   - `make_rows5` (v5): the vector kernel with other block shapes, reductions and numba's fastmath;
-    kernels/rowcases.py ROW_KERNELS sends fp16 to it (256 x 16, 8 blocks/SM, fastmath: exp as ex2.approx,
+    kernels/ops/rows.py ROW_KERNELS sends fp16 to it (256 x 16, 8 blocks/SM, fastmath: exp as ex2.approx,
     2 SASS instructions per element instead of 5) from the H200 timings in benchmarks/notes-memory.md
     ("v5"). fp32 keeps the register kernel. v4 (make_rows: one (max, sum) reduction per row, prefetch) was
     slower there and was removed (commit 0a9cc4b).
@@ -27,10 +27,15 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, uint32
 
-from kernels import arrays
-from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
-from kernels.launch import FastCache, kernel
-from kernels.reduce import (
+from kernels.ops.rows import (
+    ROW_KERNELS,
+    pick_row_kernel,
+    row_cases,
+    row_path_of,
+    row_ptx_kernels,
+    sim_spec,
+)
+from kernels.primitives.reductions import (
     BLOCK,
     NEG_INF,
     PER,
@@ -43,16 +48,11 @@ from kernels.reduce import (
     make_block_sum,
     row_slots,
 )
+from kernels.primitives.vector import WIDTH, make_row_io, stg_from, vector_ok
 from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import (
-    ROW_KERNELS,
-    pick_row_kernel,
-    row_cases,
-    row_path_of,
-    row_ptx_kernels,
-    sim_spec,
-)
-from kernels.vector import WIDTH, make_row_io, stg_from, vector_ok
+from kernels.runtime import arrays
+from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
+from kernels.runtime.launch import FastCache, kernel
 
 NAN = float32(math.nan)
 
@@ -187,7 +187,7 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
 
 
 def make_rows5(width: int, threads: int, per: int, min_blocks: int, fastmath: bool):  # type: ignore[no-untyped-def]
-    """v5 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules): v3's order
+    """v5 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.primitives.vector rules): v3's order
     (block max, then exp(v - max) once per element kept in its register, block sum, scale on the way out)
     with unrolled reducers whose slots alternate between rows, so two barriers per row instead of four, and
     `fastmath` (numba's flag: exp becomes ex2.approx of x * log2(e), one FMUL + one MUFU per element; the
@@ -248,7 +248,7 @@ _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 
 
 def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
-    """(dispatcher, threads per block, grid-stride?) of a kernels.rowcases.ROW_KERNELS entry."""
+    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
     kind = spec[0]
     if kind == "v3":
         return _make_vec(width, spec[1]), BLOCK, False
@@ -261,12 +261,12 @@ def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
 _ROW = {dt: _row_kernel(sim_spec(spec), WIDTH[dt]) for dt, spec in ROW_KERNELS["softmax"].items()}
 _ROW_FNS = {dt: fn for dt, (fn, _, _) in _ROW.items()}
 _ROW_K = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _ROW_FNS.items()}
-_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
 
 def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> Any:
     """Numerically stable softmax over the last dimension of x (any ndim >= 1).
-    `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER)."""
+    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose; vector covers rows of <= BLOCK * PER)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, out), path)
         if bound is not None:

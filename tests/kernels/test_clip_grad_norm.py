@@ -8,10 +8,10 @@ import pytest
 from numba import cuda
 from opcheck import assert_case_passes, case_id, fake_graph_class, needs_device, needs_gpu, small_cases
 
-from kernels import arrays, launch
-from kernels.launch import Kernel
 from kernels.ops import clip_grad_norm as op
 from kernels.registry import Case
+from kernels.runtime import arrays, launch
+from kernels.runtime.launch import Kernel
 
 
 @needs_device
@@ -114,10 +114,10 @@ class _Ptr:
 
 
 class _FakeDeviceArray:
-    """Looks like a numba device array to kernels.arrays (pointer, shape, strides, dtype), with a real-looking
+    """Looks like a numba device array to kernels.runtime.arrays (pointer, shape, strides, dtype), with a real-looking
     pointer even under the simulator: the lean launcher's parameter words are checked without a GPU."""
 
-    device_ctypes_pointer = None  # the class-level marker kernels.arrays looks for
+    device_ctypes_pointer = None  # the class-level marker kernels.runtime.arrays looks for
 
     def __init__(self, shape, dtype, ptr, strides=None):  # type: ignore[no-untyped-def]
         self.shape = shape

@@ -55,7 +55,7 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
                          [(16, True, 5, 136, 5), (16, False, 5, 136, 2), (8, True, 7, 256, 3),
                           (16, True, 3, 512, 2), (16, False, 3, 512, 3), (16, True, 1, 8, 1)])  # fmt: skip
 def test_make_rows6_variants(per, full_rows, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from kernels.reduce import BLOCK
+    from kernels.primitives.reductions import BLOCK
 
     rng = np.random.default_rng()
     dt = np.dtype(np.float16)
@@ -90,7 +90,7 @@ def test_path_v6(rows, cols):  # type: ignore[no-untyped-def]
 @needs_device
 def test_v6_row_spec_builds():  # type: ignore[no-untyped-def]
     # the ROW_KERNELS entry that would make v6 the fp16 default: ("v6", 128, 32, 8, True)
-    from kernels.rowcases import sim_spec
+    from kernels.ops.rows import sim_spec
 
     fn, threads, persistent = op._row_kernel(sim_spec(("v6", 128, 32, 8, True)), 8)
     assert not persistent and threads >= 32
@@ -110,7 +110,7 @@ def test_v6_row_spec_builds():  # type: ignore[no-untyped-def]
                           (16, True, 3, 512, 2), (16, False, 3, 512, 3), (32, True, 2, 1024, 1),
                           (16, True, 1, 8, 1)])  # fmt: skip
 def test_make_rows6b_variants(wb_early, group, per, full_rows, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from kernels.reduce import BLOCK
+    from kernels.primitives.reductions import BLOCK
 
     rng = np.random.default_rng()
     dt = np.dtype(np.float16)
@@ -154,7 +154,7 @@ def test_path_v6b(rows, cols):  # type: ignore[no-untyped-def]
 @needs_device
 def test_v6b_row_spec_builds():  # type: ignore[no-untyped-def]
     # the ROW_KERNELS entry that would make v6b the fp16 default: ("v6b", 128, 32, 8, True, False, 0)
-    from kernels.rowcases import sim_spec
+    from kernels.ops.rows import sim_spec
 
     fn, threads, persistent = op._row_kernel(sim_spec(("v6b", 128, 32, 8, True, False, 0)), 8)
     assert not persistent and threads >= 32

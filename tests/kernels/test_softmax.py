@@ -50,8 +50,8 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(("per", "fastmath", "rows", "cols", "grid"),
                          [(16, True, 5, 136, 5), (16, False, 5, 136, 2), (8, True, 4, 256, 3)])  # fmt: skip
 def test_make_rows5_variants(dtype, per, fastmath, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from kernels.reduce import BLOCK
-    from kernels.vector import WIDTH
+    from kernels.primitives.reductions import BLOCK
+    from kernels.primitives.vector import WIDTH
 
     rng = np.random.default_rng()
     dt = np.dtype(dtype)

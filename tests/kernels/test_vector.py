@@ -1,4 +1,4 @@
-"""kernels.vector: the dispatch rule (when the 16-byte paths may run), every op's explicit vector path
+"""kernels.primitives.vector: the dispatch rule (when the 16-byte paths may run), every op's explicit vector path
 against the float64 reference (the simulator runs the intrinsics' element-by-element twins, so the kernels'
 indexing, tails and masks are what is tested there), and the PTX the GPU gets (16-byte instructions)."""
 
@@ -14,9 +14,9 @@ import pytest
 from numba import cuda
 from opcheck import needs_device, needs_gpu
 
-from kernels import vector
-from kernels.arrays import SIMULATED
 from kernels.ops import layernorm, residual_add, rmsnorm, softmax
+from kernels.primitives import vector
+from kernels.runtime.arrays import SIMULATED
 
 REPO = Path(__file__).resolve().parents[2]
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -100,7 +100,7 @@ def test_misaligned_device_views_fall_back_to_scalar():  # type: ignore[no-untyp
 
 PTX_CODE = """
 import re
-from kernels.ptx import compile_one
+from kernels.runtime.ptx import compile_one
 from kernels.ops import residual_add, softmax
 for name, fn, sig in residual_add.SPEC.ptx_kernels + softmax.SPEC.ptx_kernels:
     if name.endswith("float16") and ("_vec_" in name or name == "residual_add_float16"):
@@ -121,7 +121,7 @@ def test_vector_kernels_emit_16_byte_global_accesses():  # type: ignore[no-untyp
     assert lines["residual_add_float16"].endswith("[] False"), lines  # the scalar kernel: no vectors
 
 
-# kernels.rowcases.ROW_KERNELS: every kind of entry a row op can be configured with, through the op's own
+# kernels.ops.rows.ROW_KERNELS: every kind of entry a row op can be configured with, through the op's own
 # launcher (path="vector"; under the simulator v5 takes BLOCK x PER and a grid of one block per SM)
 _ROW_SPECS = [
     ("layernorm", ("v3", True)),
@@ -135,8 +135,8 @@ _ROW_SPECS = [
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 @pytest.mark.parametrize(("opname", "spec"), _ROW_SPECS)
 def test_row_kernel_specs_through_launchers(monkeypatch, opname, spec, dtype):  # type: ignore[no-untyped-def]
-    from kernels.launch import kernel
-    from kernels.rowcases import sim_spec
+    from kernels.ops.rows import sim_spec
+    from kernels.runtime.launch import kernel
 
     mod = {"layernorm": layernorm, "softmax": softmax, "rmsnorm": rmsnorm}[opname]
     dt = np.dtype(dtype)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from opcheck import needs_device
 
-from kernels import verify
-from kernels.arrays import SIMULATED
+from kernels.harness import verify
 from kernels.ops import residual_add, softmax
 from kernels.registry import select
+from kernels.runtime.arrays import SIMULATED
 
 REPO = Path(__file__).resolve().parents[2]
 SIM_ENV = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}

@@ -93,7 +93,7 @@ _CSTRIDES: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
 
 def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """Byte strides of a C-contiguous array. Memoised: launchers ask for the same few shapes on every
-    call, and this sits on the host-overhead path (kernels.overhead)."""
+    call, and this sits on the host-overhead path (kernels.harness.overhead)."""
     key = (shape, itemsize)
     hit = _CSTRIDES.get(key)
     if hit is not None:
@@ -160,7 +160,7 @@ def _extractor_for(t: type) -> _Extract | None:
 
 
 def fast_extractor(t: type) -> _Extract | None:
-    """The extractor of a device-array type for kernels.launch.FastCache: None for numpy arrays, anything
+    """The extractor of a device-array type for kernels.runtime.launch.FastCache: None for numpy arrays, anything
     unknown, and the simulator's arrays (no device pointer)."""
     ex = _EXTRACTORS.get(t)
     if ex is None:

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from kernels import device
-from kernels.arrays import SIMULATED
+from kernels.harness.verify import rel_error, stage
 from kernels.registry import Case, OpSpec
-from kernels.verify import rel_error, stage
+from kernels.runtime import device
+from kernels.runtime.arrays import SIMULATED
 
 SETS = 3
 WARMUP = 3

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from kernels import device
-from kernels.arrays import SIMULATED
 from kernels.registry import Case, OpSpec, Problem
+from kernels.runtime import device
+from kernels.runtime.arrays import SIMULATED
 
 SHAPES = ("verify", "bench", "all")
 

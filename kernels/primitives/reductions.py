@@ -16,7 +16,7 @@ import math
 
 from numba import cuda, float32, uint32
 
-from kernels.arrays import SIMULATED
+from kernels.runtime.arrays import SIMULATED
 
 # threads per block of the row kernels: 8 warps on a GPU; one warp under the simulator, which runs every
 # thread as a Python thread (the kernel bodies are written for any power-of-two BLOCK)
@@ -30,7 +30,7 @@ PER = 16
 # layernorm register kernels take 72-79 registers (3 blocks per SM); ptxas meets the cap with no spills.
 # The simulator's jit has no launch_bounds option.
 ROW_JIT: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, 5)}
-# the 16-byte-load row kernels (kernels.vector) need fewer registers: 6 blocks per SM (<= 42 registers) fit
+# the 16-byte-load row kernels (kernels.primitives.vector) need fewer registers: 6 blocks per SM (<= 42 registers) fit
 # them with no spills (ptxas, sm_90: 37-40), one more row in flight per SM for a per-row-latency-bound kernel;
 # 8 blocks (32 registers) spill 8-40 bytes in five of the six
 VEC_ROW_JIT: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, 6)}

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels import device
-from kernels.arrays import SIMULATED
+from kernels.runtime import device
+from kernels.runtime.arrays import SIMULATED
 
 
 def _check(name: str, fn: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ The CUDA C is compiled by NVRTC and linked with LTO on (numba's default when nvJ
 LTO the call is not inlined and the accumulators go to local memory.
 
 Pointers cross into CUDA C as int64 device addresses, so the kernels take no array arguments at all: the
-launch writes nine integers into a prepared parameter block (kernels.launch). The simulator cannot link CUDA
+launch writes nine integers into a prepared parameter block (kernels.runtime.launch). The simulator cannot link CUDA
 C; callers check `available()`.
 
 Tile shapes are compile-time macros of the .cu; `Config` names one set. `DEFAULT` matches the macros' own
@@ -23,10 +23,10 @@ from typing import Any
 
 from numba import cuda
 
-from kernels import launch as _launch
-from kernels.launch import Kernel
+from kernels.runtime import launch as _launch
+from kernels.runtime.launch import Kernel
 
-CU_FILE = Path(__file__).with_name("hgemm_mma.cu")
+CU_FILE = Path(__file__).with_name("mma.cu")
 _SIG = "int32(int64, int64, int64, int64, int64, int64, int64, int64)"
 KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
 _STATIC_SMEM_LIMIT = 48 * 1024

@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from kernels.arrays import SIMULATED
-from kernels.launch import Kernel, sm_count
-from kernels.reduce import BLOCK, PER
+from kernels.primitives.reductions import BLOCK, PER
+from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, choose
 from kernels.registry import Case
-from kernels.vector import AUTO_VECTOR, VEC_BYTES, choose
+from kernels.runtime.arrays import SIMULATED
+from kernels.runtime.launch import Kernel, sm_count
 
 _DTYPES = ("float32", "float16")
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
@@ -24,7 +24,7 @@ MAX_GRID = 2**31 - 1
 # threads x per must cover BLOCK x PER; blocks = launch_bounds' blocks per SM. Chosen from the side-by-side
 # H200 timings (benchmarks/notes-memory.md, "v4", "v5"); an absent dtype keeps v3's plain vector kernel.
 # (The v4 kernels of all three ops and layernorm's v5 lost there and were removed: code at commit 0a9cc4b.)
-# A dtype listed here takes its vector kernel on "auto" even when it is not in kernels.vector.AUTO_VECTOR.
+# A dtype listed here takes its vector kernel on "auto" even when it is not in kernels.primitives.vector.AUTO_VECTOR.
 # Round 2 (notes-memory.md "v5 outcome", H200, 16384 x 4096, us): layernorm fp16 v3 76.4 -> v5 128x32 b8
 # fastmath 73.7; softmax fp16 83.4 -> v5 256x16 b8 fastmath 69.7; layernorm / rmsnorm fp32 scalar 140.1 /
 # 139.5 -> v3 vector 135.6 / 135.2 (the same ~3 % in round 1). rmsnorm fp16 (v3 69.9, fastmath 69.3) and

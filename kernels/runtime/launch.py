@@ -24,8 +24,8 @@ from typing import Any
 from numba import cuda, types
 from numba.core import sigutils
 
-from kernels import arrays
-from kernels.arrays import _EXTRACTORS, SIMULATED, Operand
+from kernels.runtime import arrays
+from kernels.runtime.arrays import _EXTRACTORS, SIMULATED, Operand
 
 USE_DISPATCHER: bool = SIMULATED or os.environ.get("SOLFLEET_LAUNCH", "") == "dispatcher"
 

@@ -5,7 +5,7 @@ Compared in the same process: the op launchers (validation + fast launch), `Kern
 pre-resolved operands, and numba's own dispatcher launching the very same compiled kernel.
 
 Most rows call with the same arrays every time, as a loop over fixed buffers does: from the second call on,
-the launchers replay a CUDA graph (kernels.launch.Bound, clip_grad_norm's plan). The rows marked "new each
+the launchers replay a CUDA graph (kernels.runtime.launch.Bound, clip_grad_norm's plan). The rows marked "new each
 call" alternate between two arrays (or two max_norm values), so no graph is built and every call takes the
 direct cuLaunchKernel path: the figure for calls whose pointers change (clip: max_norm new on every call).
 """
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from kernels.arrays import operand
+from kernels.runtime.arrays import operand
 
 CALLS = 2000
 SYNC_EVERY = 200  # drain the queue now and then, outside the timed region
@@ -102,7 +102,7 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
     rows: list[tuple[str, Callable[[], Any]]] = [
         ("residual_add, numba arrays", lambda: residual_add.residual_add(x, r, out)),
         # the output alternating between two arrays: no call repeats the pointers of the one before, so no
-        # graph is built (kernels.launch.Bound): the direct cuLaunchKernel path of every launcher
+        # graph is built (kernels.runtime.launch.Bound): the direct cuLaunchKernel path of every launcher
         ("residual_add, pointers new each call", lambda: residual_add.residual_add(x, r, next(out_alt))),
         ("rmsnorm, numba arrays", lambda: rmsnorm.rmsnorm(x, w, out)),
         ("layernorm, numba arrays", lambda: layernorm.layernorm(x, w, b, out)),

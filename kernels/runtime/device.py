@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32
 
-from kernels.arrays import SIMULATED
+from kernels.runtime.arrays import SIMULATED
 
 FP32_LANES_PER_SM = 128  # Volta .. Hopper: 4 sub-partitions x 32 fp32 lanes
 # Dense fp16 tensor-core FLOP per clock per SM with fp32 accumulation: 2048 on Ampere (cc 8.x), 4096 on Hopper
@@ -156,8 +156,8 @@ def measure_copy_bandwidth() -> dict[str, float]:
     4 and 8 deep, and CuPy's copy where CuPy is installed. Each result is checked at both ends."""
     from numba.cuda.cudadrv.driver import device_memset
 
-    from kernels.arrays import operand
-    from kernels.launch import kernel
+    from kernels.runtime.arrays import operand
+    from kernels.runtime.launch import kernel
 
     n = COPY_BYTES // 4
     host = np.random.default_rng().standard_normal(n, dtype=np.float32)

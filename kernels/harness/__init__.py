@@ -1,0 +1,1 @@
+"""The harness: verify, bench, overhead, roofline and health of the registered ops."""
