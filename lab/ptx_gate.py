@@ -11,7 +11,9 @@ What is compared, per kernel (cc 9.0, numba-cuda's offline `cuda.compile_ptx`, p
     changes its name and nothing else; the raw hash is recorded too.
   - "sass": the cubin ptxas makes from that normalised PTX (relocatable for kernels linking CUDA C).
   - "link": the sha256 of each linked CUDA C file (its PTX comes from NVRTC on the node, from this text).
-The kernel set is every OpSpec's `ptx_kernels` (what the artifact ships) plus EXTRA below: variants auto
+`record --fresh` compiles every kernel in its own process: numba's PTX text can depend on what the process
+compiled before (seen on clip_grad_norm's kernels: same SASS, other PTX), so the trees are compared from the
+same state. The kernel set is every OpSpec's `ptx_kernels` (what the artifact ships) plus EXTRA below: variants auto
 takes that an older tree did not list there.
 """
 
@@ -85,7 +87,9 @@ def _entries() -> list[tuple[str, str, Any, str, list[str]]]:
     for spec in all_ops().values():
         for e in spec.ptx_kernels:
             out.append((e[0], spec.name, e[1], e[2], [str(p) for p in e[3]] if len(e) > 3 else []))
-    if importlib.util.find_spec("kernels.ptx") is not None:  # the old layout
+    import kernels
+
+    if (Path(kernels.__file__).parent / "ptx.py").exists():  # the old layout
         for name, op, mod, expr, sig, link in EXTRA_OLD:
             ns = vars(importlib.import_module(mod))
             files = [str(eval(link, ns))] if link else []
@@ -101,13 +105,16 @@ def _compile_one(fn: Any, sig: str) -> str:
     return compile_one(fn, sig, CC)
 
 
-def record(out: Path, only: str | None = None) -> None:
+def record(out: Path, only: str | None = None, dump: Path | None = None) -> None:
     rows: dict[str, dict[str, Any]] = {}
     for name, op, fn, sig, link in _entries():
-        if only and only not in name:
+        if only and only != name:
             continue
         ptx = _compile_one(fn, sig)
         norm = normalise(ptx)
+        if dump is not None:
+            dump.mkdir(parents=True, exist_ok=True)
+            (dump / f"{name}.ptx").write_text(norm)
         sass, why = _cubin(norm, relocatable=bool(link))
         rows[name] = {
             "op": op,
@@ -120,6 +127,19 @@ def record(out: Path, only: str | None = None) -> None:
             "symbols": sorted(set(_SYM.findall(ptx))),
         }
         print(f"{name:<44} ptx {rows[name]['ptx'][:12]}  sass {str(sass)[:12]}", file=sys.stderr)
+    out.write_text(json.dumps(rows, indent=1, sort_keys=True))
+
+
+def record_fresh(out: Path, dump: Path | None) -> None:
+    """`record`, one process per kernel: numba's PTX for a kernel can differ with what the process compiled
+    before it (the SASS does not), so both trees are compared kernel by kernel from the same fresh state."""
+    rows: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, *_ in _entries():
+            part = Path(tmp) / "one.json"
+            cmd = [sys.executable, __file__, "record", "--only", name, "--out", str(part)]
+            subprocess.run(cmd + (["--dump", str(dump)] if dump else []), check=True)
+            rows.update(json.loads(part.read_text()))
     out.write_text(json.dumps(rows, indent=1, sort_keys=True))
 
 
@@ -151,14 +171,19 @@ def main() -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record")
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--only", help="record only the kernels whose name contains this")
+    r.add_argument("--only", help="record only the kernel of this name")
+    r.add_argument("--fresh", action="store_true", help="compile each kernel in a new process (see above)")
+    r.add_argument("--dump", type=Path, help="also write each normalised PTX to this folder")
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     c.add_argument("--rename", action="append", default=[], help="old=new ('-': removed on purpose)")
     a = p.parse_args()
     if a.cmd == "record":
-        record(a.out, a.only)
+        if a.fresh:
+            record_fresh(a.out, a.dump)
+        else:
+            record(a.out, a.only, a.dump)
         return 0
     return compare(a.before, a.after, a.rename)
 

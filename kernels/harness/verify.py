@@ -3,7 +3,10 @@
 For each case: fresh random inputs (a new seed each run, reported so a failure can be replayed with
 `--seed`), inputs copied to the device, outputs allocated on the device and filled with NaN, one launch, then
 every output and in-place input is copied back and must be finite wherever the reference is (so an element
-the kernel never wrote fails, as NaN) and within the op's tolerance: ||out - ref|| / ||ref|| <= tol.
+the kernel never wrote fails, as NaN), non-finite exactly where the reference is (NaN where it is NaN, the
+same infinity where it is infinite: a swallowed NaN fails), within the op's norm tolerance
+||out - ref|| / ||ref|| <= tol, and within its per-element bound max |out - ref| / (|ref| + rms(ref)) <=
+elem_tol, which a few wrong elements among millions break although the norm hides them.
 Under the simulator only the tiny `sim_cases` run and the report says `"simulated": true`.
 """
 
@@ -36,6 +39,8 @@ class CaseResult:
     seconds: float
     error: str | None = None
     path: str | None = None
+    elem_err: float | None = None
+    elem_tol: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -47,6 +52,9 @@ class CaseResult:
             "tol": self.tol,
             "seconds": round(self.seconds, 3),
         }
+        if self.elem_err is not None:
+            d["elem_err"] = self.elem_err
+            d["elem_tol"] = self.elem_tol
         if self.path is not None:
             d["path"] = self.path
         if self.error is not None:
@@ -66,30 +74,63 @@ def stage(problem: Problem) -> dict[str, Any]:
 CHUNK = 1 << 22  # elements per slice: float64 temporaries stay in cache-sized pieces at bench shapes
 
 
-def rel_error(out: np.ndarray, ref: np.ndarray) -> tuple[float, str | None]:
-    """||out - ref|| / ||ref|| in float64 over the elements where the reference is finite, and a reason
-    when outputs are missing (still NaN) or non-finite where the reference is finite."""
+@dataclass(frozen=True)
+class Errors:
+    """What one output is measured by: `rel` = ||out - ref|| / ||ref|| over the finite reference elements;
+    `elem` = max |out - ref| / (|ref| + rms(ref)) (a per-element bound scaled by the reference's magnitude);
+    `why`: missing or non-finite outputs where the reference is finite, or finite / other non-finite
+    outputs where it is NaN or infinite (None when every element is as it should be)."""
+
+    rel: float
+    elem: float
+    why: str | None
+
+
+def errors(out: np.ndarray, ref: np.ndarray) -> Errors:
     if out.shape != ref.shape:
-        return float("inf"), f"shape {out.shape}, expected {ref.shape}"
+        return Errors(float("inf"), float("inf"), f"shape {out.shape}, expected {ref.shape}")
     o_all, r_all = out.reshape(-1), ref.reshape(-1)
-    bad = 0
+    unwritten = wrong_special = 0
     num = den = 0.0
     for s in range(0, o_all.size, CHUNK):
-        o = o_all[s : s + CHUNK].astype(np.float64)
         r = r_all[s : s + CHUNK]
         fin = np.isfinite(r)
-        bad += int(np.count_nonzero(~np.isfinite(o) & fin))
-        if fin.all():
-            d = o - r
-            num += float(np.dot(d, d))
-            den += float(np.dot(r, r))
-        else:
-            d = (o - r)[fin]
-            num += float(np.dot(d, d))
-            den += float(np.dot(r[fin], r[fin]))
-    if bad:
-        return float("nan"), f"{bad} of {o_all.size} elements not written or not finite"
-    return (float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))), None
+        o = o_all[s : s + CHUNK].astype(np.float64)
+        unwritten += int(np.count_nonzero(~np.isfinite(o) & fin))
+        if not fin.all():
+            rs, os_ = r[~fin], o[~fin]
+            same = (np.isnan(rs) & np.isnan(os_)) | (rs == os_)
+            wrong_special += int(np.count_nonzero(~same))
+            o, r = o[fin], r[fin]
+        d = o - r
+        num += float(np.dot(d, d))
+        den += float(np.dot(r, r))
+    n_fin = max(1, int(np.count_nonzero(np.isfinite(r_all))))
+    rms = float(np.sqrt(den / n_fin))
+    if unwritten:
+        return Errors(
+            float("nan"), float("nan"), f"{unwritten} of {o_all.size} elements not written or not finite"
+        )
+    if wrong_special:
+        return Errors(float("nan"), float("nan"),
+                      f"{wrong_special} of {o_all.size} elements differ where the reference is NaN or infinite "
+                      "(a NaN or infinity swallowed or made up)")  # fmt: skip
+    elem = 0.0
+    for s in range(0, o_all.size, CHUNK):
+        r = r_all[s : s + CHUNK]
+        fin = np.isfinite(r)
+        o = o_all[s : s + CHUNK].astype(np.float64)
+        if fin.any():
+            e = np.abs(o[fin] - r[fin]) / (np.abs(r[fin]) + rms) if rms > 0 else np.abs(o[fin] - r[fin])
+            elem = max(elem, float(e.max()))
+    rel = float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))
+    return Errors(rel, elem, None)
+
+
+def rel_error(out: np.ndarray, ref: np.ndarray) -> tuple[float, str | None]:
+    """||out - ref|| / ||ref|| and the reason when elements are missing or wrongly non-finite (see `errors`)."""
+    e = errors(out, ref)
+    return e.rel, e.why
 
 
 def check_case(spec: OpSpec, case: Case, rng: np.random.Generator) -> CaseResult:
@@ -110,16 +151,21 @@ def _check_case(spec: OpSpec, case: Case, rng: np.random.Generator) -> CaseResul
         args = stage(problem)
         spec.launch(args)
         cuda.synchronize()
-        worst = 0.0
+        etol = spec.elem_tolerance_of(case.dtype)
+        worst = worst_elem = 0.0
         for name, ref in problem.reference.items():
-            err, why = rel_error(args[name].copy_to_host(), ref)
-            if why is not None:
+            e = errors(args[name].copy_to_host(), ref)
+            if e.why is not None:
                 return CaseResult(spec.name, case.dtype, case.label, False, None, tol,
-                                  time.perf_counter() - t0, f"{name}: {why}")  # fmt: skip
-            worst = max(worst, err)
-        ok = worst <= tol
-        error = None if ok else f"relative error {worst:.3g} exceeds tolerance {tol:.3g}"
-        return CaseResult(spec.name, case.dtype, case.label, ok, worst, tol, time.perf_counter() - t0, error)
+                                  time.perf_counter() - t0, f"{name}: {e.why}", elem_tol=etol)  # fmt: skip
+            worst, worst_elem = max(worst, e.rel), max(worst_elem, e.elem)
+        error = None
+        if worst > tol:
+            error = f"relative error {worst:.3g} exceeds tolerance {tol:.3g}"
+        elif worst_elem > etol:
+            error = f"per-element error {worst_elem:.3g} exceeds bound {etol:.3g}"
+        return CaseResult(spec.name, case.dtype, case.label, error is None, worst, tol, time.perf_counter() - t0,
+                          error, elem_err=float(f"{worst_elem:.3g}"), elem_tol=etol)  # fmt: skip
     except Exception as e:  # noqa: BLE001  (one failing op must not hide the others)
         where = traceback.extract_tb(e.__traceback__)[-1]
         msg = f"{type(e).__name__}: {e} (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})"

@@ -161,7 +161,7 @@ _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
     kind = spec[0]
-    if kind == "v3":
+    if kind == "vector":
         return _make_vec(width, spec[1]), BLOCK, False
     raise ValueError(f"rmsnorm: no row kernel of kind {kind!r}")
 

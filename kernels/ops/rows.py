@@ -16,38 +16,26 @@ _DTYPES = ("float32", "float16")
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 MAX_GRID = 2**31 - 1
 
-# The vector-path kernel of each row op and dtype, where it is not v3's `_make_vec` kernel. Entries:
-#   ("v3", fastmath)                                       v3's kernel, built with numba's fastmath flag
-#   ("v5", threads, per, blocks, fastmath)                 softmax make_rows5
-#   ("v6", threads, per, blocks, full_rows)                layernorm make_rows6 (fp16: half2 output stage)
-#   ("v6b", threads, per, blocks, full_rows, wb_early, group)  layernorm make_rows6b (v6, w/b loads batched)
+# The vector-path kernel of each row op and dtype, where it is not the plain `_make_vec` kernel. Entries:
+#   ("vector", fastmath)                                        `_make_vec`, built with numba's fastmath flag
+#   ("blocked", threads, per, blocks, fastmath)                 softmax make_rows_blocked
+#   ("half2", threads, per, blocks, full_rows, wb_early, group) layernorm make_rows_half2 (fp16 output stage
+#                                                               in packed halves, weight/bias loads batched)
 # threads x per must cover BLOCK x PER; blocks = launch_bounds' blocks per SM. Chosen from the side-by-side
-# H200 timings (benchmarks/notes-memory.md, "v4", "v5"); an absent dtype keeps v3's plain vector kernel.
-# (The v4 kernels of all three ops and layernorm's v5 lost there and were removed: code at commit 0a9cc4b.)
-# A dtype listed here takes its vector kernel on "auto" even when it is not in kernels.primitives.vector.AUTO_VECTOR.
-# Round 2 (notes-memory.md "v5 outcome", H200, 16384 x 4096, us): layernorm fp16 v3 76.4 -> v5 128x32 b8
-# fastmath 73.7; softmax fp16 83.4 -> v5 256x16 b8 fastmath 69.7; layernorm / rmsnorm fp32 scalar 140.1 /
-# 139.5 -> v3 vector 135.6 / 135.2 (the same ~3 % in round 1). rmsnorm fp16 (v3 69.9, fastmath 69.3) and
-# softmax fp32 (scalar 134.7, best variant 132.1) are within the run-to-run spread: unchanged.
-# layernorm fp16 v6 (notes-memory.md "layernorm fp16 v6", probe_layernorm.py, same run): v5 73.55 -> v6 128x32
-# 71.46 us (normalised value rounded to fp16 once, y*w+b as packed fp16 FMAs: ~10.5 instead of ~16 SASS
-# instructions per element).
-# layernorm fp16 v6b (notes-memory.md "layernorm fp16 v6b", probe_layernorm.py, H200 2026-11-30T04:45Z): v6's
-# output stage with the weight / bias loads issued in groups of 2 vectors ahead of the stores (v6 could not
-# hoist them above the previous store): prod v6 71.07 / 71.15 (first / repeat) -> v6b group 2 70.05 us
-# (SOL 0.912 of the run's 4200 GB/s copy); all 8 loads batched: 70.50.
+# H200 timings in benchmarks/notes-memory.md (which also records the variants that lost and their commits).
+# A dtype listed here takes its vector kernel on "auto" even when it is not in AUTO_VECTOR.
 ROW_KERNELS: dict[str, dict[np.dtype, tuple[Any, ...]]] = {
-    "layernorm": {F16: ("v6b", 128, 32, 8, True, False, 2), F32: ("v3", False)},
-    "softmax": {F16: ("v5", 256, 16, 8, True)},
-    "rmsnorm": {F32: ("v3", False)},
+    "layernorm": {F16: ("half2", 128, 32, 8, True, False, 2), F32: ("vector", False)},
+    "softmax": {F16: ("blocked", 256, 16, 8, True)},
+    "rmsnorm": {F32: ("vector", False)},
 }
 
 
 def sim_spec(spec: tuple[Any, ...]) -> tuple[Any, ...]:
-    """`spec` as it runs here: under the simulator v5/v6/v6b kernels take BLOCK threads x PER values (the same
-    longest row as v3 there) and one block per SM; otherwise unchanged."""
+    """`spec` as it runs here: under the simulator blocked/half2 kernels take BLOCK threads x PER values (the
+    same longest row as the vector kernel there) and one block per SM; otherwise unchanged."""
     kind = spec[0]
-    if kind in ("v5", "v6", "v6b"):
+    if kind in ("blocked", "half2"):
         assert spec[1] * spec[2] >= BLOCK * PER, spec
         if SIMULATED:
             return (kind, BLOCK, PER, 1, *spec[4:])
@@ -77,7 +65,7 @@ def pick_row_kernel(
 ) -> tuple[Kernel, int, int]:
     """(kernel, threads per block, grid) a row op launches for `path`: the vector kernel when `choose` takes
     it, or on "auto" for a dtype that ROW_KERNELS lists (`row` / `row_k`: that entry's kernel, threads and
-    grid-stride flag, used instead of v3's `vec`); else the one-row-in-registers kernel (`reg`) for rows
+    grid-stride flag, used instead of the plain `vec`); else the one-row-in-registers kernel (`reg`) for rows
     that fit a block, the scalar grid-stride one (`plain`) beyond. `ok`: the vector path's alignment and
     row-length conditions hold."""
     if choose(path, dt, ok) or (ok and path == "auto" and dt in row and not SIMULATED):
@@ -105,7 +93,7 @@ def row_cases() -> dict[str, tuple[Case, ...]]:
 
 
 def row_path_of(op: str) -> Any:
-    """row_path for `op`, naming the ROW_KERNELS kernel (e.g. "v5", "v3-fastmath") where `op` has one for
+    """row_path for `op`, naming the ROW_KERNELS kernel (e.g. "blocked", "vector-fastmath") where `op` has one for
     the case's dtype."""
 
     def path(case: Case) -> str:
@@ -114,7 +102,7 @@ def row_path_of(op: str) -> Any:
         spec = ROW_KERNELS[op].get(dt)
         if spec is None or SIMULATED or p == "stream" or (case.params["cols"] * dt.itemsize) % VEC_BYTES:
             return p
-        return spec[0] + ("-fastmath" if spec[0] == "v3" and spec[1] else "")
+        return spec[0] + ("-fastmath" if spec[0] == "vector" and spec[1] else "")
 
     return path
 

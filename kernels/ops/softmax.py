@@ -8,7 +8,7 @@ Kernels, one block of 256 threads per row:
     one read, one write, one exp per element.
   - `_softmax_vec` (v3, same rows when x and out are 16-byte aligned and a row is a multiple of 16
     bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector).
-  - `make_rows5` (v5): the vector kernel with other block shapes, reductions and numba's fastmath;
+  - `make_rows_blocked` (v5): the vector kernel with other block shapes, reductions and numba's fastmath;
     kernels/ops/rows.py ROW_KERNELS sends fp16 to it (256 x 16, 8 blocks/SM, fastmath: exp as ex2.approx,
     2 SASS instructions per element instead of 5) from the H200 timings in benchmarks/notes-memory.md
     ("v5"). fp32 keeps the register kernel. v4 (make_rows: one (max, sum) reduction per row, prefetch) was
@@ -186,7 +186,7 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
     return k
 
 
-def make_rows5(width: int, threads: int, per: int, min_blocks: int, fastmath: bool):  # type: ignore[no-untyped-def]
+def make_rows_blocked(width: int, threads: int, per: int, min_blocks: int, fastmath: bool):  # type: ignore[no-untyped-def]
     """v5 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.primitives.vector rules): v3's order
     (block max, then exp(v - max) once per element kept in its register, block sum, scale on the way out)
     with unrolled reducers whose slots alternate between rows, so two barriers per row instead of four, and
@@ -250,11 +250,11 @@ _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
     kind = spec[0]
-    if kind == "v3":
+    if kind == "vector":
         return _make_vec(width, spec[1]), BLOCK, False
-    if kind == "v5":
+    if kind == "blocked":
         t, p, b, fm = spec[1:5]
-        return make_rows5(width, t, p, b, fm), t, False
+        return make_rows_blocked(width, t, p, b, fm), t, False
     raise ValueError(f"softmax: no row kernel of kind {kind!r}")
 
 

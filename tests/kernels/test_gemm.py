@@ -190,7 +190,9 @@ def test_bad_out_and_path() -> None:
         g.gemm(_mat((4, 3)), _mat((3, 2)), path="mma")  # fp32 inputs (or the simulator): no tensor-core path
     with pytest.raises(ValueError, match=r"path: 'simt' needs float32 inputs"):
         g.gemm(_mat((4, 3), np.float16), _mat((3, 2), np.float16), path="simt")
-    with pytest.raises(ValueError, match=r"path: 'simt2' is not a gemm path; allowed: auto, portable, simt, mma"):
+    with pytest.raises(
+        ValueError, match=r"path: 'simt2' is not a gemm path; allowed: auto, portable, simt, mma"
+    ):
         g.gemm(_mat((4, 3)), _mat((3, 2)), path="simt2")
 
 

@@ -124,8 +124,8 @@ def test_vector_kernels_emit_16_byte_global_accesses():  # type: ignore[no-untyp
 # kernels.ops.rows.ROW_KERNELS: every kind of entry a row op can be configured with, through the op's own
 # launcher (path="vector"; under the simulator v5 takes BLOCK x PER and a grid of one block per SM)
 _ROW_SPECS = [
-    ("layernorm", ("v3", True)),
-    ("softmax", ("v3", True)),
+    ("layernorm", ("vector", True)),
+    ("softmax", ("vector", True)),
     ("softmax", ("v5", 256, 16, 6, True)),
     ("rmsnorm", ("v3", True)),
 ]

@@ -316,7 +316,9 @@ def ptx_kernels(op: str, has_bias: bool, has_res: bool, out_same_dtype: bool) ->
     ]
     kernels = mma.dispatchers(mma.DEFAULT)
     out.append((f"{op}_mma_float16", kernels[(out_same_dtype, True)], mma.KERNEL_SIG, (mma.CU_FILE,)))
-    out.append((f"{op}_mma_unaligned_float16", kernels[(out_same_dtype, False)], mma.KERNEL_SIG, (mma.CU_FILE,)))
+    out.append(
+        (f"{op}_mma_unaligned_float16", kernels[(out_same_dtype, False)], mma.KERNEL_SIG, (mma.CU_FILE,))
+    )
     return tuple(out)
 
 

@@ -44,4 +44,3 @@ def make_kernel(has_bias: bool, has_res: bool) -> Any:
             out[row, col] = acc
 
     return portable
-

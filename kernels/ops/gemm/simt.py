@@ -391,11 +391,8 @@ def build(
     src = gen_source(bk, vec, has_bias, has_res, group, dbuf, layout, tn)
     ns: dict[str, Any] = {"cuda": cuda, "float32": float32, "min": min, **_helpers()}
     exec(compile(src, f"<simt bk={bk} tn={tn} vec={vec} bias={has_bias} res={has_res}>", "exec"), ns)
-    opts: dict[str, Any] = (
-        {} if SIMULATED else {"launch_bounds": (THREADS, min_blocks)} if min_blocks else {}
-    )
+    opts: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (THREADS, min_blocks)} if min_blocks else {}
     return cuda.jit(**opts)(ns["simt"])
-
 
 
 def dispatcher(vec: bool, has_bias: bool, has_res: bool) -> Any:
