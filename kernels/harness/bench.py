@@ -3,7 +3,8 @@
 Method (../.library/device/METHOD.md): inputs drawn at random once per case, then cloned into `SETS`
 device-side copies that are used in rotation, so no timed call finds its inputs in L2 from the call before
 (every bench case moves >= 256 MB against a 60 MB L2). In-place inputs are restored from a pristine copy
-before every call, outside the timed region, followed by a short device-side pause so that the host's
+before every call, outside the timed region, then L2 is flushed (a write of twice its size: the restore
+would otherwise leave the op's inputs in L2), followed by a short device-side pause so that the host's
 launch of the op happens while the stream is busy (as it does for back-to-back out-of-place calls); host
 time per call is measured apart (`--overhead`). Each call is bracketed by its own pair of CUDA events on the
 launch stream, after `WARMUP` untimed calls (compilation, module load). Reported: median, p10 and p90 of
@@ -11,7 +12,8 @@ the per-call times, achieved TFLOP/s and GB/s from the op's FLOP and byte floors
 binding peak (memory ops: the measured copy bandwidth; compute ops: the fp32 FMA peak, or the dense fp16
 tensor-core peak for a case that ran on tensor cores, path "mma").
 With `--compare cupy` the op's CuPy provider runs in the same process on the same buffers (wrapped with
-no copy), is timed the same way, its result is checked against the same reference, and
+no copy), is timed the same way with its calls interleaved with ours (call i of ours, then call i of
+CuPy's, so clock drift and throttling hit both alike), its result is checked against the same reference, and
 `ratio = cupy median / our median` (> 1: ours is faster).
 """
 
@@ -71,12 +73,33 @@ def _spin_kernel() -> Any:
     return spin
 
 
+@cache
+def _l2_scratch() -> Any:
+    l2 = int(device.describe().get("l2_bytes") or 0) or 64 << 20
+    return cuda.device_array(2 * l2, dtype=np.uint8)
+
+
+def flush_l2() -> None:
+    """Write twice L2's size of scratch memory: whatever was cached (a restore's copies) is evicted."""
+    buf = _l2_scratch()
+    cuda.driver.device_memset(buf, 1, buf.size)
+
+
+Provider = tuple[
+    Callable[[dict[str, Any]], None], list[dict[str, Any]], Callable[[dict[str, Any]], None] | None
+]
+
+
 def _time_calls(
     fn: Callable[[dict[str, Any]], None],
     sets: list[dict[str, Any]],
     restore: Callable[[dict[str, Any]], None] | None,
     iters: int,
 ) -> list[float]:
+    return _time_interleaved([(fn, sets, restore)], iters)[0]
+
+
+def _time_interleaved(providers: list[Provider], iters: int) -> list[list[float]]:
     """Per-call device times in microseconds, rotating over `sets`.
 
     Calls of out-of-place ops run back to back, so each call's host work overlaps the previous call's kernels
@@ -84,22 +107,24 @@ def _time_calls(
     copies, each issued from Python, so the device drains and the start event would also time the host
     launching the op. A short device-side pause after the restore keeps the stream busy while the host
     launches: the events then measure the device for in-place ops too (ours and CuPy's alike)."""
-    spin = _spin_kernel() if restore is not None else None
-    events = []
+    spin = _spin_kernel() if any(p[2] is not None for p in providers) else None
+    events: list[list[Any]] = [[] for _ in providers]
     for i in range(WARMUP + iters):
-        args = sets[i % len(sets)]
-        if restore is not None:
-            restore(args)
-        if spin is not None:
-            spin[1, 1](SPIN_US)
-        a, b = cuda.event(), cuda.event()
-        a.record()
-        fn(args)
-        b.record()
-        if i >= WARMUP:
-            events.append((a, b))
+        for j, (fn, sets, restore) in enumerate(providers):
+            args = sets[i % len(sets)]
+            if restore is not None:
+                restore(args)
+                flush_l2()
+            if spin is not None:
+                spin[1, 1](SPIN_US)
+            a, b = cuda.event(), cuda.event()
+            a.record()
+            fn(args)
+            b.record()
+            if i >= WARMUP:
+                events[j].append((a, b))
     cuda.synchronize()
-    return [cuda.event_elapsed_time(a, b) * 1e3 for a, b in events]
+    return [[cuda.event_elapsed_time(a, b) * 1e3 for a, b in ev] for ev in events]
 
 
 def _stats(us: list[float]) -> dict[str, float]:
@@ -136,7 +161,12 @@ def bench_case(
             args[name].copy_to_device(src)
 
     rest = restore if problem.inplace else None
-    us = _time_calls(spec.launch, sets, rest, iters)
+    cupy_us: list[float] | None = None
+    cupy_row: dict[str, Any] | None = None
+    if compare == "cupy":
+        us, cupy_us, cupy_row = _interleave_cupy(spec, problem.reference, sets, pristine, rest, iters)
+    else:
+        us = _time_calls(spec.launch, sets, rest, iters)
     flops, nbytes = spec.flops(case), spec.bytes(case)
     st = _stats(us)
     sec = st["median_us"] * 1e-6
@@ -148,13 +178,25 @@ def bench_case(
     if spec.path is not None:
         row["path"] = spec.path(case)
     row["sol"] = _sol(spec, row, peaks)
-    last = sets[(WARMUP + iters - 1) % len(sets)]
+    if cupy_row is not None:  # CuPy wrote last: check ours on fresh NaN-poisoned outputs and restored inputs
+        _repoison(sets[0], problem.reference, pristine)
+        if rest is not None:
+            rest(sets[0])
+        spec.launch(sets[0])
+        cuda.synchronize()
+        last = sets[0]
+    else:
+        last = sets[(WARMUP + iters - 1) % len(sets)]
     err = _check(problem.reference, last)
     row["rel_err"], row["ok"] = err, err is not None and err <= spec.tolerance[case.dtype]
-    if compare == "cupy":
-        row["cupy"] = _bench_cupy(spec, problem.reference, sets, pristine, iters, flops, nbytes, peaks)
-        if row["cupy"].get("median_us"):
-            row["ratio_vs_cupy"] = round(row["cupy"]["median_us"] / st["median_us"], 3)
+    if compare == "cupy" and cupy_row is not None:
+        if cupy_us:
+            cst = _stats(cupy_us)
+            csec = cst["median_us"] * 1e-6
+            cupy_row.update(cst, tflops=round(flops / csec / 1e12, 3), gbs=round(nbytes / csec / 1e9, 1))
+        row["cupy"] = cupy_row
+        if cupy_row.get("median_us"):
+            row["ratio_vs_cupy"] = round(cupy_row["median_us"] / st["median_us"], 3)
     del sets, base
     cuda.current_context().deallocations.clear()
     return row
@@ -168,38 +210,44 @@ def _sol(spec: OpSpec, row: dict[str, Any], peaks: dict[str, Any]) -> float | No
     return round(row["tflops"] / peaks[key], 3) if peaks.get(key) else None
 
 
-def _bench_cupy(
+def _repoison(args: dict[str, Any], ref: dict[str, np.ndarray], pristine: dict[str, Any]) -> None:
+    for name in ref:
+        if name not in pristine:
+            args[name].copy_to_device(np.full(args[name].shape, np.nan, dtype=args[name].dtype))
+
+
+def _interleave_cupy(
     spec: OpSpec, ref: dict[str, np.ndarray], sets: list[dict[str, Any]], pristine: dict[str, Any],
-    iters: int, flops: float, nbytes: float, peaks: dict[str, Any],
-) -> dict[str, Any]:  # fmt: skip
+    rest: Callable[[dict[str, Any]], None] | None, iters: int,
+) -> tuple[list[float], list[float] | None, dict[str, Any]]:  # fmt: skip
+    """Ours and CuPy's calls interleaved: (our times, CuPy's times or None, CuPy's row: its error / rel_err).
+    CuPy's result is checked on the last set it wrote, after a NaN poisoning of the outputs before timing."""
     if spec.cupy is None:
-        return {"error": "no CuPy equivalent"}
+        return _time_calls(spec.launch, sets, rest, iters), None, {"error": "no CuPy equivalent"}
     try:
         import cupy as cp
     except ImportError as e:
-        return {"error": f"cupy not importable: {e}"}
+        return _time_calls(spec.launch, sets, rest, iters), None, {"error": f"cupy not importable: {e}"}
     wrap = [{k: cp.asarray(v) if cuda.is_cuda_array(v) else v for k, v in s.items()} for s in sets]
-    for s in sets:  # poison the outputs again so the check below sees only what CuPy wrote
-        for name in ref:
-            if name not in pristine:
-                s[name].copy_to_device(np.full(s[name].shape, np.nan, dtype=s[name].dtype))
 
-    def restore(args: dict[str, Any]) -> None:
+    def cp_restore(args: dict[str, Any]) -> None:
         for name, src in pristine.items():
             cp.copyto(args[name], cp.asarray(src))
 
+    cupy_rest = cp_restore if pristine else None
     try:
-        us = _time_calls(spec.cupy, wrap, restore if pristine else None, iters)
-    except Exception as e:  # noqa: BLE001
-        return {"error": f"{type(e).__name__}: {e}"}
-    st = _stats(us)
-    sec = st["median_us"] * 1e-6
-    out: dict[str, Any] = {**st, "tflops": round(flops / sec / 1e12, 3), "gbs": round(nbytes / sec / 1e9, 1)}
-    last = sets[(WARMUP + iters - 1) % len(sets)]
-    out["rel_err"] = _check(ref, last)
+        ours, theirs = _time_interleaved([(spec.launch, sets, rest), (spec.cupy, wrap, cupy_rest)], iters)
+    except Exception as e:  # noqa: BLE001  (a CuPy failure must not lose our figure)
+        return _time_calls(spec.launch, sets, rest, iters), None, {"error": f"{type(e).__name__}: {e}"}
+    _repoison(sets[0], ref, pristine)  # CuPy once more on poisoned outputs: only what it wrote is checked
+    if cupy_rest is not None:
+        cupy_rest(wrap[0])
+    spec.cupy(wrap[0])
+    cp.cuda.get_current_stream().synchronize()
+    row: dict[str, Any] = {"rel_err": _check(ref, sets[0])}
     del wrap
     cp.get_default_memory_pool().free_all_blocks()
-    return out
+    return ours, theirs, row
 
 
 def run(
@@ -218,7 +266,14 @@ def run(
         "device": device.describe(),
         "versions": device.versions(),
         "peaks": pk,
-        "method": {"sets": SETS, "warmup": WARMUP, "iters": iters, "timer": "cuda events per call"},
+        "method": {
+            "sets": SETS,
+            "warmup": WARMUP,
+            "iters": iters,
+            "timer": "cuda events per call",
+            "l2_flush_after_restore": True,
+            "interleaved_with_reference": compare is not None,
+        },
         "results": [],
     }
     for spec in ops:
