@@ -69,7 +69,9 @@ def _cubin(ptx: str, relocatable: bool) -> tuple[str | None, str]:
         with tempfile.TemporaryDirectory() as tmp:
             src, dst = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
             src.write_text(ptx)
-            cmd = [exe, f"-arch=sm_{CC[0]}{CC[1]}", str(src), "-o", str(dst)] + (["-c"] if relocatable else [])
+            cmd = [exe, f"-arch=sm_{CC[0]}{CC[1]}", str(src), "-o", str(dst)] + (
+                ["-c"] if relocatable else []
+            )
             p = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if p.returncode == 0:
                 return _sha(dst.read_bytes()), "ok"
@@ -157,7 +159,11 @@ def compare(before: Path, after: Path, renames: list[str]) -> int:
             continue
         seen.add(target)
         o, n = old[name], new[target]
-        same = [o["ptx"] == n["ptx"], o["sass"] == n["sass"] and o["sass"] is not None, o["link"] == n["link"]]
+        same = [
+            o["ptx"] == n["ptx"],
+            o["sass"] == n["sass"] and o["sass"] is not None,
+            o["link"] == n["link"],
+        ]
         bad += not all(same)
         print(f"{name:<40}{target:<40}" + "".join(f"{'same' if s else 'DIFF':>6}" for s in same))
     for name in sorted(set(new) - seen):

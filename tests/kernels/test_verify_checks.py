@@ -7,7 +7,6 @@ import math
 from typing import Any
 
 import numpy as np
-import pytest
 from numba import cuda
 from opcheck import needs_device
 
