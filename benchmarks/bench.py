@@ -26,9 +26,10 @@ def rows(report: dict[str, Any], commit: str) -> list[dict[str, Any]]:
     for r in report["results"]:
         if "median_us" not in r:
             continue
-        out.append({"date": report["date"], "commit": commit, "device": report["device"]["name"], "op": r["op"],
-                    "dtype": r["dtype"], "shape": r["case"], "path": r.get("path"), "median_us": r["median_us"],
-                    "sol": r.get("sol"), "ratio_vs_cupy": r.get("ratio_vs_cupy")})  # fmt: skip
+        out.append({"date": report["date"], "commit": commit, "device": report["device"]["name"],
+                    "op": r["op"], "dtype": r["dtype"], "shape": r["case"], "path": r.get("path"),
+                    "median_us": r["median_us"], "sol": r.get("sol"),
+                    "ratio_vs_cupy": r.get("ratio_vs_cupy")})  # fmt: skip
     return out
 
 
@@ -42,7 +43,8 @@ def compare(report: dict[str, Any], baseline: dict[str, Any], max_slower: float)
         change = None if b is None or now is None else now / b["median_us"] - 1.0
         out.append({"op": r["op"], "dtype": r["dtype"], "case": r["case"], "median_us": now,
                     "baseline_us": b["median_us"] if b else None, "change": change,
-                    "slower": change is not None and change > max_slower, "ok": bool(r.get("ok"))})  # fmt: skip
+                    "slower": change is not None and change > max_slower,
+                    "ok": bool(r.get("ok"))})  # fmt: skip
     return out
 
 
@@ -80,9 +82,8 @@ def main() -> int:
             flag = ("SLOWER " if t["slower"] else "") + ("" if t["ok"] else "WRONG")
             print(f"{t['op']:<15}{t['dtype']:<9}{t['case']:<18}{now:>10}{base:>10}{ch:>9}  {flag}")
         slower = [t for t in table if t["slower"]]
-        print(
-            f"{len(slower)} of {len(table)} cases more than {100 * a.max_slower:.0f} % slower than the baseline"
-        )
+        pct = f"{100 * a.max_slower:.0f} %"
+        print(f"{len(slower)} of {len(table)} cases more than {pct} slower than the baseline")
         bad = bad or bool(slower)
     return 1 if bad else 0
 

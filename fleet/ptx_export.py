@@ -2,9 +2,9 @@
 {op, kernel, signature, ptx, registers, shared_bytes, spill_bytes, ptxas, link} for every kernel that
 kernels.runtime.ptx.compile_all compiles offline for that compute capability.
 
-Run with cwd = the tree being packaged. Exit 3 (reason on stdout) when that tree has no kernels/runtime/ptx.py, so a
-build can still package the kernels and record that PTX was unavailable; any other failure (a kernel that
-does not compile) is a build error."""
+Run with cwd = the tree being packaged. Exit 3 (reason on stdout) when that tree has no
+kernels/runtime/ptx.py, so a build can still package the kernels and record that PTX was unavailable; any
+other failure (a kernel that does not compile) is a build error."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
             print("kernels/runtime/ptx.py not present in this tree")
             return 3
         raise
-    # an editable install can resolve kernels.runtime.ptx from another checkout: PTX must match the packaged tree
+    # an editable install can resolve kernels.runtime.ptx from another checkout: PTX must match this tree
     if not Path(ptx.__file__ or "").resolve().is_relative_to(Path.cwd().resolve()):
         print(f"kernels/runtime/ptx.py not present in this tree (found only {ptx.__file__})")
         return 3

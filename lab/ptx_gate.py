@@ -13,8 +13,8 @@ What is compared, per kernel (cc 9.0, numba-cuda's offline `cuda.compile_ptx`, p
   - "link": the sha256 of each linked CUDA C file (its PTX comes from NVRTC on the node, from this text).
 `record --fresh` compiles every kernel in its own process: numba's PTX text can depend on what the process
 compiled before (seen on clip_grad_norm's kernels: same SASS, other PTX), so the trees are compared from the
-same state. The kernel set is every OpSpec's `ptx_kernels` (what the artifact ships) plus EXTRA below: variants auto
-takes that an older tree did not list there.
+same state. The kernel set is every OpSpec's `ptx_kernels` (what the artifact ships) plus EXTRA below:
+variants auto takes that an older tree did not list there.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ _TOO_NEW = re.compile(r"Unsupported \.version (\d+\.\d+); current version is '(\
 # Kernels auto picks that the tree at 45c50bf did not list in ptx_kernels: (gate name, op, module, kernel
 # expression, signature expression, linked file expression or None), evaluated in that module's namespace.
 EXTRA_OLD = (
-    ("gemm_simt2_scalar_float32", "gemm", "kernels.ops.gemm", "_simt2_prod(False, False, False)", "SIG_FLAT", None),
-    ("o_proj_simt2_scalar_float32", "o_proj", "kernels.ops.gemm", "_simt2_prod(False, False, True)", "SIG_FLAT",
-     None),
+    ("gemm_simt2_scalar_float32", "gemm", "kernels.ops.gemm", "_simt2_prod(False, False, False)",
+     "SIG_FLAT", None),
+    ("o_proj_simt2_scalar_float32", "o_proj", "kernels.ops.gemm", "_simt2_prod(False, False, True)",
+     "SIG_FLAT", None),
     ("gemm_mma_unaligned_float16", "gemm", "kernels.ops.cuda.mma", "dispatchers(DEFAULT)[(False, False)]",
      "KERNEL_SIG", "CU_FILE"),
     ("o_proj_mma_unaligned_float16", "o_proj", "kernels.ops.cuda.mma", "dispatchers(DEFAULT)[(True, False)]",

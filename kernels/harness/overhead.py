@@ -5,9 +5,9 @@ Compared in the same process: the op launchers (validation + fast launch), `Kern
 pre-resolved operands, and numba's own dispatcher launching the very same compiled kernel.
 
 Most rows call with the same arrays every time, as a loop over fixed buffers does: from the second call on,
-the launchers replay a CUDA graph (kernels.runtime.launch.Bound, clip_grad_norm's plan). The rows marked "new each
-call" alternate between two arrays (or two max_norm values), so no graph is built and every call takes the
-direct cuLaunchKernel path: the figure for calls whose pointers change (clip: max_norm new on every call).
+the launchers replay a CUDA graph (kernels.runtime.launch.Bound, clip_grad_norm's plan). The rows marked "new
+each call" alternate between two arrays (or two max_norm values), so no graph is built and every call takes
+the direct cuLaunchKernel path: the figure for calls whose pointers change (clip: max_norm new on every call).
 """
 
 from __future__ import annotations

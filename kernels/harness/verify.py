@@ -113,8 +113,8 @@ def errors(out: np.ndarray, ref: np.ndarray) -> Errors:
         )
     if wrong_special:
         return Errors(float("nan"), float("nan"),
-                      f"{wrong_special} of {o_all.size} elements differ where the reference is NaN or infinite "
-                      "(a NaN or infinity swallowed or made up)")  # fmt: skip
+                      f"{wrong_special} of {o_all.size} elements differ where the reference is NaN or "
+                      "infinite (a NaN or infinity swallowed or made up)")  # fmt: skip
     elem = 0.0
     for s in range(0, o_all.size, CHUNK):
         r = r_all[s : s + CHUNK]
@@ -128,7 +128,8 @@ def errors(out: np.ndarray, ref: np.ndarray) -> Errors:
 
 
 def rel_error(out: np.ndarray, ref: np.ndarray) -> tuple[float, str | None]:
-    """||out - ref|| / ||ref|| and the reason when elements are missing or wrongly non-finite (see `errors`)."""
+    """||out - ref|| / ||ref|| and the reason when elements are missing or wrongly non-finite (see
+    `errors`)."""
     e = errors(out, ref)
     return e.rel, e.why
 
@@ -164,8 +165,9 @@ def _check_case(spec: OpSpec, case: Case, rng: np.random.Generator) -> CaseResul
             error = f"relative error {worst:.3g} exceeds tolerance {tol:.3g}"
         elif worst_elem > etol:
             error = f"per-element error {worst_elem:.3g} exceeds bound {etol:.3g}"
-        return CaseResult(spec.name, case.dtype, case.label, error is None, worst, tol, time.perf_counter() - t0,
-                          error, elem_err=float(f"{worst_elem:.3g}"), elem_tol=etol)  # fmt: skip
+        return CaseResult(spec.name, case.dtype, case.label, error is None, worst, tol,
+                          time.perf_counter() - t0, error, elem_err=float(f"{worst_elem:.3g}"),
+                          elem_tol=etol)  # fmt: skip
     except Exception as e:  # noqa: BLE001  (one failing op must not hide the others)
         where = traceback.extract_tb(e.__traceback__)[-1]
         msg = f"{type(e).__name__}: {e} (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})"

@@ -487,7 +487,7 @@ def launch_two_pass(
         k.launch(grid, BLOCK, args, stream=stream)
 
 
-# --- two_pass host path: a lean launcher for device arrays -----------------------------------------------------
+# --- two_pass host path: a lean launcher for device arrays -------------------------------------------------
 #
 # Why: the bench restores the in-place inputs with host-heavy copies, so the GPU is idle when a timed call
 # starts and the launcher's host time up to its first launch is part of the figure (notes-clip.md); issue 4
@@ -624,9 +624,9 @@ class _FastPlan:
                 raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {k.sig}")
 
 
-# Repeat calls replay a CUDA graph of the call's launches (kernels.runtime.launch.LaunchGraph): one cuGraphLaunch
-# costs the host 1.8 us where the two cuLaunchKernel calls cost 10.2 us (H200 host, 2026-11-30,
-# benchmarks/probe_launch.py). A graph is built on the second call in a row with the same arrays (the cached
+# Repeat calls replay a CUDA graph of the call's launches (kernels.runtime.launch.LaunchGraph): one
+# cuGraphLaunch costs the host a fraction of the two cuLaunchKernel calls (figures: benchmarks/notes-clip.md).
+# A graph is built on the second call in a row with the same arrays (the cached
 # values object) and max_norm, the case of a training loop; calls that change them launch directly.
 # kernels.runtime.launch.GRAPH_REPLAY switches it off.
 GRAPHS_MAX = 8  # graphs per plan

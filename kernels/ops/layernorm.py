@@ -5,16 +5,12 @@ Floors per row of n: 8n FLOP; bytes = 2 * n * itemsize (x read once, out written
 Kernels, one block of 256 threads per row, as rmsnorm:
   - `_layernorm_reg` (rows of up to BLOCK * PER = 4096): the row sits in registers, so the variance is the
     exact two-pass E[(x - mean)^2] at the cost of one more block reduction, no extra memory traffic.
-  - `_layernorm_vec` (v3, same rows when x, weight, bias, out are 16-byte aligned and a row is a multiple
-    of 16 bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector).
-  - kernels/ops/rows.py ROW_KERNELS picks, per dtype, the kernel the vector path takes (fp16: v6b, below;
-    fp32: v3's vector kernel, also on "auto"), from the side-by-side H200 timings in
-    benchmarks/notes-memory.md ("v4", "v5", "v6", "half2"). The v4 / v5 row kernels (make_rows / make_rows_blocked:
-    other block shapes, reductions, fastmath) lost to v3 / v6b there and were removed (commit 0a9cc4b).
-  - `make_rows6` (v6, fp16, path="v6") / `make_rows_half2` (v6b, fp16, what "auto" runs since its H200 run:
-    128 threads x 32 values, 8 blocks/SM, one block per row): a half2 output stage; v6b issues the weight /
-    bias loads of 2 vectors ahead of their stores (benchmarks/notes-memory.md, "layernorm fp16 v6" / "half2").
-    A pipelined persistent v7 was measured slower and removed (notes-memory.md "v7"; code at commit 9228156).
+  - `_layernorm_vec` (same rows when x, weight, bias, out are 16-byte aligned and a row is a multiple of 16
+    bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector).
+  - `make_rows_half2` (fp16; kernels/ops/rows.py ROW_KERNELS sends fp16 "auto" calls to it): one block per
+    row, one two-sum reduction of x - x[row, 0], and an output stage in packed halves whose weight / bias
+    loads are batched ahead of the stores. fp32 takes the vector kernel on "auto" too. The measurements
+    behind both choices, and the kernels that lost, are in benchmarks/notes-memory.md.
   - `_layernorm_kernel` (longer rows): pass 1 accumulates the sum and the sum of squares of (x - k) with
     k = x[i, 0]: shifting by a sample of the row keeps var = E[(x-k)^2] - E[x-k]^2 free of the catastrophic
     cancellation the unshifted formula suffers when |mean| >> std, in a single read of the row. Pass 2
@@ -31,11 +27,14 @@ from numba import cuda, float32, uint32
 
 from kernels.ops.rows import (
     ROW_KERNELS,
+    Half2Rows,
+    RowConfig,
+    VectorRows,
+    for_machine,
     pick_row_kernel,
     row_cases,
     row_path_of,
     row_ptx_kernels,
-    sim_spec,
 )
 from kernels.primitives.reductions import (
     BLOCK,
@@ -206,10 +205,10 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
 #     shift, src[soff + 2k + 1] * scale + shift) (fp32 FFMAs, rounded to fp16, F2FP packs 2) for k < 4: the
 #     8 normalised values of one vector as 4 packed words (RAW_DTYPE; the 32 fp32 row registers die);
 #   stg_fma_h8(out, idx, y, wr, br, off): out[idx : idx + 8] = y * w + b as 4 `fma.rn.f16x2` on the 4 words
-#     y[off:], wr[off:], br[off:] (weight and bias loaded with kernels.primitives.vector.ldg_raw), one 16-byte store.
-# With both, a thread's weight / bias loads can be written in program order BEFORE its first store (v6b):
-# stg_norm_h8 loads them inside each vector's step, after the previous vector's store, which neither LLVM
-# nor ptxas may reorder (out may alias w / b): 4 serial round trips per row for 128 x 32.
+#     y[off:], wr[off:], br[off:] (weight and bias loaded with kernels.primitives.vector.ldg_raw), one 16-byte
+# store. With both, a thread's weight / bias loads can be written in program order BEFORE its first store
+# (v6b): stg_norm_h8 loads them inside each vector's step, after the previous vector's store, which neither
+# LLVM nor ptxas may reorder (out may alias w / b): 4 serial round trips per row for 128 x 32.
 # Under the simulator the word buffers hold 8 float32 values per vector (RAW_PER_VEC), rounded to fp16.
 
 
@@ -310,11 +309,11 @@ else:
 def make_rows_half2(  # type: ignore[no-untyped-def]
     threads: int, per: int, min_blocks: int, full_rows: bool, wb_early: bool, group: int
 ):
-    """v6b (fp16 only): v6 (make_rows6: one block per row, one two-sum reduction of x - x[row, 0], fastmath,
-    y = (x - k) * rstd + shift in fp32 rounded to fp16, then y * w + b as half2 FMAs) with the weight / bias
-    loads batched ahead of the stores. v6's output stage (stg_norm_h8) does load w, load b, math, store per
-    vector, and a load cannot pass the previous vector's store (out may alias w / b): per / 8 serial round
-    trips after the barrier. Here (kernels above: pack_norm_h8, stg_fma_h8, and kernels.primitives.vector.ldg_raw):
+    """fp16 register-row kernel: one block per row, one two-sum reduction of x - x[row, 0], fastmath,
+    y = (x - k) * rstd + shift in fp32 rounded to fp16, then y * w + b as half2 FMAs, with the weight / bias
+    loads batched ahead of the stores. An output stage that loads w, loads b, computes and stores per vector
+    makes per / 8 serial round trips after the barrier, since a load cannot pass the previous vector's store
+    (out may alias w / b). Here (pack_norm_h8, stg_fma_h8 above, kernels.primitives.vector.ldg_raw):
       - wb_early=False: after the reduction every vector's y is computed and packed first (per / 2 words; the
         fp32 row dies), then this thread's weight and bias vectors are loaded back to back, `group` vectors
         at a time (0 = all: per / 8 x 2 16-byte loads in flight, per registers), then each vector of the
@@ -467,20 +466,23 @@ _VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 
 
-def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
+def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
-    kind = spec[0]
-    if kind == "vector":
-        return _make_vec(width, spec[1]), BLOCK, False
-    if kind == "half2":  # fp16 only; one block per row
+    if isinstance(config, VectorRows):
+        return _make_vec(width, config.fastmath), BLOCK, False
+    if isinstance(config, Half2Rows):  # fp16 only; one block per row
         if width != 8:
             raise ValueError("layernorm: half2 row kernels are for float16 rows")
-        t, p, b, full, early, group = spec[1:]
-        return make_rows_half2(t, p, b, full, early, group), t, False
-    raise ValueError(f"layernorm: no row kernel of kind {kind!r}")
+        c = config
+        return (
+            make_rows_half2(c.threads, c.per, c.min_blocks, c.full_rows, c.wb_early, c.group),
+            c.threads,
+            False,
+        )
+    raise ValueError(f"layernorm: no row kernel for {config}")
 
 
-_ROW = {dt: _row_kernel(sim_spec(spec), WIDTH[dt]) for dt, spec in ROW_KERNELS["layernorm"].items()}
+_ROW = {dt: _row_kernel(for_machine(c), WIDTH[dt]) for dt, c in ROW_KERNELS["layernorm"].items()}
 _ROW_FNS = {dt: fn for dt, (fn, _, _) in _ROW.items()}
 _ROW_K = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _ROW_FNS.items()}
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)

@@ -2,12 +2,12 @@
 
 Floors per element: 1 FLOP; bytes = 3 * itemsize (two reads, one write). Pure bandwidth.
 Kernels: the arrays are seen as flat; one block per contiguous tile.
-  - scalar (v2): each thread keeps UNROLL independent element pairs in flight, one scalar load each.
-  - vector (v3): each thread loads VEC_UNROLL 16-byte vectors per operand (kernels.primitives.vector: 8 halves or 4
-    floats per `ld.global.v4.b32`), so fp16 moves 512 B per warp instruction instead of 64 B. Needs 16-byte
-    aligned pointers (device allocations are 256-aligned); the last partial tile is done in scalar.
-`path="auto"` takes the vector kernel for fp16 on a GPU when aligned (kernels.primitives.vector.choose); both stay
-selectable so they can be timed side by side. fp16 adds in fp32 and rounds once.
+  - scalar: each thread keeps UNROLL independent element pairs in flight, one scalar load each.
+  - vector: each thread loads VEC_UNROLL 16-byte vectors per operand (kernels.primitives.vector: 8 halves or
+    4 floats per `ld.global.v4.b32`), so fp16 moves 512 B per warp instruction instead of 64 B. Needs
+    16-byte aligned pointers (device allocations are 256-aligned); the last partial tile is done in scalar.
+`path="auto"` takes the vector kernel for fp16 on a GPU when aligned (kernels.primitives.vector.choose);
+both stay selectable so they can be timed side by side. fp16 adds in fp32 and rounds once.
 """
 
 from __future__ import annotations

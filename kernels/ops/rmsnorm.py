@@ -5,11 +5,10 @@ once; weight is n elements shared by every row). Bandwidth-bound.
 Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one slot per warp):
   - `_rmsnorm_reg` (rows of up to BLOCK * PER = 4096): each thread loads its PER elements into registers
     with every load in flight at once, reduces, and writes from registers: one read, one write.
-  - `_rmsnorm_vec` (v3, same rows when x, weight, out are 16-byte aligned and a row is a multiple of 16
-    bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector), 8 halves per instruction.
-  - kernels/ops/rows.py ROW_KERNELS sends fp32 "auto" calls to the v3 vector kernel (3 % faster than the
-    register kernel on the H200). v4 (make_rows: other block shapes / prefetch) was slower there and was
-    removed (commit 0a9cc4b).
+  - `_rmsnorm_vec` (same rows when x, weight, out are 16-byte aligned and a row is a multiple of 16
+    bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector), 8 halves per
+    instruction. kernels/ops/rows.py ROW_KERNELS sends fp32 "auto" calls to it as well (it was faster than the
+    register kernel on the H200: benchmarks/notes-memory.md).
   - `_rmsnorm_kernel` (longer rows): pass 1 streams the row with four loads in flight per thread; pass 2
     reads it again, from L1/L2 (the same block read it microseconds before), not device memory.
 """
@@ -24,11 +23,13 @@ from numba import cuda, float32, uint32
 
 from kernels.ops.rows import (
     ROW_KERNELS,
+    RowConfig,
+    VectorRows,
+    for_machine,
     pick_row_kernel,
     row_cases,
     row_path_of,
     row_ptx_kernels,
-    sim_spec,
 )
 from kernels.primitives.reductions import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
 from kernels.primitives.vector import WIDTH, ldg_into, make_row_io, stg_from, vector_ok
@@ -158,15 +159,14 @@ _VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 
 
-def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
+def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
-    kind = spec[0]
-    if kind == "vector":
-        return _make_vec(width, spec[1]), BLOCK, False
-    raise ValueError(f"rmsnorm: no row kernel of kind {kind!r}")
+    if isinstance(config, VectorRows):
+        return _make_vec(width, config.fastmath), BLOCK, False
+    raise ValueError(f"rmsnorm: no row kernel for {config}")
 
 
-_ROW = {dt: _row_kernel(sim_spec(spec), WIDTH[dt]) for dt, spec in ROW_KERNELS["rmsnorm"].items()}
+_ROW = {dt: _row_kernel(for_machine(c), WIDTH[dt]) for dt, c in ROW_KERNELS["rmsnorm"].items()}
 _ROW_FNS = {dt: fn for dt, (fn, _, _) in _ROW.items()}
 _ROW_K = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _ROW_FNS.items()}
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
@@ -176,7 +176,8 @@ def rmsnorm(
     x: Any, weight: Any, out: Any = None, *, eps: float = 1e-6, stream: int = 0, path: str = "auto"
 ) -> Any:
     """Row-wise RMS norm over the last dimension of x (any ndim >= 1), times weight [x.shape[-1]].
-    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose; vector covers rows of <= BLOCK * PER)."""
+    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose; vector covers rows of <= BLOCK *
+    PER)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, weight, out), (eps, path))
         if bound is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -16,30 +17,71 @@ _DTYPES = ("float32", "float16")
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 MAX_GRID = 2**31 - 1
 
-# The vector-path kernel of each row op and dtype, where it is not the plain `_make_vec` kernel. Entries:
-#   ("vector", fastmath)                                        `_make_vec`, built with numba's fastmath flag
-#   ("blocked", threads, per, blocks, fastmath)                 softmax make_rows_blocked
-#   ("half2", threads, per, blocks, full_rows, wb_early, group) layernorm make_rows_half2 (fp16 output stage
-#                                                               in packed halves, weight/bias loads batched)
-# threads x per must cover BLOCK x PER; blocks = launch_bounds' blocks per SM. Chosen from the side-by-side
-# H200 timings in benchmarks/notes-memory.md (which also records the variants that lost and their commits).
-# A dtype listed here takes its vector kernel on "auto" even when it is not in AUTO_VECTOR.
-ROW_KERNELS: dict[str, dict[np.dtype, tuple[Any, ...]]] = {
-    "layernorm": {F16: ("half2", 128, 32, 8, True, False, 2), F32: ("vector", False)},
-    "softmax": {F16: ("blocked", 256, 16, 8, True)},
-    "rmsnorm": {F32: ("vector", False)},
+
+@dataclass(frozen=True)
+class VectorRows:
+    """The op's plain vector kernel (`_make_vec`): BLOCK threads x PER values, one block per row."""
+
+    fastmath: bool = False  # numba's fastmath flag (exp as ex2.approx, fast division)
+
+    @property
+    def label(self) -> str:
+        return "vector-fastmath" if self.fastmath else "vector"
+
+
+@dataclass(frozen=True)
+class BlockedRows:
+    """softmax's `make_rows_blocked`: the vector kernel with another block shape, reducers whose shared
+    slots alternate between rows, and launch bounds. threads x per must cover BLOCK x PER."""
+
+    threads: int
+    per: int  # values per thread
+    min_blocks: int  # launch_bounds' blocks per SM
+    fastmath: bool
+
+    label = "blocked"
+
+
+@dataclass(frozen=True)
+class Half2Rows:
+    """layernorm's `make_rows_half2` (fp16): an output stage in packed halves with the weight / bias loads
+    batched. threads x per must cover BLOCK x PER."""
+
+    threads: int
+    per: int  # values per thread
+    min_blocks: int  # launch_bounds' blocks per SM
+    full_rows: bool  # rows of exactly threads x per skip the per-vector column checks
+    wb_early: bool  # load weight / bias before the reduction's barrier
+    group: int  # weight / bias vectors loaded per batch (0: all)
+
+    label = "half2"
+
+
+RowConfig = VectorRows | BlockedRows | Half2Rows
+
+# The vector-path kernel of each row op and dtype, where it is not the plain `_make_vec` kernel without
+# fastmath. Chosen from the side-by-side H200 timings in benchmarks/notes-memory.md (which also records the
+# variants that lost and their commits). A dtype listed here takes its vector kernel on "auto" even when
+# it is not in AUTO_VECTOR.
+ROW_KERNELS: dict[str, dict[np.dtype, RowConfig]] = {
+    "layernorm": {
+        F16: Half2Rows(threads=128, per=32, min_blocks=8, full_rows=True, wb_early=False, group=2),
+        F32: VectorRows(fastmath=False),
+    },
+    "softmax": {F16: BlockedRows(threads=256, per=16, min_blocks=8, fastmath=True)},
+    "rmsnorm": {F32: VectorRows(fastmath=False)},
 }
 
 
-def sim_spec(spec: tuple[Any, ...]) -> tuple[Any, ...]:
-    """`spec` as it runs here: under the simulator blocked/half2 kernels take BLOCK threads x PER values (the
-    same longest row as the vector kernel there) and one block per SM; otherwise unchanged."""
-    kind = spec[0]
-    if kind in ("blocked", "half2"):
-        assert spec[1] * spec[2] >= BLOCK * PER, spec
+def for_machine(config: RowConfig) -> RowConfig:
+    """`config` as it runs here: under the simulator blocked / half2 kernels take BLOCK threads x PER values
+    (the same longest row as the vector kernel there) and one block per SM; otherwise unchanged."""
+    if isinstance(config, (BlockedRows, Half2Rows)):
+        if config.threads * config.per < BLOCK * PER:
+            raise ValueError(f"{config}: threads x per must cover {BLOCK} x {PER}")
         if SIMULATED:
-            return (kind, BLOCK, PER, 1, *spec[4:])
-    return spec
+            return replace(config, threads=BLOCK, per=PER, min_blocks=1)
+    return config
 
 
 def row_grid(k: Kernel, threads: int, persistent: bool, rows: int) -> int:
@@ -69,10 +111,11 @@ def pick_row_kernel(
     that fit a block, the scalar grid-stride one (`plain`) beyond. `ok`: the vector path's alignment and
     row-length conditions hold."""
     if choose(path, dt, ok) or (ok and path == "auto" and dt in row and not SIMULATED):
-        spec = row.get(dt)
-        if spec is None:
+        entry = row.get(dt)
+        if entry is None:
             return vec[dt], BLOCK, min(rows, MAX_GRID)
-        return row_k[dt], spec[1], row_grid(row_k[dt], spec[1], spec[2], rows)
+        _, threads, persistent = entry
+        return row_k[dt], threads, row_grid(row_k[dt], threads, persistent, rows)
     return (reg if n <= BLOCK * PER else plain)[dt], BLOCK, min(rows, MAX_GRID)
 
 
@@ -93,16 +136,16 @@ def row_cases() -> dict[str, tuple[Case, ...]]:
 
 
 def row_path_of(op: str) -> Any:
-    """row_path for `op`, naming the ROW_KERNELS kernel (e.g. "blocked", "vector-fastmath") where `op` has one for
-    the case's dtype."""
+    """row_path for `op`, naming the ROW_KERNELS kernel (e.g. "blocked", "vector-fastmath") where `op` has
+    one for the case's dtype."""
 
     def path(case: Case) -> str:
         p = row_path(case)
         dt = np.dtype(case.dtype)
-        spec = ROW_KERNELS[op].get(dt)
-        if spec is None or SIMULATED or p == "stream" or (case.params["cols"] * dt.itemsize) % VEC_BYTES:
+        config = ROW_KERNELS[op].get(dt)
+        if config is None or SIMULATED or p == "stream" or (case.params["cols"] * dt.itemsize) % VEC_BYTES:
             return p
-        return spec[0] + ("-fastmath" if spec[0] == "vector" and spec[1] else "")
+        return config.label
 
     return path
 

@@ -6,13 +6,12 @@ Kernels, one block of 256 threads per row:
   - `_softmax_reg` (rows of up to BLOCK * PER = 4096): the row sits in registers; block max, then each
     element's exp(v - max) is computed once, kept in its register, summed, and scaled on the way out:
     one read, one write, one exp per element.
-  - `_softmax_vec` (v3, same rows when x and out are 16-byte aligned and a row is a multiple of 16
-    bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector).
-  - `make_rows_blocked` (v5): the vector kernel with other block shapes, reductions and numba's fastmath;
-    kernels/ops/rows.py ROW_KERNELS sends fp16 to it (256 x 16, 8 blocks/SM, fastmath: exp as ex2.approx,
-    2 SASS instructions per element instead of 5) from the H200 timings in benchmarks/notes-memory.md
-    ("v5"). fp32 keeps the register kernel. v4 (make_rows: one (max, sum) reduction per row, prefetch) was
-    slower there and was removed (commit 0a9cc4b).
+  - `_softmax_vec` (same rows when x and out are 16-byte aligned and a row is a multiple of 16 bytes): the
+    register kernel with 16-byte loads and stores (kernels.primitives.vector).
+  - `make_rows_blocked`: the vector kernel with other block shapes, reductions and numba's fastmath;
+    kernels/ops/rows.py ROW_KERNELS sends fp16 "auto" calls to it (exp as ex2.approx, 2 SASS instructions
+    per element instead of 5). fp32 keeps the register kernel. The measurements, and the kernels that lost,
+    are in benchmarks/notes-memory.md.
   - `_softmax_kernel` (longer rows): pass 1 is the online softmax: each thread carries (max, sum of
     exp(v - max)) and rescales its sum when the max grows, so the row is read from memory once; the partials
     merge across the block with the same rule. Pass 2 re-reads the row from L1/L2 and writes.
@@ -29,11 +28,14 @@ from numba import cuda, float32, uint32
 
 from kernels.ops.rows import (
     ROW_KERNELS,
+    BlockedRows,
+    RowConfig,
+    VectorRows,
+    for_machine,
     pick_row_kernel,
     row_cases,
     row_path_of,
     row_ptx_kernels,
-    sim_spec,
 )
 from kernels.primitives.reductions import (
     BLOCK,
@@ -186,13 +188,15 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
     return k
 
 
-def make_rows_blocked(width: int, threads: int, per: int, min_blocks: int, fastmath: bool):  # type: ignore[no-untyped-def]
-    """v5 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.primitives.vector rules): v3's order
-    (block max, then exp(v - max) once per element kept in its register, block sum, scale on the way out)
-    with unrolled reducers whose slots alternate between rows, so two barriers per row instead of four, and
-    `fastmath` (numba's flag: exp becomes ex2.approx of x * log2(e), one FMUL + one MUFU per element; the
-    division fast too). `threads` per block and `per` values per thread set how many rows an SM holds in
-    registers (`min_blocks` = launch_bounds' blocks per SM)."""
+def make_rows_blocked(  # type: ignore[no-untyped-def]
+    width: int, threads: int, per: int, min_blocks: int, fastmath: bool
+):
+    """Register-row kernel (rows of <= threads * per, 16-byte loads, kernels.primitives.vector rules) in the
+    vector kernel's order (block max, then exp(v - max) once per element kept in its register, block sum,
+    scale on the way out) with unrolled reducers whose slots alternate between rows, so two barriers per row
+    instead of four, and `fastmath` (numba's flag: exp becomes ex2.approx of x * log2(e), one FMUL + one MUFU
+    per element; the division fast too). `threads` per block and `per` values per thread set how many rows an
+    SM holds in registers (`min_blocks` = launch_bounds' blocks per SM)."""
     nv = per // width
     load_row, col_of = make_row_io(width, threads, per)
     bmax = make_block_max(threads)
@@ -247,18 +251,17 @@ _VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 
 
-def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
+def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
-    kind = spec[0]
-    if kind == "vector":
-        return _make_vec(width, spec[1]), BLOCK, False
-    if kind == "blocked":
-        t, p, b, fm = spec[1:5]
-        return make_rows_blocked(width, t, p, b, fm), t, False
-    raise ValueError(f"softmax: no row kernel of kind {kind!r}")
+    if isinstance(config, VectorRows):
+        return _make_vec(width, config.fastmath), BLOCK, False
+    if isinstance(config, BlockedRows):
+        c = config
+        return make_rows_blocked(width, c.threads, c.per, c.min_blocks, c.fastmath), c.threads, False
+    raise ValueError(f"softmax: no row kernel for {config}")
 
 
-_ROW = {dt: _row_kernel(sim_spec(spec), WIDTH[dt]) for dt, spec in ROW_KERNELS["softmax"].items()}
+_ROW = {dt: _row_kernel(for_machine(c), WIDTH[dt]) for dt, c in ROW_KERNELS["softmax"].items()}
 _ROW_FNS = {dt: fn for dt, (fn, _, _) in _ROW.items()}
 _ROW_K = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _ROW_FNS.items()}
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
@@ -266,7 +269,8 @@ _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.lau
 
 def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> Any:
     """Numerically stable softmax over the last dimension of x (any ndim >= 1).
-    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose; vector covers rows of <= BLOCK * PER)."""
+    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose; vector covers rows of <= BLOCK *
+    PER)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, out), path)
         if bound is not None:

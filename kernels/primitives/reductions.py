@@ -30,9 +30,9 @@ PER = 16
 # layernorm register kernels take 72-79 registers (3 blocks per SM); ptxas meets the cap with no spills.
 # The simulator's jit has no launch_bounds option.
 ROW_JIT: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, 5)}
-# the 16-byte-load row kernels (kernels.primitives.vector) need fewer registers: 6 blocks per SM (<= 42 registers) fit
-# them with no spills (ptxas, sm_90: 37-40), one more row in flight per SM for a per-row-latency-bound kernel;
-# 8 blocks (32 registers) spill 8-40 bytes in five of the six
+# the 16-byte-load row kernels (kernels.primitives.vector) need fewer registers: 6 blocks per SM (<= 42
+# registers) fit them with no spills (ptxas, sm_90: 37-40), one more row in flight per SM for a
+# per-row-latency-bound kernel; 8 blocks (32 registers) spill 8-40 bytes in five of the six
 VEC_ROW_JIT: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, 6)}
 FULL = 0xFFFFFFFF
 NEG_INF = float32(-math.inf)

@@ -34,7 +34,7 @@ F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 WIDTH: dict[np.dtype, int] = {F32: 4, F16: 8}
 # dtypes whose "auto" path is the vector one on a GPU. fp32 already reaches 0.91-1.03 of copy with scalar
 # loads (4 B per lane = 128 B per warp instruction); its vector kernels exist and are timed side by side
-# (benchmarks/h200_memory_v3.sh), but stay opt-in until they are measured to be no slower.
+# (benchmarks/notes-memory.md), but stay opt-in until they are measured to be no slower.
 AUTO_VECTOR: tuple[np.dtype, ...] = (F16,)
 
 
@@ -227,8 +227,8 @@ else:
 
 
 def make_row_io(width: int, block: int, per: int) -> tuple[Any, Any]:
-    """Device helpers for register-resident rows (kernels.primitives.reductions: `block` threads x `per` elements each) read
-    and written as 16-byte vectors. Thread `tid` owns vectors q < per // width at columns
+    """Device helpers for register-resident rows (kernels.primitives.reductions: `block` threads x `per`
+    elements each) read and written as 16-byte vectors. Thread `tid` owns vectors q < per // width at columns
     (q * block + tid) * width: a warp's 32 vectors are 512 contiguous bytes. Rows must satisfy `vector_ok`,
     so a vector is either wholly inside the row or wholly past its end.
 

@@ -147,7 +147,7 @@ def _extractor_for(t: type) -> _Extract | None:
         ex = _from_sim
     elif mod.startswith("numba.cuda") and hasattr(t, "device_ctypes_pointer"):
         # (a class-level attribute: `gpu_data` is set per instance, so hasattr on the type misses it and
-        # sent numba arrays down the slower generic __cuda_array_interface__ path in the 2026-11-29 runs)
+        # would send numba arrays down the slower generic __cuda_array_interface__ path)
         ex = _from_numba
     elif mod.startswith("cupy") and hasattr(t, "data"):
         ex = _from_cupy
@@ -160,8 +160,8 @@ def _extractor_for(t: type) -> _Extract | None:
 
 
 def fast_extractor(t: type) -> _Extract | None:
-    """The extractor of a device-array type for kernels.runtime.launch.FastCache: None for numpy arrays, anything
-    unknown, and the simulator's arrays (no device pointer)."""
+    """The extractor of a device-array type for kernels.runtime.launch.FastCache: None for numpy arrays,
+    anything unknown, and the simulator's arrays (no device pointer)."""
     ex = _EXTRACTORS.get(t)
     if ex is None:
         ex = _extractor_for(t)

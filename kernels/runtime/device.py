@@ -115,7 +115,7 @@ def _cache_key(dev: dict[str, Any], vers: dict[str, str | None]) -> str:
 def _make_copy(unroll: int):  # type: ignore[no-untyped-def]
     """One block per contiguous tile of 256 x unroll elements, all loads in flight before the first store
     (the layout that measured best on the H200, benchmarks/notes-memory.md). Two depths are timed because
-    on 2026-11-29 the 8-deep copy (3.90 TB/s) lost to a 4-deep two-input add (4.30 TB/s)."""
+    the deeper copy is not always the faster one there (the figures are in the notes)."""
 
     @cuda.jit
     def k(src, dst):  # type: ignore[no-untyped-def]

@@ -219,8 +219,8 @@ class Bound:
 
     Repeat calls with the very same pointers (a loop over fixed buffers) replay a CUDA graph instead: the
     second call in a row with a pointer tuple captures the launch (LaunchGraph) and every later call with
-    that tuple replays it, one cuGraphLaunch at 1.8 us of host time where cuLaunchKernel takes 4.6 us (H200
-    host, benchmarks/probe_launch.py). Everything but the pointers is fixed per Bound, so the graph launches
+    that tuple replays it: one cuGraphLaunch costs the host less than one cuLaunchKernel (figures in
+    benchmarks/notes-clip.md). Everything but the pointers is fixed per Bound, so the graph launches
     exactly what a direct launch with those pointers would. Up to GRAPHS_PER_BOUND tuples, oldest dropped."""
 
     __slots__ = ("_kern", "_call", "_slots", "_blk", "_dims", "_shared", "_graphs", "_prev")
@@ -277,7 +277,7 @@ class Bound:
 
 
 # Graph replay of repeat calls (Bound, above, and clip_grad_norm's two-launch plan). Off: every call launches
-# directly (the stubbed-driver tests and benchmarks/overhead_stubbed.py turn it off).
+# directly (the stubbed-driver tests turn it off).
 GRAPH_REPLAY = True
 GRAPHS_PER_BOUND = 4
 

@@ -48,9 +48,10 @@ def run_rows(fn, sig: str, grid: int, inputs: tuple[np.ndarray, ...], *scalars, 
 
 
 def fake_graph_class(launched: list) -> type:  # type: ignore[type-arg]
-    """A stand-in for kernels.runtime.launch.LaunchGraph over a stubbed driver whose launches append to `launched`:
-    capturing runs the record callback and moves what it launched into `captured` (a capture runs nothing);
-    `replays` counts launches, `closed` tells whether it was freed; every instance lands in `made`."""
+    """A stand-in for kernels.runtime.launch.LaunchGraph over a stubbed driver whose launches append to
+    `launched`: capturing runs the record callback and moves what it launched into `captured` (a capture runs
+    nothing); `replays` counts launches, `closed` tells whether it was freed; every instance lands in
+    `made`."""
 
     class FakeGraph:
         made: list[FakeGraph] = []

@@ -110,8 +110,9 @@ class _Ptr:
 
 
 class _FakeDeviceArray:
-    """Looks like a numba device array to kernels.runtime.arrays (pointer, shape, strides, dtype), with a real-looking
-    pointer even under the simulator: the lean launcher's parameter words are checked without a GPU."""
+    """Looks like a numba device array to kernels.runtime.arrays (pointer, shape, strides, dtype), with a
+    real-looking pointer even under the simulator: the lean launcher's parameter words are checked without a
+    GPU."""
 
     device_ctypes_pointer = None  # the class-level marker kernels.runtime.arrays looks for
 

@@ -48,11 +48,11 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
     assert_case_passes(op.SPEC, case)
 
 
-# make_rows_half2 (fp16, half2 output stage, this thread's weight / bias loads batched ahead of its stores; wb_early:
-# issued before the reduction's barrier, the row kept as packed halves). One block per row or grid-stride
-# (grid < rows); 136 columns leave vectors past the row's end (the checked body, whose missing lanes must
-# not carry a previous row's words), 256 = 32 x 8 and 512 = 32 x 16 take the full-row body; group 1 / 2 =
-# the weight / bias of 1 / 2 vectors per batch.
+# make_rows_half2 (fp16, half2 output stage, this thread's weight / bias loads batched ahead of its stores;
+# wb_early: issued before the reduction's barrier, the row kept as packed halves). One block per row or
+# grid-stride (grid < rows); 136 columns leave vectors past the row's end (the checked body, whose missing
+# lanes must not carry a previous row's words), 256 = 32 x 8 and 512 = 32 x 16 take the full-row body;
+# group 1 / 2 = the weight / bias of 1 / 2 vectors per batch.
 @needs_device
 @pytest.mark.parametrize(("wb_early", "group"), [(False, 0), (False, 1), (True, 0)])
 @pytest.mark.parametrize(("per", "full_rows", "rows", "cols", "grid"),
@@ -85,13 +85,14 @@ def test_make_rows_half2_group_must_divide():  # type: ignore[no-untyped-def]
 
 @needs_device
 def test_half2_row_spec_builds():  # type: ignore[no-untyped-def]
-    # a ROW_KERNELS entry of the fp16 kind: ("half2", 128, 32, 8, True, False, 0)
-    from kernels.ops.rows import sim_spec
+    # a ROW_KERNELS entry of the fp16 kind
+    from kernels.ops.rows import Half2Rows, for_machine
 
-    fn, threads, persistent = op._row_kernel(sim_spec(("half2", 128, 32, 8, True, False, 0)), 8)
+    config = Half2Rows(threads=128, per=32, min_blocks=8, full_rows=True, wb_early=False, group=0)
+    fn, threads, persistent = op._row_kernel(for_machine(config), 8)
     assert not persistent and threads >= 32
     with pytest.raises(ValueError, match="half2 row kernels are for float16"):
-        op._row_kernel(("half2", 128, 32, 8, True, False, 0), 4)
+        op._row_kernel(config, 4)
 
 
 @needs_device

@@ -1,7 +1,7 @@
-"""kernels/ops/cuda: the tensor-core tile's CUDA C compiles (NVRTC, sm_90, LTO-IR, no GPU needed) with no
-diagnostics for the production configuration and every macro switch the device probe times, and the Python
-side names / sizes configurations consistently. The simulator cannot link CUDA C, so the numerics of this
-path are checked on the GPU (benchmarks/probe_mma.py, tests marked gpu); this catches source errors here.
+"""kernels/ops/gemm/mma.cu: the tensor-core tile's CUDA C compiles (NVRTC, sm_90, LTO-IR, no GPU needed)
+with no diagnostics for the production configuration and every macro switch, and the Python side names /
+sizes configurations consistently. The simulator cannot link CUDA C, so the numerics of this path are
+checked on the GPU (tests marked gpu, `python -m kernels verify`); this catches source errors here.
 Runs in a subprocess: NVRTC is unavailable under the simulator."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""kernels.runtime.ptx: every registered kernel compiles to PTX for sm_90 with no GPU, with ptxas register counts
-where ptxas is installed. Runs in a subprocess: offline compilation is unavailable under the simulator."""
+"""kernels.runtime.ptx: every registered kernel compiles to PTX for sm_90 with no GPU, with ptxas register
+counts where ptxas is installed. Runs in a subprocess: offline compilation is unavailable under the
+simulator."""
 
 from __future__ import annotations
 

@@ -45,8 +45,8 @@ def _spec(bug: int, special: bool) -> OpSpec:
 
     case = Case("odd", {"n": N}, "float32")
     return OpSpec(name="copy", dtypes=("float32",), make_problem=make, launch=launch, flops=lambda c: 0.0,
-                  bytes=lambda c: 8.0 * N, tolerance={"float32": 5e-2}, sim_cases=(case,), verify_cases=(case,),
-                  bench_cases=(case,))  # fmt: skip
+                  bytes=lambda c: 8.0 * N, tolerance={"float32": 5e-2}, sim_cases=(case,),
+                  verify_cases=(case,), bench_cases=(case,))  # fmt: skip
 
 
 def _check(bug: int, special: bool) -> verify.CaseResult:

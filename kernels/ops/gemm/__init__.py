@@ -128,8 +128,8 @@ def run_matmul(
 
 class Replay:
     """A validated matmul launch, replayed with new device pointers: the value the gemm / o_proj launchers
-    keep in their FastCache (kernels.runtime.launch). `launch(ptrs, stream)` takes the pointers of the cache key's
-    operands in the order (a, b, out[, res][, bias])."""
+    keep in their FastCache (kernels.runtime.launch). `launch(ptrs, stream)` takes the pointers of the cache
+    key's operands in the order (a, b, out[, res][, bias])."""
 
     __slots__ = ("launch",)
 

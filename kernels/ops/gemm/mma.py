@@ -5,12 +5,12 @@ The CUDA C is compiled by NVRTC and linked with LTO on (numba's default when nvJ
 LTO the call is not inlined and the accumulators go to local memory.
 
 Pointers cross into CUDA C as int64 device addresses, so the kernels take no array arguments at all: the
-launch writes nine integers into a prepared parameter block (kernels.runtime.launch). The simulator cannot link CUDA
-C; callers check `available()`.
+launch writes nine integers into a prepared parameter block (kernels.runtime.launch). The simulator cannot
+link CUDA C; callers check `available()`.
 
 Tile shapes are compile-time macros of the .cu; `Config` names one set. `DEFAULT` matches the macros' own
-defaults, so the production kernel links the file as it is; other configurations (benchmarks/matmul_probe.py)
-link the same source with #defines in front.
+defaults, so the production kernel links the file as it is; other configurations (timed side by side in
+benchmarks/notes-mma.md) link the same source with #defines in front.
 """
 
 from __future__ import annotations
@@ -41,9 +41,8 @@ class Config:
     out after the first k-step's fragment loads, branch-free (HG_LATE); `cpy32`: 32-bit copy-plan arithmetic
     (HG_CPY32); `minb` > 0: launch bounds asking for that many blocks per SM (caps the registers at
     64K / (threads * minb)); `group_m`: tile-rows walked before moving right (L2 reuse of B, HG_GROUP_M).
-    The defaults are the production tile (H200, 2026-11-30: 0.53x / 0.56x cublasGemmEx at 4096^3 /
-    8192x2560x2560, see benchmarks/notes-mma.md; an mbarrier stage pipeline and a persistent grid measured
-    there lost and were removed)."""
+    The defaults are the production tile (its H200 figures against cublasGemmEx, and the variants that lost,
+    are in benchmarks/notes-mma.md)."""
 
     bm: int = 128
     bn: int = 128
