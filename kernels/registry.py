@@ -73,6 +73,10 @@ class OpSpec:
     # take ELEM_TOLERANCE. Set above the largest error measured (simulator and H200 verify report `elem_err`)
     # and far below the ~1 of a wrong element.
     elem_tolerance: Mapping[str, float] = field(default_factory=dict)
+    # small cases whose make_problem puts NaN and infinities into the inputs (params["specials"], see
+    # `poison`): every output must be NaN / +inf / -inf exactly where the float64 reference is, and right
+    # elsewhere. Verify runs them in the simulator and on the GPU; docs/ops.md states each op's behaviour.
+    special_cases: tuple[Case, ...] = ()
 
     def elem_tolerance_of(self, dtype: str) -> float:
         return float(self.elem_tolerance.get(dtype, ELEM_TOLERANCE.get(dtype, 1e-2)))
@@ -82,6 +86,22 @@ class OpSpec:
 # bounds leave room for GPU accumulation orders and fastmath (fp32 ~200x, fp16 ~8 ulps) and stay far below
 # the ~1 of a wrong element
 ELEM_TOLERANCE: dict[str, float] = {"float32": 1e-4, "float16": 4e-3}
+
+
+SPECIALS = "specials"  # Case.params key: 1 = NaN, +inf and -inf in the inputs; 2 = +inf only
+
+
+def poison(x: np.ndarray, kind: int = 1) -> np.ndarray:
+    """A copy of `x` with NaN at its first element, +inf at its middle one and -inf at its last (kind 1), or
+    +inf at the middle one only (kind 2). In a matrix of 4 rows they land in rows 0, 2 and 3: row 1 stays
+    finite (an op may fill it with a special pattern of its own)."""
+    y = np.array(x, copy=True)
+    flat = y.reshape(-1)
+    if kind == 2:
+        flat[flat.size // 2] = np.inf
+    else:
+        flat[[0, flat.size // 2, flat.size - 1]] = [np.nan, np.inf, -np.inf]
+    return y
 
 
 _REGISTRY: dict[str, OpSpec] = {}

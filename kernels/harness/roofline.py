@@ -33,7 +33,7 @@ def plot(report: dict[str, Any], path: str | Path) -> Path:
     tc = float(peaks.get("fp16_tensor_tflops") or 0.0)
     if tc:
         ax.loglog(xs, np.minimum(xs * bw, tc), "k--", lw=1, label=f"roof: {tc:.0f} TFLOP/s fp16 tensor cores")
-    colors = plt.get_cmap("tab20").colors
+    colors = plt.get_cmap("tab20").colors  # type: ignore[attr-defined]  # a ListedColormap
     for i, (r, x) in enumerate(zip(rows, ai, strict=True)):
         marker = "o" if r["dtype"] == "float32" else "s"  # one colour per point: tab20 has 20
         ax.loglog([x], [r["tflops"]], marker, color=colors[i % len(colors)],

@@ -1,6 +1,11 @@
 """clip_grad_norm: total = sqrt(sum over arrays of sum(g^2)); if total > max_norm every g is scaled in place
 by max_norm / (total + 1e-6) (PyTorch's rule); returns total.
 
+Non-finite gradients: a NaN anywhere makes total NaN, an infinity (or a sum of squares past the fp32 / fp64
+range) makes it +inf. Either way the gradients are left exactly as they are, and the non-finite total is
+returned: scaling by NaN or by 0 would destroy every finite gradient, and the caller is the one who decides
+(skip the step, lower the loss scale). PyTorch instead multiplies by the NaN / 0 coefficient.
+
 Floors for N elements in all: 2N FLOP for the norm (+1N for the scale when it clips); bytes = N * itemsize
 to read for the norm, plus 2N * itemsize to read and write when it clips (the norm must be complete before
 any scaling, so the data is read twice unless it fits in L2). Measured figures: benchmarks/notes-clip.md.
@@ -38,7 +43,7 @@ from numba import cuda, float32, float64, int64, uint64
 from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last, ldg_hint_into
 from kernels.primitives.reductions import BLOCK, block_sum
 from kernels.primitives.vector import VEC_BYTES, WIDTH, ldg_into, stg_from, vector_ok
-from kernels.registry import Case, OpSpec, Problem, register
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime import launch as _launch
 from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
@@ -109,7 +114,7 @@ def _make_scale(unroll: int):  # type: ignore[no-untyped-def]
         if tid == 0 and cuda.blockIdx.x == 0:
             norm_out[0] = float32(norm)
         coef = max_norm / (norm + CLIP_EPS)
-        if coef >= 1.0:
+        if not (coef < 1.0 and coef > 0.0):  # nothing to clip, or a non-finite norm (see the module doc)
             return
         c = float32(coef)
         v = cuda.local.array(unroll, float32)
@@ -141,11 +146,11 @@ _scale = {dt: _make_scale(u) for dt, u in SCALE_UNROLL.items()}
 
 
 _ZERO_SIG = "void(float64[::1])"
-_SUMSQ_SIGS = {
+_SUMSQ_SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[::1], float64[::1])",
     np.dtype(np.float16): "void(float16[::1], float64[::1])",
 }
-_SCALE_SIGS = {
+_SCALE_SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[::1], float64[::1], float32[::1], float64)",
     np.dtype(np.float16): "void(float16[::1], float64[::1], float32[::1], float64)",
 }
@@ -367,8 +372,8 @@ def _two_pass_kernels(
         if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
             norm_out[0] = float32(nrm)
         coef = max_norm / (nrm + CLIP_EPS)
-        if coef >= 1.0:
-            return  # nothing to clip: no traffic at all
+        if not (coef < 1.0 and coef > 0.0):
+            return  # nothing to clip (no traffic at all), or a non-finite norm (see the module doc)
         scale_all(g0, g1, g2, g3, g4, g5, g6, g7, float32(coef))
 
     return {
@@ -795,8 +800,8 @@ def _choose_path(path: str, flat: list[Operand], has_workspace: bool) -> str:
 def reference(grads: list[np.ndarray], max_norm: float) -> tuple[float, list[np.ndarray]]:
     g64 = [g.astype(np.float64) for g in grads]
     total = math.sqrt(sum(float(np.sum(g * g)) for g in g64))
-    coef = max_norm / (total + CLIP_EPS)
-    return total, [g * coef for g in g64] if coef < 1.0 else g64
+    coef = max_norm / (total + CLIP_EPS)  # NaN when total is NaN, 0 when it is infinite
+    return total, [g * coef for g in g64] if 0.0 < coef < 1.0 else g64
 
 
 def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
@@ -808,6 +813,8 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     # clip=1: max_norm at 0.37 of the norm (scales; not a power of two, so an fp16 scaling is not exact);
     # clip=0: twice the norm (leaves the arrays alone)
     max_norm = norm * (0.37 if case.params["clip"] else 2.0)
+    if case.params.get(SPECIALS):  # a NaN / an infinity in the middle array: a non-finite norm
+        grads[count // 2] = poison(grads[count // 2], case.params[SPECIALS])
     total, scaled = reference(grads, max_norm)
     names = [f"g{k}" for k in range(count)]
     return Problem(
@@ -867,9 +874,15 @@ def _bytes(c: Case) -> float:
     return float(passes * _elems(c) * np.dtype(c.dtype).itemsize)
 
 
-def _cases(label: str, count: int, elems: int, clips: tuple[int, ...] = (1, 0)) -> tuple[Case, ...]:
+def _cases(
+    label: str, count: int, elems: int, clips: tuple[int, ...] = (1, 0), **extra: int
+) -> tuple[Case, ...]:
     return tuple(
-        Case(f"{label}-{'clip' if clip else 'noclip'}", {"count": count, "elems": elems, "clip": clip}, dt)
+        Case(
+            f"{label}-{'clip' if clip else 'noclip'}",
+            {"count": count, "elems": elems, "clip": clip, **extra},
+            dt,
+        )
         for clip in clips
         for dt in ("float32", "float16")
     )
@@ -888,6 +901,9 @@ SPEC = register(
         elem_tolerance={"float32": 5e-6},
         sim_cases=_cases("3x101", 3, 101),
         verify_cases=_cases("5x100003", 5, 100003),
+        # NaN (and infinities), then +inf alone: the norm is NaN / inf and every array is left as it was
+        special_cases=_cases("nan-3x101", 3, 101, (1,), specials=1)
+        + _cases("inf-3x101", 3, 101, (1,), specials=2),
         # 8 arrays of ~8.4M: 268 MB of fp32 read for the norm, then read + written again: 805 MB moved
         bench_cases=_cases("8x8388608", 8, 8388608, clips=(1,)),
         cupy=_cupy,

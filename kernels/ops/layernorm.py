@@ -58,7 +58,7 @@ from kernels.primitives.vector import (
     unpack_h8,
     vector_ok,
 )
-from kernels.registry import Case, OpSpec, Problem, register
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
 from kernels.runtime.launch import FastCache, kernel
@@ -456,7 +456,7 @@ def make_rows_half2(  # type: ignore[no-untyped-def]
     return k
 
 
-_SIGS = {
+_SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[::1], float16[:, ::1], float32)",
 }
@@ -537,7 +537,8 @@ def reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.nda
     x64 = x.astype(np.float64)
     mean = x64.mean(axis=-1, keepdims=True)
     var = ((x64 - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x64 - mean) / np.sqrt(var + eps) * w.astype(np.float64) + b.astype(np.float64)
+    out: np.ndarray = (x64 - mean) / np.sqrt(var + eps) * w.astype(np.float64) + b.astype(np.float64)
+    return out
 
 
 EPS = 1e-5
@@ -548,6 +549,8 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     dt = np.dtype(case.dtype)
     # an offset mean (3.0) with unit std: the shifted one-pass variance must survive it
     x = (rng.standard_normal((rows, n), dtype=np.float32) + 3.0).astype(dt)
+    if case.params.get(SPECIALS):
+        x = poison(x, case.params[SPECIALS])
     w = (1.0 + 0.5 * rng.standard_normal(n)).astype(dt)
     b = (0.5 * rng.standard_normal(n)).astype(dt)
     return Problem(

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from kernels.ops import gemm as _gemm
-from kernels.registry import Case, OpSpec, Problem, register
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import SIMULATED, HostSync
 from kernels.runtime.launch import FastCache
@@ -89,6 +89,8 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     b, s, k, n = (case.params[x] for x in ("B", "S", "K", "N"))
     dt = np.dtype(case.dtype)
     attn = rng.standard_normal((b, s, k)).astype(dt)
+    if case.params.get(SPECIALS):
+        attn = poison(attn, case.params[SPECIALS])
     w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(dt)  # keeps out ~ N(0, 2): fp16 stays in range
     residual = rng.standard_normal((b, s, n)).astype(dt)
     inputs = {"attn": attn, "w": w, "residual": residual}
@@ -136,9 +138,9 @@ def path_for(case: Case) -> str:
     return _gemm.resolve_path("auto", np.dtype(case.dtype))
 
 
-def _cases(shapes: list[tuple[str, int, int, int, int, int]]) -> tuple[Case, ...]:
+def _cases(shapes: list[tuple[str, int, int, int, int, int]], **extra: int) -> tuple[Case, ...]:
     return tuple(
-        Case(label, {"B": b, "S": s, "K": k, "N": n, "bias": bias}, dt)
+        Case(label, {"B": b, "S": s, "K": k, "N": n, "bias": bias, **extra}, dt)
         for label, b, s, k, n, bias in shapes
         for dt in ("float32", "float16")
     )
@@ -156,6 +158,7 @@ SPEC = register(
         tolerance={"float32": 2e-5, "float16": 1e-3},
         sim_cases=_cases([("tiny-odd+bias", 2, 5, 17, 23, 1)]),
         verify_cases=_cases([("odd+bias", 2, 37, 67, 129, 1), ("edge8", 3, 67, 136, 200, 0)]),
+        special_cases=_cases([("specials+bias", 1, 24, 32, 40, 1)], **{SPECIALS: 1}),
         bench_cases=_cases([("16x512x2560", 16, 512, 2560, 2560, 0)]),
         cupy=_cupy,
         bound="compute",

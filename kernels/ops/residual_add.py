@@ -19,7 +19,7 @@ from numba import cuda, float32
 
 from kernels.primitives.reductions import BLOCK
 from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_from, vector_ok
-from kernels.registry import Case, OpSpec, Problem, register
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import FLOAT_IO, HostSync, Operand
 from kernels.runtime.launch import FastCache, Kernel, kernel
@@ -99,7 +99,7 @@ def _make_vec_kernel(width: int, vunroll: int):  # type: ignore[no-untyped-def]
     return k
 
 
-_SIGS = {
+_SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[::1], float32[::1], float32[::1])",
     np.dtype(np.float16): "void(float16[::1], float16[::1], float16[::1])",
 }
@@ -166,6 +166,8 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     dt = np.dtype(case.dtype)
     x = rng.standard_normal(shape, dtype=np.float32).astype(dt, copy=False)
     r = rng.standard_normal(shape, dtype=np.float32).astype(dt, copy=False)
+    if case.params.get(SPECIALS):
+        x = poison(x, case.params[SPECIALS])
     ref = x.astype(np.float64) + r.astype(np.float64)
     return Problem(inputs={"x": x, "r": r}, outputs={"out": (shape, dt)}, reference={"out": ref})
 
@@ -184,9 +186,11 @@ def _elems(c: Case) -> int:
     return c.params["rows"] * c.params["cols"]
 
 
-def _cases(shapes: list[tuple[str, int, int]]) -> tuple[Case, ...]:
+def _cases(shapes: list[tuple[str, int, int]], **extra: int) -> tuple[Case, ...]:
     return tuple(
-        Case(label, {"rows": m, "cols": n}, dt) for label, m, n in shapes for dt in ("float32", "float16")
+        Case(label, {"rows": m, "cols": n, **extra}, dt)
+        for label, m, n in shapes
+        for dt in ("float32", "float16")
     )
 
 
@@ -201,6 +205,7 @@ SPEC = register(
         tolerance={"float32": 1e-6, "float16": 1e-3},
         sim_cases=_cases([("tiny-odd", 3, 37)]),
         verify_cases=_cases([("odd", 37, 1001), ("tall", 4099, 257)]),
+        special_cases=_cases([("specials", 4, 136)], specials=1),
         # 16384 x 4096: fp32 moves 805 MB, fp16 403 MB
         bench_cases=_cases([("16384x4096", 16384, 4096)]),
         cupy=_cupy,

@@ -33,7 +33,7 @@ from kernels.ops.rows import (
 )
 from kernels.primitives.reductions import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
 from kernels.primitives.vector import WIDTH, ldg_into, make_row_io, stg_from, vector_ok
-from kernels.registry import Case, OpSpec, Problem, register
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
 from kernels.runtime.launch import FastCache, kernel
@@ -149,7 +149,7 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
     return k
 
 
-_SIGS = {
+_SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[:, ::1], float32)",
 }
@@ -207,7 +207,8 @@ def rmsnorm(
 
 def reference(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     x64 = x.astype(np.float64)
-    return x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w.astype(np.float64)
+    out: np.ndarray = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w.astype(np.float64)
+    return out
 
 
 EPS = 1e-6
@@ -217,6 +218,8 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     rows, n = case.params["rows"], case.params["cols"]
     dt = np.dtype(case.dtype)
     x = (rng.standard_normal((rows, n), dtype=np.float32) * 2.0 + 0.5).astype(dt)
+    if case.params.get(SPECIALS):
+        x = poison(x, case.params[SPECIALS])
     w = (1.0 + 0.5 * rng.standard_normal(n)).astype(dt)
     return Problem(
         inputs={"x": x, "weight": w},

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 from kernels.primitives.reductions import BLOCK, PER
 from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, choose
-from kernels.registry import Case
+from kernels.registry import SPECIALS, Case
 from kernels.runtime.arrays import SIMULATED
 from kernels.runtime.launch import Kernel, sm_count
 
@@ -119,20 +119,32 @@ def pick_row_kernel(
     return (reg if n <= BLOCK * PER else plain)[dt], BLOCK, min(rows, MAX_GRID)
 
 
-def _cases(shapes: list[tuple[str, int, int]]) -> tuple[Case, ...]:
-    return tuple(Case(label, {"rows": m, "cols": n}, dt) for label, m, n in shapes for dt in _DTYPES)
+def _cases(shapes: list[tuple[str, int, int]], **extra: int) -> tuple[Case, ...]:
+    return tuple(Case(label, {"rows": m, "cols": n, **extra}, dt) for label, m, n in shapes for dt in _DTYPES)
 
 
-def row_cases() -> dict[str, tuple[Case, ...]]:
+class RowCases(TypedDict):
+    sim_cases: tuple[Case, ...]
+    verify_cases: tuple[Case, ...]
+    bench_cases: tuple[Case, ...]
+    special_cases: tuple[Case, ...]
+
+
+def row_cases() -> RowCases:
     """sim: 3 rows of 133 (register path: <= 32 threads x PER), 2 rows of 601 (streaming path, its
     4-wide unrolled loop and its tail); verify: odd widths on both paths (1001 and 64: registers, 5003:
     streaming);
-    bench: 16384 x 4096, 537 MB (fp32) / 268 MB (fp16) moved."""
-    return {
-        "sim_cases": _cases([("tiny-odd", 3, 133), ("long-odd", 2, 601)]),
-        "verify_cases": _cases([("odd", 37, 1001), ("wide-odd", 129, 5003), ("narrow", 1031, 64)]),
-        "bench_cases": _cases([("16384x4096", 16384, 4096)]),
-    }
+    bench: 16384 x 4096, 537 MB (fp32) / 268 MB (fp16) moved; specials (kernels.registry.poison): rows 0, 2,
+    3 hold NaN, +inf, -inf; 136 columns (the vector / fp16 row kernel on a GPU, registers in the simulator),
+    601 (registers on a GPU, streaming in the simulator), 5003 (streaming)."""
+    return RowCases(
+        sim_cases=_cases([("tiny-odd", 3, 133), ("long-odd", 2, 601)]),
+        verify_cases=_cases([("odd", 37, 1001), ("wide-odd", 129, 5003), ("narrow", 1031, 64)]),
+        bench_cases=_cases([("16384x4096", 16384, 4096)]),
+        special_cases=_cases(
+            [("specials", 4, 136), ("specials-odd", 4, 601), ("specials-long", 4, 5003)], **{SPECIALS: 1}
+        ),
+    )
 
 
 def row_path_of(op: str) -> Any:
@@ -173,7 +185,7 @@ def row_ptx_kernels(
 ) -> tuple[tuple[str, Any, str], ...]:
     """The offline-PTX list of a row op: its register-row, streaming and vector kernels for every dtype, and
     its ROW_KERNELS kernels (`row`: dtype -> function) for the dtypes that have one."""
-    kinds = (("reg", lambda dt: reg), ("stream", lambda dt: stream), ("vec", lambda dt: vec[dt]))
-    out = [(f"{name}_{kind}_{dt.name}", fn(dt), sig) for kind, fn in kinds for dt, sig in sigs.items()]
+    kinds = (("reg", dict.fromkeys(sigs, reg)), ("stream", dict.fromkeys(sigs, stream)), ("vec", vec))
+    out = [(f"{name}_{kind}_{dt.name}", fns[dt], sig) for kind, fns in kinds for dt, sig in sigs.items()]
     out += [(f"{name}_row_{dt.name}", fn, sigs[dt]) for dt, fn in (row or {}).items()]
     return tuple(out)

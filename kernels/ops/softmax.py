@@ -51,7 +51,7 @@ from kernels.primitives.reductions import (
     row_slots,
 )
 from kernels.primitives.vector import WIDTH, make_row_io, stg_from, vector_ok
-from kernels.registry import Case, OpSpec, Problem, register
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
 from kernels.runtime.launch import FastCache, kernel
@@ -61,11 +61,12 @@ NAN = float32(math.nan)
 
 @cuda.jit(device=True, inline="always")
 def _push(m, s, v):  # type: ignore[no-untyped-def]
-    """Add one value to an online-softmax partial (m, s)."""
-    if v > m:
-        return v, s * math.exp(m - v) + float32(1.0)
-    if m == NEG_INF:  # v is -inf too: it adds exp(-inf) = 0 (and -inf - -inf would be NaN)
-        return m, s
+    """Add one value to an online-softmax partial (m, s). NaN and +inf make the sum NaN, as they make the
+    float64 reference's exp(x - max) sum NaN: a NaN or +inf anywhere gives a NaN row."""
+    if v > m:  # v - v: 0, or NaN for v = +inf (exp(inf - inf) in the reference)
+        return v, s * math.exp(m - v) + (v - v + float32(1.0))
+    if m == NEG_INF:  # v is -inf (it adds exp(-inf) = 0; -inf - -inf would be NaN) or NaN (kept)
+        return m, (s if v == m else v)
     return m, s + math.exp(v - m)
 
 
@@ -241,7 +242,7 @@ def make_rows_blocked(  # type: ignore[no-untyped-def]
     return k
 
 
-_SIGS = {
+_SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[:, ::1])",
     np.dtype(np.float16): "void(float16[:, ::1], float16[:, ::1])",
 }
@@ -298,7 +299,8 @@ def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> 
 def reference(x: np.ndarray) -> np.ndarray:
     x64 = x.astype(np.float64)
     e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    out: np.ndarray = e / e.sum(axis=-1, keepdims=True)
+    return out
 
 
 def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
@@ -306,6 +308,9 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     dt = np.dtype(case.dtype)
     # a wide spread (std 4) and a large offset: an unstable softmax overflows exp() here
     x = (rng.standard_normal((rows, n), dtype=np.float32) * 4.0 + 40.0).astype(dt)
+    if case.params.get(SPECIALS):
+        x = poison(x, case.params[SPECIALS])
+        x[1] = -np.inf  # a row that is all -inf
     return Problem(inputs={"x": x}, outputs={"out": ((rows, n), dt)}, reference={"out": reference(x)})
 
 

@@ -120,11 +120,12 @@ def _block_max_tree(v, smem):  # type: ignore[no-untyped-def]
 
 @cuda.jit(device=True, inline="always")
 def _merge_max_sum(m1, s1, m2, s2):  # type: ignore[no-untyped-def]
-    """Merge two online-softmax partials (max, sum of exp(v - max)); -inf max means 'empty'."""
+    """Merge two online-softmax partials (max, sum of exp(v - max)); -inf max means 'empty' (sum 0), or only
+    -inf and NaN values seen (sum NaN): the sum is added, so a NaN is kept."""
     if m2 == NEG_INF:
-        return m1, s1
+        return m1, s1 + s2
     if m1 == NEG_INF:
-        return m2, s2
+        return m2, s2 + s1
     if m1 >= m2:
         return m1, s1 + s2 * math.exp(m2 - m1)
     return m2, s2 + s1 * math.exp(m1 - m2)

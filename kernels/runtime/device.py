@@ -208,7 +208,7 @@ def peaks(*, remeasure: bool = False) -> dict[str, Any]:
             bw = None
     cached = bw is not None
     if bw is None:
-        bw = measure_copy_bandwidth()
+        bw = dict[str, Any](measure_copy_bandwidth())
         bw["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from numba import cuda, types
 from numba.core import sigutils
@@ -89,7 +89,7 @@ class Kernel:
         parent, itemsize) are written here, once."""
         plan: list[tuple[int, int, int]] = []  # (kind, slot, ndim); kind: 0 array, 1 int64, 2 f64, 3 4-byte
         ptrs_rel: list[tuple[str, int]] = []  # ("b", int64 slot) or ("s", scalar index)
-        scalars: list[ctypes._SimpleCData] = []
+        scalars: list[ctypes._SimpleCData[Any]] = []
         consts: list[tuple[int, int]] = []
         i8 = 0
         for t in self.argtypes:
@@ -172,11 +172,11 @@ class Kernel:
         if type(grid) is int:
             gx, gy, gz = grid, 1, 1
         else:
-            gx, gy, gz = (tuple(grid) + (1, 1))[:3]
+            gx, gy, gz = (tuple(grid) + (1, 1))[:3]  # type: ignore[arg-type]  # not an int: a tuple
         if type(block) is int:
             bx, by, bz = block, 1, 1
         else:
-            bx, by, bz = (tuple(block) + (1, 1))[:3]
+            bx, by, bz = (tuple(block) + (1, 1))[:3]  # type: ignore[arg-type]  # not an int: a tuple
         h = stream if type(stream) is int else _stream_handle(stream)
         hs = ctypes.c_void_p(h) if h else None
         rc = self._launch(self._func, gx, gy, gz, bx, by, bz, shared, hs, self._params, None)
@@ -224,6 +224,7 @@ class Bound:
     exactly what a direct launch with those pointers would. Up to GRAPHS_PER_BOUND tuples, oldest dropped."""
 
     __slots__ = ("_kern", "_call", "_slots", "_blk", "_dims", "_shared", "_graphs", "_prev")
+    _call: Any  # the driver's cuLaunchKernel (None on the dispatcher path, where _direct never runs)
 
     def __init__(self, kern: Kernel, grid: Any, block: Any, args: Sequence[Any], shared: int,
                  ptr_args: Sequence[int] | None = None) -> None:  # fmt: skip
@@ -296,6 +297,7 @@ class LaunchGraph:
     """
 
     __slots__ = ("_exec", "_call")
+    _exec: Any  # the CUgraphExec handle, None once closed
 
     def __init__(self, record: Callable[[Any], None]) -> None:
         lib = _driver()
@@ -366,6 +368,13 @@ def _check(rc: int, what: str) -> None:
         raise LaunchError(f"{what} failed with CUresult {rc}")
 
 
+class Replayable(Protocol):
+    """What FastCache keeps: a validated launch that runs again with new data pointers (Bound, or an op's
+    own, e.g. kernels.ops.gemm.Replay)."""
+
+    def launch(self, ptrs: Sequence[int], stream: Any) -> None: ...
+
+
 class FastCache:
     """Per-launcher cache of validated launches, keyed by the operands' layout (shape, strides, dtype of each
     array, 16-byte alignment of all pointers) plus the launcher's own options. A hit skips every check and
@@ -381,9 +390,9 @@ class FastCache:
     __slots__ = ("_d",)
 
     def __init__(self) -> None:
-        self._d: dict[Any, Bound] = {}
+        self._d: dict[Any, Replayable] = {}
 
-    def find(self, objs: tuple[Any, ...], opts: Any) -> tuple[Bound | None, list[int]]:
+    def find(self, objs: tuple[Any, ...], opts: Any) -> tuple[Replayable | None, list[int]]:
         if USE_DISPATCHER:
             return None, []
         get = _EXTRACTORS.get  # filled by arrays.operand on the validating call; a miss is a cache miss
@@ -401,7 +410,7 @@ class FastCache:
         key.append(acc & 15)
         return self._d.get(tuple(key)), ptrs
 
-    def store(self, objs: tuple[Any, ...], opts: Any, bound: Bound) -> None:
+    def store(self, objs: tuple[Any, ...], opts: Any, bound: Replayable) -> None:
         if USE_DISPATCHER or len(self._d) >= self.MAX:
             return
         key: list[Any] = [opts]

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from kernels.ops.gemm import mma, portable, simt
-from kernels.registry import Case, OpSpec, Problem, register
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
 from kernels.runtime.launch import FastCache, kernel
@@ -246,6 +246,8 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     dt = np.dtype(case.dtype)
     a = rng.standard_normal((m, k)).astype(dt)
     b = rng.standard_normal((k, n)).astype(dt)
+    if case.params.get(SPECIALS):
+        a = poison(a, case.params[SPECIALS])
     ref = a.astype(np.float64) @ b.astype(np.float64)  # on the rounded inputs: only the kernel's error counts
     return Problem(inputs={"a": a, "b": b}, outputs={"c": ((m, n), F32)}, reference={"c": ref})
 
@@ -287,9 +289,11 @@ def cublas_gemm_f16_f32(a: Any, b: Any, c: Any) -> None:
     )  # fmt: skip
 
 
-def _cases(shapes: list[tuple[str, int, int, int]]) -> tuple[Case, ...]:
+def _cases(shapes: list[tuple[str, int, int, int]], **extra: int) -> tuple[Case, ...]:
     dts = ("float32", "float16")
-    return tuple(Case(label, {"M": m, "N": n, "K": k}, dt) for label, m, n, k in shapes for dt in dts)
+    return tuple(
+        Case(label, {"M": m, "N": n, "K": k, **extra}, dt) for label, m, n, k in shapes for dt in dts
+    )
 
 
 def path_for(case: Case) -> str:
@@ -335,6 +339,8 @@ SPEC = register(
         sim_cases=_cases([("tiny-odd", 19, 23, 17)]),
         # odd (unaligned: scalar-load path of mma) and multiple-of-8 but not of the tile (cp.async zero-fill)
         verify_cases=_cases([("odd", 257, 129, 67), ("edge8", 520, 392, 264)]),
+        # rows 0, M/2, M-1 of a: NaN, +inf, -inf (aligned shapes: the GPU's simt / mma kernels)
+        special_cases=_cases([("specials", 24, 40, 32)], **{SPECIALS: 1}),
         bench_cases=_cases([("4096^3", 4096, 4096, 4096), ("8192x2560x2560", 8192, 2560, 2560)]),
         cupy=_cupy,
         bound="compute",

@@ -84,7 +84,7 @@ def _make_intrinsics() -> dict[str, Any]:
     def make_load(space: int, w: int) -> Any:
         @intrinsic
         def ld(typingctx, arr, idx):  # type: ignore[no-untyped-def]
-            ret = types.float32 if w == 1 else types.UniTuple(types.float32, w)
+            ret = types.float32 if w == 1 else types.UniTuple(types.float32, w)  # type: ignore[attr-defined]
             sig = ret(arr, idx)
 
             def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
@@ -340,8 +340,8 @@ def gen_source(
     e("        cuda.syncthreads()")
     # epilogue: 8 rows x nh 4-wide column groups per thread
     for i in range(8):
-        r = f"m0 + ty * 4 + {i % 4 + (i // 4) * 64}"
-        e(f"    r = {r}")
+        row = f"m0 + ty * 4 + {i % 4 + (i // 4) * 64}"
+        e(f"    r = {row}")
         e("    if r < m:")
         for h in range(nh):
             e(f"        cc = n0 + tx * 4 + {h * 64}")
