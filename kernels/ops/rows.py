@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 import numpy as np
 
 from kernels.primitives.reductions import BLOCK, PER
-from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, choose
+from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose
 from kernels.registry import SPECIALS, Case
 from kernels.runtime.arrays import SIMULATED
-from kernels.runtime.launch import Kernel, sm_count
+from kernels.runtime.launch import Kernel, kernel, sm_count
 
 _DTYPES = ("float32", "float16")
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
@@ -92,31 +93,59 @@ def row_grid(k: Kernel, threads: int, persistent: bool, rows: int) -> int:
     return min(rows, MAX_GRID)
 
 
-def pick_row_kernel(
-    path: str,
-    dt: np.dtype,
-    ok: bool,
-    n: int,
-    rows: int,
-    *,
-    plain: dict[np.dtype, Kernel],
-    reg: dict[np.dtype, Kernel],
-    vec: dict[np.dtype, Kernel],
-    row: dict[np.dtype, tuple[Any, int, bool]],
-    row_k: dict[np.dtype, Kernel],
-) -> tuple[Kernel, int, int]:
-    """(kernel, threads per block, grid) a row op launches for `path`: the vector kernel when `choose` takes
-    it, or on "auto" for a dtype that ROW_KERNELS lists (`row` / `row_k`: that entry's kernel, threads and
-    grid-stride flag, used instead of the plain `vec`); else the one-row-in-registers kernel (`reg`) for rows
-    that fit a block, the scalar grid-stride one (`plain`) beyond. `ok`: the vector path's alignment and
-    row-length conditions hold."""
-    if choose(path, dt, ok) or (ok and path == "auto" and dt in row and not SIMULATED):
-        entry = row.get(dt)
-        if entry is None:
-            return vec[dt], BLOCK, min(rows, MAX_GRID)
-        _, threads, persistent = entry
-        return row_k[dt], threads, row_grid(row_k[dt], threads, persistent, rows)
-    return (reg if n <= BLOCK * PER else plain)[dt], BLOCK, min(rows, MAX_GRID)
+class RowKernels:
+    """One row op's kernels per dtype: `plain` (streaming, rows longer than BLOCK * PER), `reg` (the row in
+    registers), `vec` (`reg` with 16-byte loads and stores) and `row` / `row_k` (the ROW_KERNELS entry of the
+    dtype, where it has one: (function, threads per block, grid-stride?) and its launchable kernel).
+    `row_kernel(config, width)` builds an entry's function; `make_vec(width)` the vector kernel."""
+
+    def __init__(
+        self,
+        name: str,
+        sigs: dict[np.dtype, str],
+        *,
+        stream: Any,
+        reg: Any,
+        make_vec: Callable[[int], Any],
+        row_kernel: Callable[[RowConfig, int], tuple[Any, int, bool]],
+    ) -> None:
+        self.name, self.sigs = name, sigs
+        self._stream_fn, self._reg_fn = stream, reg
+        self.plain = {dt: kernel(stream, sig) for dt, sig in sigs.items()}
+        self.reg = {dt: kernel(reg, sig) for dt, sig in sigs.items()}
+        self.vec_fns = {dt: make_vec(WIDTH[dt]) for dt in sigs}
+        self.vec = {dt: kernel(self.vec_fns[dt], sig) for dt, sig in sigs.items()}
+        self.row = {dt: row_kernel(for_machine(c), WIDTH[dt]) for dt, c in ROW_KERNELS[name].items()}
+        self.row_k = {dt: kernel(fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()}
+
+    def pick(self, path: str, dt: np.dtype, ok: bool, n: int, rows: int) -> tuple[Kernel, int, int]:
+        """(kernel, threads per block, grid) for `path`: the vector kernel when `choose` takes it, or on
+        "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`); else
+        the register kernel for rows that fit a block, the streaming one beyond. `ok`: the vector path's
+        alignment and row-length conditions hold."""
+        if choose(path, dt, ok) or (ok and path == "auto" and dt in self.row and not SIMULATED):
+            entry = self.row.get(dt)
+            if entry is None:
+                return self.vec[dt], BLOCK, min(rows, MAX_GRID)
+            _, threads, persistent = entry
+            k = self.row_k[dt]
+            return k, threads, row_grid(k, threads, persistent, rows)
+        return (self.reg if n <= BLOCK * PER else self.plain)[dt], BLOCK, min(rows, MAX_GRID)
+
+    def ptx_kernels(self) -> tuple[tuple[str, Any, str], ...]:
+        """The offline-PTX list: the register, streaming and vector kernels for every dtype, and the
+        ROW_KERNELS kernels for the dtypes that have one."""
+        sigs = self.sigs
+        kinds = (
+            ("reg", dict.fromkeys(sigs, self._reg_fn)),
+            ("stream", dict.fromkeys(sigs, self._stream_fn)),
+            ("vec", self.vec_fns),
+        )
+        out = [
+            (f"{self.name}_{kind}_{dt.name}", fns[dt], sig) for kind, fns in kinds for dt, sig in sigs.items()
+        ]
+        out += [(f"{self.name}_row_{dt.name}", fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()]
+        return tuple(out)
 
 
 def _cases(shapes: list[tuple[str, int, int]], **extra: int) -> tuple[Case, ...]:
@@ -173,19 +202,3 @@ def row_path(case: Case) -> str:
     if not SIMULATED and dt in AUTO_VECTOR and (n * dt.itemsize) % VEC_BYTES == 0:
         return "vector"
     return "register"
-
-
-def row_ptx_kernels(
-    name: str,
-    reg: Any,
-    stream: Any,
-    vec: dict[Any, Any],
-    sigs: dict[Any, str],
-    row: dict[Any, Any] | None = None,
-) -> tuple[tuple[str, Any, str], ...]:
-    """The offline-PTX list of a row op: its register-row, streaming and vector kernels for every dtype, and
-    its ROW_KERNELS kernels (`row`: dtype -> function) for the dtypes that have one."""
-    kinds = (("reg", dict.fromkeys(sigs, reg)), ("stream", dict.fromkeys(sigs, stream)), ("vec", vec))
-    out = [(f"{name}_{kind}_{dt.name}", fns[dt], sig) for kind, fns in kinds for dt, sig in sigs.items()]
-    out += [(f"{name}_row_{dt.name}", fn, sigs[dt]) for dt, fn in (row or {}).items()]
-    return tuple(out)

@@ -27,15 +27,12 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from kernels.ops.rows import (
-    ROW_KERNELS,
     BlockedRows,
     RowConfig,
+    RowKernels,
     VectorRows,
-    for_machine,
-    pick_row_kernel,
     row_cases,
     row_path_of,
-    row_ptx_kernels,
 )
 from kernels.primitives.reductions import (
     BLOCK,
@@ -50,11 +47,11 @@ from kernels.primitives.reductions import (
     make_block_sum,
     row_slots,
 )
-from kernels.primitives.vector import WIDTH, make_row_io, stg_from, vector_ok
+from kernels.primitives.vector import make_row_io, stg_from, vector_ok
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
-from kernels.runtime.launch import FastCache, kernel
+from kernels.runtime.launch import FastCache
 
 NAN = float32(math.nan)
 
@@ -246,10 +243,6 @@ _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[:, ::1])",
     np.dtype(np.float16): "void(float16[:, ::1], float16[:, ::1])",
 }
-_KERNELS = {dt: kernel(_softmax_kernel, sig) for dt, sig in _SIGS.items()}
-_REG = {dt: kernel(_softmax_reg, sig) for dt, sig in _SIGS.items()}
-_VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
-_VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 
 
 def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
@@ -262,9 +255,9 @@ def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
     raise ValueError(f"softmax: no row kernel for {config}")
 
 
-_ROW = {dt: _row_kernel(for_machine(c), WIDTH[dt]) for dt, c in ROW_KERNELS["softmax"].items()}
-_ROW_FNS = {dt: fn for dt, (fn, _, _) in _ROW.items()}
-_ROW_K = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _ROW_FNS.items()}
+_K = RowKernels(
+    "softmax", _SIGS, stream=_softmax_kernel, reg=_softmax_reg, make_vec=_make_vec, row_kernel=_row_kernel
+)
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
 
@@ -286,9 +279,7 @@ def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> 
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    k, block, grid = pick_row_kernel(
-        path, xo.dtype, ok, n, xr.shape[0], plain=_KERNELS, reg=_REG, vec=_VEC, row=_ROW, row_k=_ROW_K
-    )
+    k, block, grid = _K.pick(path, xo.dtype, ok, n, xr.shape[0])
     args = (xr, arrays.as_rows(oo))
     k.launch(grid, block, args, stream=stream)
     if out is not None and xo.host is None and oo.host is None:
@@ -342,7 +333,7 @@ SPEC = register(
         **row_cases(),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=row_ptx_kernels("softmax", _softmax_reg, _softmax_kernel, _VEC_FNS, _SIGS, _ROW_FNS),
+        ptx_kernels=_K.ptx_kernels(),
         path=row_path_of("softmax"),
     )
 )

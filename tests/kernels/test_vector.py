@@ -150,8 +150,8 @@ def test_row_kernel_specs_through_launchers(monkeypatch, opname, spec, dtype):  
     mod = {"layernorm": layernorm, "softmax": softmax, "rmsnorm": rmsnorm}[opname]
     dt = np.dtype(dtype)
     row = mod._row_kernel(for_machine(spec), vector.WIDTH[dt])
-    monkeypatch.setitem(mod._ROW, dt, row)
-    monkeypatch.setitem(mod._ROW_K, dt, kernel(row[0], mod._SIGS[dt]))
+    monkeypatch.setitem(mod._K.row, dt, row)
+    monkeypatch.setitem(mod._K.row_k, dt, kernel(row[0], mod._SIGS[dt]))
     monkeypatch.setattr(mod, "_FAST", type(mod._FAST)())
     rng = np.random.default_rng()
     x = (rng.standard_normal((7, 136)) * 2 + 3).astype(dt)

@@ -82,11 +82,11 @@ def test_cli_verify_json_under_simulator():  # type: ignore[no-untyped-def]
 def test_cli_broken_kernel_exits_nonzero_naming_the_op():  # type: ignore[no-untyped-def]
     code = (
         "import sys, kernels.ops.rmsnorm as m\n"
-        "m._KERNELS = {k: v for k, v in m._KERNELS.items()}\n"
+        "plain = m._K.plain\n"
         "class Broken:\n"
         "    def launch(self, grid, block, args, **kw):\n"
         "        pass\n"  # writes nothing: outputs stay NaN
-        "m._KERNELS = {k: Broken() for k in m._KERNELS}\n"
+        "plain.update({k: Broken() for k in plain})\n"
         "from kernels.cli import main\n"
         "sys.exit(main(['verify', '--ops', 'rmsnorm,residual_add']))\n"
     )
