@@ -195,16 +195,16 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
     return k
 
 
-# --- v6b's output stage: stg_norm_h8 split in two steps over packed words --------------------------------
+# --- make_rows_half2's output stage: two steps over packed words ------------------------------------------
 #
 #   pack_norm_h8(dst, doff, src, soff, scale, shift): dst[doff + k] = the fp16 pair (src[soff + 2k] * scale +
 #     shift, src[soff + 2k + 1] * scale + shift) (fp32 FFMAs, rounded to fp16, F2FP packs 2) for k < 4: the
 #     8 normalised values of one vector as 4 packed words (RAW_DTYPE; the 32 fp32 row registers die);
 #   stg_fma_h8(out, idx, y, wr, br, off): out[idx : idx + 8] = y * w + b as 4 `fma.rn.f16x2` on the 4 words
 #     y[off:], wr[off:], br[off:] (weight and bias loaded with kernels.primitives.vector.ldg_raw), one 16-byte
-# store. With both, a thread's weight / bias loads can be written in program order BEFORE its first store
-# (v6b): stg_norm_h8 loads them inside each vector's step, after the previous vector's store, which neither
-# LLVM nor ptxas may reorder (out may alias w / b): 4 serial round trips per row for 128 x 32.
+# store. With both, a thread's weight / bias loads can be written in program order BEFORE its first store;
+# a one-step output stage loads them inside each vector's step, after the previous vector's store, which
+# neither LLVM nor ptxas may reorder (out may alias w / b): 4 serial round trips per row for 128 x 32.
 # Under the simulator the word buffers hold 8 float32 values per vector (RAW_PER_VEC), rounded to fp16.
 
 

@@ -192,9 +192,8 @@ else:
 
 # --- reducers for any block size, one barrier per reduction ----------------------------------------------
 #
-# The v3 row kernels' block reductions each end with a second barrier so `smem` can be reused. The factories
-# here (first written for the v4 row kernels, which were removed: benchmarks/notes-memory.md, "v4"; code at
-# commit 0a9cc4b) drop the trailing barrier: the caller passes a slot base that alternates between two halves
+# The register row kernels' block reductions each end with a second barrier so `smem` can be reused. The
+# factories here drop the trailing barrier: the caller passes a slot base that alternates between two halves
 # of its shared array from one row to the next (row i and row i + 2 use the same half, and row i + 1's
 # barrier separates the last read of one from the first write of the other). One barrier per reduction.
 
@@ -236,9 +235,9 @@ def make_block_sum(threads: int):  # type: ignore[no-untyped-def]
     return serial if SIMULATED else shfl
 
 
-# --- v5: explicitly unrolled, division-free reducers (round 1: v4's merged reductions cost more than the
-# barriers they saved: the tuple loop `for off in (16, 8, 4, 2, 1)` was not unrolled in its second use, and
-# Chan's merge divides at every step, with a slow-path call for zero counts) ------------------------------
+# --- explicitly unrolled, division-free reducers ----------------------------------------------------------
+# (a tuple loop `for off in (16, 8, 4, 2, 1)` is not unrolled in its second use, and a merged (Chan) reduction
+# divides at every step: benchmarks/notes-memory.md has the measurements)
 
 
 @cuda.jit(device=True, inline="always")

@@ -131,7 +131,8 @@ def _intrinsics() -> tuple[Any, Any]:
 
 def _raw_intrinsics() -> tuple[Any, Any]:
     """ldg_raw / unpack_h8: a 16-byte fp16 load kept as 4 packed 32-bit words (half the registers of 8
-    floats), converted later (kernels/ops/layernorm.py make_rows6b: row, weight, bias as packed halves)."""
+    floats), converted later (kernels/ops/layernorm.py make_rows_half2: row, weight, bias as packed
+    halves)."""
     from llvmlite import ir
     from numba.core import types
     from numba.cuda.extending import intrinsic
@@ -255,69 +256,3 @@ def make_row_io(width: int, block: int, per: int) -> tuple[Any, Any]:
                         v[q * width + e] = fill
 
     return load_row, col_of
-
-
-def _norm_intrinsic() -> Any:
-    """stg_norm_h8(out, idx, w, b, src, off, scale, shift): out[idx + k] = fp16(fp16(src[off + k] * scale +
-    shift) * w[idx + k] + b[idx + k]) for k < 8: the normalised value is computed in fp32 (one FFMA) and
-    rounded to fp16; weight and bias are loaded as packed halves (16 bytes each, never converted) and applied
-    with half2 FMAs (`fma.rn.f16x2`: 2 elements per instruction, one rounding). layernorm v6's output
-    stage."""
-    from llvmlite import ir
-    from numba.core import cgutils, types
-    from numba.cuda.extending import intrinsic
-
-    i32 = ir.IntType(32)
-    h8 = ir.VectorType(ir.HalfType(), 8)
-
-    def _ptr(context: Any, builder: Any, arr_ty: Any, arr: Any, idx_ty: Any, idx: Any) -> Any:
-        ary = context.make_array(arr_ty)(context, builder, arr)
-        i = context.cast(builder, idx, idx_ty, types.intp)
-        p = builder.gep(ary.data, [i])
-        gp = builder.addrspacecast(p, ir.PointerType(p.type.pointee, 1))  # 1 = global
-        return builder.bitcast(gp, ir.PointerType(h8, 1))
-
-    @intrinsic
-    def stg_norm_h8(typingctx, out, idx, w, b, src, off, scale, shift):  # type: ignore[no-untyped-def]
-        for a in (out, w, b):
-            if not isinstance(a, types.Array) or a.dtype != types.float16:
-                raise TypeError(f"stg_norm_h8 needs float16 arrays, got {a}")
-        if not isinstance(src, types.Array) or src.dtype != types.float32:
-            raise TypeError(f"stg_norm_h8 needs a float32 local array, got {src}")
-        sig = types.void(out, idx, w, b, src, off, types.float32, types.float32)
-
-        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            a_out, a_idx, a_w, a_b, a_src, a_off, a_sc, a_sh = args
-            t = sig.args
-            wv = builder.load(_ptr(context, builder, t[2], a_w, t[1], a_idx), align=VEC_BYTES)
-            bv = builder.load(_ptr(context, builder, t[3], a_b, t[1], a_idx), align=VEC_BYTES)
-            f32 = ir.FloatType()
-            mod = builder.module
-            fma32 = cgutils.get_or_insert_function(mod, ir.FunctionType(f32, [f32] * 3), "llvm.fma.f32")
-            fma16 = cgutils.get_or_insert_function(mod, ir.FunctionType(h8, [h8] * 3), "llvm.fma.v8f16")
-            la = context.make_array(t[4])(context, builder, a_src)
-            o = context.cast(builder, a_off, t[5], types.intp)
-            y = ir.Constant(h8, ir.Undefined)
-            for k in range(8):
-                e = builder.load(builder.gep(la.data, [builder.add(o, ir.Constant(o.type, k))]))
-                e = builder.call(fma32, [e, a_sc, a_sh])
-                y = builder.insert_element(y, builder.fptrunc(e, ir.HalfType()), ir.Constant(i32, k))
-            r = builder.call(fma16, [y, wv, bv])
-            builder.store(r, _ptr(context, builder, t[0], a_out, t[1], a_idx), align=VEC_BYTES)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return stg_norm_h8
-
-
-if SIMULATED:
-
-    @cuda.jit(device=True)
-    def stg_norm_h8(out, idx, w, b, src, off, scale, shift):  # type: ignore[no-untyped-def]
-        for k in range(8):
-            y = np.float16(src[off + k] * scale + shift)
-            out[idx + k] = np.float16(float32(y) * float32(w[idx + k]) + float32(b[idx + k]))
-
-else:
-    stg_norm_h8 = _norm_intrinsic()
