@@ -92,7 +92,9 @@ def _layernorm_kernel(x, w, b, out, eps):  # type: ignore[no-untyped-def]
         fn = float32(n)
         sm = block_sum(s0 + s1, smem) / fn
         sq = block_sum(q0 + q1, smem) / fn
-        var = max(sq - sm * sm, float32(0.0))
+        # abs, not max(., 0): a GPU max drops a NaN (max.f32), turning the NaN variance of a row holding an
+        # infinity into 0; the cancellation error abs folds back is as small as the one max would zero
+        var = abs(sq - sm * sm)
         rstd = float32(1.0) / math.sqrt(var + eps)
         mean = k + sm
         j = tid
@@ -391,7 +393,7 @@ def make_rows_half2(  # type: ignore[no-untyped-def]
                             q += d * d
             s, q = bsum2(s, q, sm, base)
             ms = s / fn
-            var = max(q / fn - ms * ms, float32(0.0))
+            var = abs(q / fn - ms * ms)  # abs, not max(., 0): see _layernorm_kernel
             rstd = float32(1.0) / math.sqrt(var + eps)
             shift = -ms * rstd
             orow = out[row]
