@@ -49,6 +49,20 @@ EXTRA_OLD = (
 )  # fmt: skip
 
 
+# Kernels the tree at 45c50bf listed that this one no longer ships (auto does not take them on the H200) but
+# still runs elsewhere: gemm / o_proj portable (the simulator; fp16 without tensor cores).
+EXTRA_NEW = (
+    ("gemm_portable_float32", "gemm", "kernels.ops.gemm", "portable.make_kernel(False, False)",
+     "_sig(F32, F32)", None),
+    ("gemm_portable_float16", "gemm", "kernels.ops.gemm", "portable.make_kernel(False, False)",
+     "_sig(F16, F32)", None),
+    ("o_proj_portable_float32", "o_proj", "kernels.ops.gemm", "portable.make_kernel(False, True)",
+     "_sig(F32, F32)", None),
+    ("o_proj_portable_float16", "o_proj", "kernels.ops.gemm", "portable.make_kernel(False, True)",
+     "_sig(F16, F16)", None),
+)  # fmt: skip
+
+
 def _sha(data: bytes | str) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
@@ -92,11 +106,11 @@ def _entries() -> list[tuple[str, str, Any, str, list[str]]]:
             out.append((e[0], spec.name, e[1], e[2], [str(p) for p in e[3]] if len(e) > 3 else []))
     import kernels
 
-    if (Path(kernels.__file__).parent / "ptx.py").exists():  # the old layout
-        for name, op, mod, expr, sig, link in EXTRA_OLD:
-            ns = vars(importlib.import_module(mod))
-            files = [str(eval(link, ns))] if link else []
-            out.append((name, op, eval(expr, ns), eval(sig, ns), files))
+    old = (Path(kernels.__file__).parent / "ptx.py").exists()  # the layout of 45c50bf
+    for name, op, mod, expr, sig, link in EXTRA_OLD if old else EXTRA_NEW:
+        ns = vars(importlib.import_module(mod))
+        files = [str(eval(link, ns))] if link else []
+        out.append((name, op, eval(expr, ns), eval(sig, ns), files))
     return out
 
 
