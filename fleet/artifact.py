@@ -166,7 +166,7 @@ def check_ptx_stack(spec: FleetSpec, *, python: str, root: Path) -> dict[str, st
 def compile_targets(
     ccs: tuple[str, ...], *, root: Path, python: str | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
-    """PTX of every kernel for each target, compiled offline in a child process (kernels.ptx, via
+    """PTX of every kernel for each target, compiled offline in a child process (kernels.runtime.ptx, via
     fleet.ptx_export) so a simulator setting or CUDA state of this process cannot leak in."""
     targets: list[dict[str, Any]] = []
     files: dict[str, bytes] = {}
@@ -183,7 +183,7 @@ def compile_targets(
             cwd=str(root),
             check=False,
         )
-        if proc.returncode == 3:  # kernels.ptx does not exist (yet): build without PTX, and say so
+        if proc.returncode == 3:  # kernels.runtime.ptx does not exist (yet): build without PTX, and say so
             targets.append({"cc": cc, "ptx_status": f"unavailable: {proc.stdout.strip()}", "kernels": []})
             continue
         if proc.returncode != 0:

@@ -1,10 +1,10 @@
 """Child process of `solfleet build`: `python -m fleet.ptx_export 9.0` prints a JSON list of
 {op, kernel, signature, ptx, registers, shared_bytes, spill_bytes, ptxas, link} for every kernel that
-kernels.ptx.compile_all compiles offline for that compute capability.
+kernels.runtime.ptx.compile_all compiles offline for that compute capability.
 
-Run with cwd = the tree being packaged. Exit 3 (reason on stdout) when that tree has no kernels/ptx.py, so a
-build can still package the kernels and record that PTX was unavailable; any other failure (a kernel that
-does not compile) is a build error."""
+Run with cwd = the tree being packaged. Exit 3 (reason on stdout) when that tree has no
+kernels/runtime/ptx.py, so a build can still package the kernels and record that PTX was unavailable; any
+other failure (a kernel that does not compile) is a build error."""
 
 from __future__ import annotations
 
@@ -41,15 +41,15 @@ def main(argv: list[str]) -> int:
         return 2
     cc = tuple(int(x) for x in argv[0].split("."))
     try:
-        ptx = importlib.import_module("kernels.ptx")
+        ptx = importlib.import_module("kernels.runtime.ptx")
     except ModuleNotFoundError as exc:
-        if exc.name == "kernels.ptx":
-            print("kernels/ptx.py not present in this tree")
+        if exc.name in ("kernels.runtime", "kernels.runtime.ptx"):  # a tree without kernels/runtime/ too
+            print("kernels/runtime/ptx.py not present in this tree")
             return 3
         raise
-    # an editable install can resolve kernels.ptx from another checkout: PTX must match the packaged tree
+    # an editable install can resolve kernels.runtime.ptx from another checkout: PTX must match this tree
     if not Path(ptx.__file__ or "").resolve().is_relative_to(Path.cwd().resolve()):
-        print(f"kernels/ptx.py not present in this tree (found only {ptx.__file__})")
+        print(f"kernels/runtime/ptx.py not present in this tree (found only {ptx.__file__})")
         return 3
     try:
         records = _records(ptx.compile_all(cc))

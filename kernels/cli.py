@@ -85,8 +85,8 @@ def _bench_table(rep: dict[str, Any]) -> str:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from kernels import device
-    from kernels.arrays import SIMULATED
+    from kernels.runtime import device
+    from kernels.runtime.arrays import SIMULATED
 
     device.require_device()
     rep = {"simulated": SIMULATED, "device": device.describe(), "versions": device.versions(),
@@ -97,7 +97,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from kernels import verify
+    from kernels.harness import verify
 
     rep = verify.run(_ops(args.ops), shapes=args.shapes, seed=args.seed)
     _emit(rep, args.json, _verify_table(rep))
@@ -105,12 +105,12 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from kernels import bench
+    from kernels.harness import bench
 
     ops = _ops(args.ops)
     if args.overhead:
-        from kernels import overhead
-        from kernels.arrays import SIMULATED
+        from kernels.harness import overhead
+        from kernels.runtime.arrays import SIMULATED
 
         if SIMULATED:
             raise bench.SimulatorRefused(bench.REFUSAL)
@@ -127,7 +127,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(rep, indent=1, default=str))
     if args.plot:
-        from kernels.roofline import plot
+        from kernels.harness.roofline import plot
 
         plot(rep, args.plot)
     _emit(rep, args.json, _bench_table(rep))
@@ -135,7 +135,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    from kernels import health
+    from kernels.harness import health
 
     rep = health.run()
     table = "\n".join(f"{'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}" for c in rep["checks"])
@@ -145,8 +145,8 @@ def _health(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from kernels.bench import SimulatorRefused
-    from kernels.device import NoDevice
+    from kernels.harness.bench import SimulatorRefused
+    from kernels.runtime.device import NoDevice
 
     try:
         return {"info": _info, "verify": _verify, "bench": _bench, "health": _health}[args.cmd](args)

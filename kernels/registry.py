@@ -2,15 +2,16 @@
 
 Every operator module under `kernels/ops/` defines its kernel(s), a host launcher, a float64 numpy reference,
 its FLOP/byte model, tolerance and shapes, and registers one or more `OpSpec`s with `register()`. The harness
-(`kernels.verify`, `kernels.bench`) never knows an op by name: it only walks `all_ops()`.
+(`kernels.harness.verify`, `kernels.harness.bench`) never knows an op by name: it only walks `all_ops()`.
 
 The harness does, for every case:
   1. `problem = spec.make_problem(case, rng)`: fresh random host inputs and the outputs to allocate.
   2. copies inputs to the device, allocates every output on the device filled with NaN (poison),
   3. `spec.launch(dev_args)`: dev_args holds the inputs and the outputs by name; in-place ops modify inputs
      named in `problem.inplace`,
-  4. copies outputs (and in-place inputs) back, checks every element is finite where the reference is, and
-     compares ||out - ref|| / ||ref|| (float64) with `spec.tolerance[case.dtype]`.
+  4. copies outputs (and in-place inputs) back, checks every element is finite where the reference is (and
+     NaN / the same infinity where it is not), compares ||out - ref|| / ||ref|| (float64) with
+     `spec.tolerance[case.dtype]` and the per-element error with `spec.elem_tolerance_of(case.dtype)`.
 """
 
 from __future__ import annotations
@@ -62,12 +63,45 @@ class OpSpec:
     bound: str = "memory"  # "memory" | "compute": which peak SOL is scored against
     # kernels to compile offline to PTX for the artifact manifest: (kernel name, @cuda.jit dispatcher or
     # python function, numba signature string). Kernels that link external CUDA C add a 4th item, their link
-    # files (see kernels.ptx).
+    # files (see kernels.runtime.ptx).
     ptx_kernels: tuple[tuple[Any, ...], ...] = ()
     # which implementation the launcher takes for a case on this machine (e.g. "portable" under the
     # simulator, "mma" on tensor cores), for ops with several; verify/bench put it in each result as "path".
     # None: one path.
     path: Callable[[Case], str] | None = None
+    # dtype -> per-element bound max |out - ref| / (|ref| + rms(ref)) (kernels.harness.verify); absent dtypes
+    # take ELEM_TOLERANCE. Set above the largest error measured (simulator and H200 verify report `elem_err`)
+    # and far below the ~1 of a wrong element.
+    elem_tolerance: Mapping[str, float] = field(default_factory=dict)
+    # small cases whose make_problem puts NaN and infinities into the inputs (params["specials"], see
+    # `poison`): every output must be NaN / +inf / -inf exactly where the float64 reference is, and right
+    # elsewhere. Verify runs them in the simulator and on the GPU; docs/ops.md states each op's behaviour.
+    special_cases: tuple[Case, ...] = ()
+
+    def elem_tolerance_of(self, dtype: str) -> float:
+        return float(self.elem_tolerance.get(dtype, ELEM_TOLERANCE.get(dtype, 1e-2)))
+
+
+# measured in the simulator at every sim case: fp32 <= 5e-7, fp16 <= 3.6e-4 (under one fp16 ulp, 2^-11); the
+# bounds leave room for GPU accumulation orders and fastmath (fp32 ~200x, fp16 ~8 ulps) and stay far below
+# the ~1 of a wrong element
+ELEM_TOLERANCE: dict[str, float] = {"float32": 1e-4, "float16": 4e-3}
+
+
+SPECIALS = "specials"  # Case.params key: 1 = NaN, +inf and -inf in the inputs; 2 = +inf only
+
+
+def poison(x: np.ndarray, kind: int = 1) -> np.ndarray:
+    """A copy of `x` with NaN at its first element, +inf at its middle one and -inf at its last (kind 1), or
+    +inf at the middle one only (kind 2). In a matrix of 4 rows they land in rows 0, 2 and 3: row 1 stays
+    finite (an op may fill it with a special pattern of its own)."""
+    y = np.array(x, copy=True)
+    flat = y.reshape(-1)
+    if kind == 2:
+        flat[flat.size // 2] = np.inf
+    else:
+        flat[[0, flat.size // 2, flat.size - 1]] = [np.nan, np.inf, -np.inf]
+    return y
 
 
 _REGISTRY: dict[str, OpSpec] = {}

@@ -7,6 +7,6 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"  # ansible-lint and ansible-runner find their tools in .venv
 echo "== ruff";          .venv/bin/ruff check kernels fleet tests playbooks benchmarks
                           .venv/bin/ruff format --check kernels fleet tests playbooks benchmarks
-echo "== mypy fleet/";   .venv/bin/mypy
+echo "== mypy";          .venv/bin/mypy
 echo "== ansible-lint";  (cd playbooks && ../.venv/bin/ansible-lint --offline -q .)
 echo "== pytest";        .venv/bin/pytest "$@"

@@ -17,13 +17,13 @@ import numpy as np
 from numba import cuda, float32
 from numba.core.types import float16
 
-from kernels import arrays
-from kernels.arrays import HostSync
-from kernels.launch import FastCache, kernel
-from kernels.reduce import BLOCK
-from kernels.registry import Case, OpSpec, Problem, register
+from kernels.primitives.reductions import BLOCK
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import HostSync
+from kernels.runtime.launch import FastCache, kernel
 
-THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.reduce)
+THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.primitives.reductions)
 UNROLL = 8  # one input stream of 4-byte loads: 8 in flight per thread, as residual_add's fp16 path
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
@@ -54,7 +54,7 @@ def _cast_kernel(x, out):  # type: ignore[no-untyped-def]
 _SIG = "void(float32[::1], float16[::1])"
 _KERNEL = kernel(_cast_kernel, _SIG)
 MAX_GRID = 2**31 - 1
-_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
 
 def cast(x: Any, out: Any = None, *, stream: int = 0) -> Any:
@@ -82,6 +82,9 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     shape = (case.params["rows"], case.params["cols"])
     # a spread of magnitudes (1e-3 .. 1e3) so rounding at every exponent is exercised
     x = rng.standard_normal(shape, dtype=np.float32) * np.exp(rng.uniform(-7, 7, shape).astype(np.float32))
+    if case.params.get(SPECIALS):
+        x = poison(x, case.params[SPECIALS])
+        x[1, :3] = [70000.0, -1e30, 65519.0]  # past fp16's range: +-inf; 65519 still rounds to 65504
     return Problem(
         inputs={"x": x},
         outputs={"out": (shape, F16)},
@@ -115,8 +118,10 @@ SPEC = register(
         bytes=lambda c: float(6 * _elems(c)),
         # the reference is numpy's own fp32 -> fp16 rounding: the kernel must match it exactly
         tolerance={"float32": 0.0},
+        elem_tolerance={"float32": 0.0},  # round to nearest even: exact
         sim_cases=(_case("tiny-odd", 3, 37),),
         verify_cases=(_case("odd", 37, 1001), _case("tall", 4099, 257)),
+        special_cases=(Case("specials", {"rows": 4, "cols": 136, SPECIALS: 1}, "float32"),),
         # 16384 x 4096: reads 268 MB, writes 134 MB
         bench_cases=(_case("16384x4096", 16384, 4096),),
         cupy=_cupy,

@@ -1,86 +1,64 @@
 """clip_grad_norm: total = sqrt(sum over arrays of sum(g^2)); if total > max_norm every g is scaled in place
 by max_norm / (total + 1e-6) (PyTorch's rule); returns total.
 
+Non-finite gradients: a NaN anywhere makes total NaN, an infinity (or a sum of squares past the fp32 / fp64
+range) makes it +inf. Either way the gradients are left exactly as they are, and the non-finite total is
+returned: scaling by NaN or by 0 would destroy every finite gradient, and the caller is the one who decides
+(skip the step, lower the loss scale). PyTorch instead multiplies by the NaN / 0 coefficient.
+
 Floors for N elements in all: 2N FLOP for the norm (+1N for the scale when it clips); bytes = N * itemsize
 to read for the norm, plus 2N * itemsize to read and write when it clips (the norm must be complete before
-any scaling, so the data is read twice unless it fits in L2).
+any scaling, so the data is read twice unless it fits in L2). Measured figures: benchmarks/notes-clip.md.
 
-What "auto" runs (v4, section "v4" below; benchmarks/notes-clip.md has every figure): for up to SLOTS
-16-byte aligned arrays and no `workspace`, the "two" path: kernel 1 = sum of squares over the tiles of ALL
-arrays numbered as one sequence and dealt round-robin to a persistent grid (16-byte loads, one fp32 partial
-per block, no atomics); kernel 2 = every block sums the partials in one fixed order (the same norm in every
-block) and scales its tiles walking from the end of the sequence (what kernel 1 read last may still be in
-L2). H200: 211 / 110.5 us of device time for the bench case (fp32 / fp16, 0.92 / 0.88 of copy). Device
-arrays with `norm_out` take a lean host path (parameter words written with one struct.pack_into per
-kernel, remembered per array objects). Other paths stay selectable: "one" (both passes in one launch with
-a grid barrier: same device time, less host time, but needs a co-resident grid), "two_last", and the
-older ones below. More arrays or a `workspace` take "split".
-
-Kernels of the older paths, all on one stream, no host round trip between them:
-  1. `_zero`: clears a float64 accumulator on the device;
-  2. `_sumsq` per array: persistent blocks over contiguous tiles, fp32 sum of squares per thread (8 or 16
-     loads in flight), a block reduction, then one float64 atomic add per block;
-  3. `_scale` per array: one block per tile; every thread reads the accumulator, derives the coefficient
-     itself and returns at once when there is nothing to clip (no traffic); block 0 writes the norm.
-That is the v2 "split" path: 1 + 2 x count launches. The v3 "fused" path does it all in one launch:
-  clip_grad_norm in ONE launch (v3): every array's sum of squares, a grid-wide barrier, then every array's
-  scaling, in one persistent kernel over up to SLOTS arrays. The v2 path (kernels/ops/clip_grad_norm.py,
-  "split") takes 1 + 2 x count launches, each ending in a tail: 17 for 8 arrays, 0.66 / 0.43 of copy.
-
-  Why a software barrier: the norm must be complete before any element is scaled. numba's grid group sync
-  needs a cooperative launch through its dispatcher (28 us of host overhead, FACTS.md); the fast launch path
-  (kernels.launch) does a plain cuLaunchKernel. So the grid is sized to be co-resident (SMs x
-  FUSED_BLOCKS_PER_SM, capped by the occupancy query) and thread 0 of each block arrives on a device counter:
-  the last block to arrive resets the counter and bumps a generation word; the others spin on an atomic read
-  of the generation, for at most SPIN_LIMIT polls (~1 s): a block that gives up (a grid that was not
-  co-resident after all, e.g. another stream's kernel held SMs) scales nothing and writes NaN as the norm,
-  so the caller sees the failure instead of a silently wrong clip. The state lives on the device between
-  calls, so a call needs no memset launch:
-    bar[0]  arrivals in this call (the last arrival puts it back to 0)
-    bar[1]  generation: the number of completed calls (read by every block before it arrives)
-    acc[gen & 1]  this call's float64 sum of squares; block 0 zeroes acc[1 - (gen & 1)] for the next call
-      (nobody reads it any more: the previous call's readers finished with their kernel).
-  Scaling walks arrays and tiles in reverse order: the data read last by the sum of squares is still in L2
-  (50 MB on the H200) and is scaled first.
-  The CUDA simulator runs blocks one after another, so a spinning block would wait forever: under it the
-  grid is one block (the barrier's arithmetic still runs). Calls on several streams at once must not share
-  this state: they pass `workspace`, which selects the split path.
+Two strategies (`PATHS`):
+  - "two_pass" (what "auto" runs for up to SLOTS 16-byte aligned arrays and no `workspace`): kernel 1 = sum
+    of squares over the tiles of ALL arrays numbered as one sequence and dealt round-robin to a persistent
+    grid (16-byte loads, one fp32 partial per block, no atomics; the last `l2_keep_mb` MB are loaded with an
+    L2 evict_last policy); kernel 2 = every block sums the partials in one fixed order (the same norm in
+    every block) and scales its tiles walking from the end of the sequence (what kernel 1 read last is
+    still in L2). Device arrays with `norm_out` take a lean host path (parameter words written with one
+    struct.pack_into per kernel, remembered per array objects; repeat calls replay a CUDA graph).
+  - "per_array" (more than SLOTS arrays, unaligned arrays, or a `workspace`: calls on several streams at
+    once), all on one stream, no host round trip: `_zero` clears a float64 accumulator; `_sumsq` per array:
+    persistent blocks over contiguous tiles, fp32 sum of squares per thread, a block reduction, one float64
+    atomic add per block; `_scale` per array: one block per tile, every thread derives the coefficient from
+    the accumulator and returns at once when there is nothing to clip; block 0 writes the norm.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 import struct
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32, float64, int32, int64, uint64
+from numba import cuda, float32, float64, int64, uint64
 
-from kernels import arrays
-from kernels import launch as _launch
-from kernels.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
-from kernels.launch import USE_DISPATCHER, GraphCache, Kernel, LaunchError, _stream_handle, kernel, sm_count
-from kernels.reduce import BLOCK, block_sum
-from kernels.registry import Case, OpSpec, Problem, register
-from kernels.vector import (
-    AUTO_VECTOR,
-    VEC_BYTES,
-    WIDTH,
-    l2_evict_first,
-    l2_evict_last,
-    ldg_hint_into,
-    ldg_into,
-    stg_from,
-    stg_hint_from,
-    vector_ok,
+from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last, ldg_hint_into
+from kernels.primitives.reductions import BLOCK, block_sum
+from kernels.primitives.vector import VEC_BYTES, WIDTH, ldg_into, stg_from, vector_ok
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.runtime import arrays
+from kernels.runtime import launch as _launch
+from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
+from kernels.runtime.launch import (
+    USE_DISPATCHER,
+    GraphCache,
+    Kernel,
+    LaunchError,
+    _stream_handle,
+    kernel,
+    sm_count,
 )
 
 BLOCKS_PER_SM = 8
-PATHS = ("auto", "split", "fused", "fused_vector", "two", "two_last", "one")
+PATHS = ("auto", "two_pass", "per_array")
 CLIP_EPS = 1e-6
 MAX_GRID = 2**31 - 1
 
@@ -136,7 +114,7 @@ def _make_scale(unroll: int):  # type: ignore[no-untyped-def]
         if tid == 0 and cuda.blockIdx.x == 0:
             norm_out[0] = float32(norm)
         coef = max_norm / (norm + CLIP_EPS)
-        if coef >= 1.0:
+        if not (coef < 1.0 and coef > 0.0):  # nothing to clip, or a non-finite norm (see the module doc)
             return
         c = float32(coef)
         v = cuda.local.array(unroll, float32)
@@ -168,11 +146,11 @@ _scale = {dt: _make_scale(u) for dt, u in SCALE_UNROLL.items()}
 
 
 _ZERO_SIG = "void(float64[::1])"
-_SUMSQ_SIGS = {
+_SUMSQ_SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[::1], float64[::1])",
     np.dtype(np.float16): "void(float16[::1], float64[::1])",
 }
-_SCALE_SIGS = {
+_SCALE_SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[::1], float64[::1], float32[::1], float64)",
     np.dtype(np.float16): "void(float16[::1], float64[::1], float32[::1], float64)",
 }
@@ -182,294 +160,58 @@ _SCALE: dict[np.dtype, Kernel] = {dt: kernel(_scale[dt], s) for dt, s in _SCALE_
 _workspace: Operand | None = None
 
 
-# --- v3: one fused launch ------------------------------------------------------------------------------
-
-SLOTS = 8  # arrays per fused launch; more than that takes the split path
-FUSED_BLOCKS_PER_SM = 4
-SPIN_LIMIT = 1 << 22  # atomic reads of the generation word, >= ~1 s
-_FUSED_JIT: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, FUSED_BLOCKS_PER_SM)}
-# scalar loads in flight per thread (sum of squares, scale) and 16-byte vectors per thread
-FUSED_UNROLL = {F32: (8, 8), F16: (16, 16)}
-FUSED_VEC_UNROLL = (4, 2)
+SLOTS = 8  # arrays per two_pass launch; more than that takes the per_array path
+_empty_arrays: dict[np.dtype, Operand] = {}
 
 
-def _parts(unroll_sq: int, unroll_sc: int, vec: bool, width: int) -> tuple[Any, Any]:
-    """Device helpers over one array: `sumsq(g, s, v)` adds this block's share of sum(g^2) to s, and
-    `scale(g, c, v)` multiplies this block's share by c. A block's share: tiles blockIdx, blockIdx + grid,
-    ... (scale: the same tiles counted from the end)."""
-    if vec:
-        tile_sq = BLOCK * unroll_sq * width
-        tile_sc = BLOCK * unroll_sc * width
-    else:
-        tile_sq = BLOCK * unroll_sq
-        tile_sc = BLOCK * unroll_sc
-
-    @cuda.jit(device=True, inline="always")
-    def sumsq(g, s, v):  # type: ignore[no-untyped-def]
-        n = g.shape[0]
-        tid = cuda.threadIdx.x
-        chunk = cuda.blockIdx.x
-        while chunk * tile_sq < n:
-            base = chunk * tile_sq
-            if base + tile_sq <= n:
-                if vec:
-                    for u in range(unroll_sq):
-                        ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
-                    for e in range(unroll_sq * width):
-                        s += v[e] * v[e]
-                else:
-                    for u in range(unroll_sq):
-                        v[u] = float32(g[base + u * BLOCK + tid])
-                    for u in range(unroll_sq):
-                        s += v[u] * v[u]
-            else:
-                i = base + tid
-                while i < n:
-                    t = float32(g[i])
-                    s += t * t
-                    i += BLOCK
-            chunk += cuda.gridDim.x
-        return s
-
-    @cuda.jit(device=True, inline="always")
-    def scale(g, c, v):  # type: ignore[no-untyped-def]
-        n = g.shape[0]
-        tid = cuda.threadIdx.x
-        # signed on purpose: the walk ends below 0 (blockIdx/gridDim are uint32)
-        chunk = (n + tile_sc - 1) // tile_sc - 1 - int64(cuda.blockIdx.x)
-        while chunk >= 0:
-            base = chunk * tile_sc
-            if base + tile_sc <= n:
-                if vec:
-                    for u in range(unroll_sc):
-                        ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
-                    for e in range(unroll_sc * width):
-                        v[e] *= c
-                    for u in range(unroll_sc):
-                        stg_from(g, base + (u * BLOCK + tid) * width, v, u * width)
-                else:
-                    for u in range(unroll_sc):
-                        v[u] = float32(g[base + u * BLOCK + tid])
-                    for u in range(unroll_sc):
-                        g[base + u * BLOCK + tid] = v[u] * c
-            else:
-                i = base + tid
-                while i < n:
-                    g[i] = float32(g[i]) * c
-                    i += BLOCK
-            chunk -= int64(cuda.gridDim.x)
-
-    return sumsq, scale
-
-
-def _make_fused(unroll_sq: int, unroll_sc: int, vec: bool, width: int):  # type: ignore[no-untyped-def]
-    sumsq, scale = _parts(unroll_sq, unroll_sc, vec, width)
-    nv = max(unroll_sq, unroll_sc) * (width if vec else 1)
-
-    @cuda.jit(**_FUSED_JIT)
-    def k(g0, g1, g2, g3, g4, g5, g6, g7, acc, bar, norm_out, max_norm):  # type: ignore[no-untyped-def]
-        smem = cuda.shared.array(BLOCK, float32)
-        gen_s = cuda.shared.array(1, int32)
-        tot_s = cuda.shared.array(1, float64)
-        late = cuda.shared.array(1, int32)  # 1: this block gave up waiting at the barrier
-        v = cuda.local.array(nv, float32)
-        tid = cuda.threadIdx.x
-        if tid == 0:
-            gen_s[0] = cuda.atomic.add(bar, 1, 0)  # atomic read: never a stale cached value
-            late[0] = 0
-        cuda.syncthreads()
-        gen = gen_s[0]
-        slot = gen & 1
-        if tid == 0 and cuda.blockIdx.x == 0:
-            acc[1 - slot] = 0.0
-        s = float32(0.0)
-        s = sumsq(g0, s, v)
-        s = sumsq(g1, s, v)
-        s = sumsq(g2, s, v)
-        s = sumsq(g3, s, v)
-        s = sumsq(g4, s, v)
-        s = sumsq(g5, s, v)
-        s = sumsq(g6, s, v)
-        s = sumsq(g7, s, v)
-        total = block_sum(s, smem)
-        if tid == 0:
-            cuda.atomic.add(acc, slot, float64(total))
-            cuda.threadfence()  # this block's partial is visible before it counts as arrived
-            if cuda.atomic.add(bar, 0, 1) == cuda.gridDim.x - 1:
-                bar[0] = 0  # nobody touches the count again in this call
-                cuda.threadfence()
-                cuda.atomic.add(bar, 1, 1)  # release every spinning block
-            else:
-                # bounded: if the grid were ever not co-resident the GPU must not hang; a block that gives
-                # up does not know the norm, so it scales nothing and reports NaN (never a wrong norm). A
-                # real wait is one block's share, ~100 us.
-                spins = 0
-                while cuda.atomic.add(bar, 1, 0) == gen and spins < SPIN_LIMIT:
-                    spins += 1
-                if spins >= SPIN_LIMIT:
-                    late[0] = 1
-            cuda.threadfence()
-            tot_s[0] = cuda.atomic.add(acc, slot, 0.0)  # every partial is in: read it coherently
-        cuda.syncthreads()
-        if late[0] == 1:
-            if tid == 0:
-                norm_out[0] = float32(math.nan)
-            return
-        norm = math.sqrt(tot_s[0])
-        if tid == 0 and cuda.blockIdx.x == 0:
-            norm_out[0] = float32(norm)
-        coef = max_norm / (norm + CLIP_EPS)
-        if coef >= 1.0:
-            return
-        c = float32(coef)
-        scale(g7, c, v)
-        scale(g6, c, v)
-        scale(g5, c, v)
-        scale(g4, c, v)
-        scale(g3, c, v)
-        scale(g2, c, v)
-        scale(g1, c, v)
-        scale(g0, c, v)
-
-    return k
-
-
-def _sig(dt: np.dtype) -> str:
-    a = f"{dt.name}[::1]"
-    return f"void({', '.join([a] * SLOTS)}, float64[::1], int32[::1], float32[::1], float64)"
-
-
-FUSED_SIGS = {dt: _sig(dt) for dt in (F32, F16)}
-FUSED_FNS = {
-    (dt, vec): _make_fused(*(FUSED_VEC_UNROLL if vec else FUSED_UNROLL[dt]), vec, WIDTH[dt])
-    for dt in FUSED_SIGS
-    for vec in (False, True)
-}
-_FUSED: dict[tuple[np.dtype, bool], Kernel] = {
-    key: kernel(d, FUSED_SIGS[key[0]]) for key, d in FUSED_FNS.items()
-}
-_state: dict[str, Operand] = {}
-_fgrid: dict[tuple[np.dtype, bool], int] = {}
-
-
-def _device_state(dt: np.dtype) -> tuple[Operand, Operand, Operand]:
-    """(acc float64[2], bar int32[2], an empty array of dt for unused slots), made once, zeroed."""
-    if "acc" not in _state:
-        for name, shape, dtype in (("acc", (2,), np.float64), ("bar", (2,), np.int32)):
-            dev = cuda.to_device(np.zeros(shape, dtype))
-            ptr = 0 if SIMULATED else int(dev.device_ctypes_pointer.value or 0)
-            dt_ = np.dtype(dtype)
-            _state[name] = Operand(name, ptr, shape, (dt_.itemsize,), dt_, dev, None, dev)
-    key = f"empty_{dt.name}"
-    if key not in _state:
-        # one element, never read (length 0 is what the kernel sees): a real allocation keeps pointers valid
+def _empty(dt: np.dtype) -> Operand:
+    """An empty array of dt for unused slots, made once: one element, never read (length 0 is what the
+    kernel sees); a real allocation keeps pointers valid."""
+    op = _empty_arrays.get(dt)
+    if op is None:
         dev = cuda.device_array(1, dtype=dt)
         ptr = 0 if SIMULATED else int(dev.device_ctypes_pointer.value or 0)
-        _state[key] = Operand(key, ptr, (0,), (dt.itemsize,), dt, dev[:0], None, dev[:0])
-    return _state["acc"], _state["bar"], _state[key]
+        op = _empty_arrays[dt] = Operand(
+            f"empty_{dt.name}", ptr, (0,), (dt.itemsize,), dt, dev[:0], None, dev[:0]
+        )
+    return op
 
 
-def fused_grid(dt: np.dtype, vec: bool) -> int:
-    """Co-resident blocks: SMs x FUSED_BLOCKS_PER_SM, capped by the occupancy query; 1 under the simulator."""
-    key = (dt, vec)
-    if key not in _fgrid:
-        if SIMULATED:
-            _fgrid[key] = 1
-        else:
-            want = sm_count() * FUSED_BLOCKS_PER_SM
-            fits = FUSED_FNS[key].compile(FUSED_SIGS[dt]).max_cooperative_grid_blocks(BLOCK)
-            _fgrid[key] = max(1, min(want, int(fits)))
-    return _fgrid[key]
-
-
-def _launch_fused(flat: list[Operand], norm_out: Operand, max_norm: float, vec: bool, stream: int) -> None:
-    """One fused launch over `flat` (1 <= len <= SLOTS contiguous 1-d operands of one dtype)."""
-    dt = flat[0].dtype
-    acc, bar, empty = _device_state(dt)
-    slots = flat + [empty] * (SLOTS - len(flat))
-    args = (*slots, acc, bar, norm_out, max_norm)
-    _FUSED[(dt, vec)].launch(fused_grid(dt, vec), BLOCK, args, stream=stream)
-
-
-_FUSED_PTX = tuple(
-    (f"clip_grad_norm_fused{'_vec' if vec else ''}_{dt.name}", FUSED_FNS[(dt, vec)], FUSED_SIGS[dt])
-    for dt in FUSED_SIGS
-    for vec in (False, True)
-)
-
-
-# --- v4: balanced global tiles, per-block partials, two launches or one -------------------------------
+# --- two_pass: balanced global tiles, per-block partials --------------------------------------------------
 #
-# Why v3's one-launch path missed (notes-clip.md): every array's tiles were dealt out from block 0 again, so
-# the same blocks got the extra tile of every array; the barrier had every block poll one word with atomics
-# in a tight loop, next to the arrival counter; and the fp64 atomic accumulator needed double buffering.
-# v4 numbers the tiles of ALL arrays in one global sequence (array 0's tiles, then array 1's, ...) and deals
-# that sequence round-robin to the blocks, so no block has more than one tile more than another over the
-# whole call. Each block writes its fp32 partial to its own slot (no atomics, no zeroing); whoever needs the
-# total sums the slots in one fixed order, so every block derives the same norm (deterministic).
-#   "two": kernel 1 = sum of squares (persistent grid) -> partials; kernel 2 = every block sums the partials,
-#          then scales its tiles (persistent grid, tiles walked from the END of the sequence: what the norm
-#          pass read last is still in L2 and is scaled first).
-#   "two_last": kernel 1's last block to finish (an arrival counter it resets itself) sums the partials into
-#          one slot; kernel 2 has one block per tile (no per-block reduction to amortise).
-#   "one": both passes in one co-resident launch with a grid barrier whose waiters back off with nanosleep
-#          (no polling storm on the word the last arrival must write).
-# Tiles are BLOCK x unroll 16-byte vectors; each array's last partial tile is done in scalar code. Arrays
-# must start 16-byte aligned (`vector_ok`), otherwise "auto" takes the split path.
+# The tiles of ALL arrays are numbered in one global sequence (array 0's tiles, then array 1's, ...) and that
+# sequence is dealt round-robin to the blocks, so no block has more than one tile more than another over the
+# whole call. Each block writes its fp32 partial to its own slot (no atomics, no zeroing); the scale kernel
+# sums the slots in one fixed order, so every block derives the same norm (deterministic). Tiles are BLOCK x
+# unroll 16-byte vectors; each array's last partial tile is done in scalar code. Arrays must start 16-byte
+# aligned (`vector_ok`), otherwise "auto" takes the per_array path.
 
-V4_KINDS = ("two", "two_last", "one")
-V4_SPIN_NS = 256  # a waiting block sleeps this long between polls of the barrier generation
-BAR_GEN = 32  # the generation word sits 128 bytes after the arrival counter: another L2 line
+TWO_PASS = ("two_pass",)
 
 
-class V4Config:
-    """Unrolls (16-byte vectors per thread per tile) of the two passes, blocks per SM of their grids, and
-    whether the scale pass walks the tiles backwards (True: the L2 reuse; False only to measure it).
+@dataclass(frozen=True)
+class TwoPassConfig:
+    """`norm_unroll` / `scale_unroll`: 16-byte vectors per thread per tile of the two kernels;
+    `norm_blocks_per_sm` / `scale_blocks_per_sm`: their persistent grids (and launch bounds);
+    `l2_keep_mb` >= 0: the norm pass loads its last `l2_keep_mb` MB (10^6 bytes, whole norm tiles, which
+    the backward scale walk reads first) with an L2 evict_last policy and every earlier tile with
+    evict_first (needs sm_80); < 0: plain loads."""
 
-    L2 cache-policy hints (v5, notes-clip.md; off by default: `keep_mb` < 0 and `sc_first` False compile the
-    v4 code unchanged):
-      keep_mb >= 0: the norm pass loads its last `keep_mb` MB (10^6 bytes, whole norm tiles, in the global
-        tile order, which the backward scale walk reads first) with an L2 evict_last policy and every
-        earlier tile with evict_first;
-      sc_first: the scale pass loads and stores with evict_first (its own traffic does not push out the
-        kept lines, and the kept lines it re-reads and rewrites lose their evict_last priority)."""
-
-    __slots__ = ("u_sq", "u_sc", "bps_sq", "bps_sc", "rev", "keep_mb", "sc_first")
-
-    def __init__(
-        self,
-        u_sq: int,
-        u_sc: int,
-        bps_sq: int,
-        bps_sc: int,
-        rev: bool = True,
-        keep_mb: int = -1,
-        sc_first: bool = False,
-    ) -> None:
-        self.u_sq, self.u_sc, self.bps_sq, self.bps_sc, self.rev = u_sq, u_sc, bps_sq, bps_sc, rev
-        self.keep_mb, self.sc_first = int(keep_mb), bool(sc_first)
-
-    def key(self) -> tuple[int, ...]:
-        hint = (max(-1, self.keep_mb), int(self.sc_first))
-        return (self.u_sq, self.u_sc, self.bps_sq, self.bps_sc, int(self.rev), *hint)
-
-    def __repr__(self) -> str:
-        return (f"V4Config(u_sq={self.u_sq}, u_sc={self.u_sc}, bps_sq={self.bps_sq}, bps_sc={self.bps_sc}, "
-                f"rev={self.rev}, keep_mb={self.keep_mb}, sc_first={self.sc_first})")  # fmt: skip
+    norm_unroll: int
+    scale_unroll: int
+    norm_blocks_per_sm: int
+    scale_blocks_per_sm: int
+    l2_keep_mb: int = -1
 
 
-def _v4_parts(
-    u_sq: int, u_sc: int, width: int, hint_sq: bool = False, hint_sc: bool = False
-) -> tuple[Any, Any, Any, Any]:
+def _two_pass_parts(u_sq: int, u_sc: int, width: int, hint_sq: bool = False) -> tuple[Any, Any, Any]:
     """Device helpers over one array slot, for block b of a grid of G blocks:
     ntiles(g, tile): tiles of `tile` elements covering g;
     sq_one(g, b, G, e, acc, v, lim, pl, pf): adds b's tiles of g to acc[0..u_sq) (e = global index of g's
       first tile; b owns the global tiles t = b mod G); returns e + ntiles. With `hint_sq`, a whole tile of
       global index t >= lim is loaded with L2 policy pl, an earlier one with pf (ignored otherwise);
-    sc_one(g, b, G, end, T, c, v, pol): scales b's tiles of g by c, highest first (g's tiles end at global
-        index `end` of T; walking backwards, b owns the tiles t = T - 1 - b mod G); returns end - ntiles.
-        With `hint_sc`, whole tiles are loaded and stored with L2 policy pol;
-    sc_fwd(g, b, G, e, c, v, pol): the same tiles as sq_one, ascending (no L2 reuse: for measuring it)."""
+    sc_one(g, b, G, end, T, c, v): scales b's tiles of g by c, highest first (g's tiles end at global
+        index `end` of T; walking backwards, b owns the tiles t = T - 1 - b mod G); returns end - ntiles."""
     tq = BLOCK * u_sq * width
     tc = BLOCK * u_sc * width
 
@@ -506,23 +248,15 @@ def _v4_parts(
         return e + (n + tq - 1) // tq
 
     @cuda.jit(device=True, inline="always")
-    def sc_tile(g, base, n, tid, c, v, pol):  # type: ignore[no-untyped-def]
+    def sc_tile(g, base, n, tid, c, v):  # type: ignore[no-untyped-def]
         """Scale one tile of `g` from `base` by c: 16-byte vectors when the tile is whole, else scalars."""
         if base + tc <= n:
-            if hint_sc:  # (a compile-time constant)
-                for u in range(u_sc):
-                    ldg_hint_into(v, u * width, g, base + (u * BLOCK + tid) * width, pol)
-                for e in range(u_sc * width):
-                    v[e] *= c
-                for u in range(u_sc):
-                    stg_hint_from(g, base + (u * BLOCK + tid) * width, v, u * width, pol)
-            else:
-                for u in range(u_sc):
-                    ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
-                for e in range(u_sc * width):
-                    v[e] *= c
-                for u in range(u_sc):
-                    stg_from(g, base + (u * BLOCK + tid) * width, v, u * width)
+            for u in range(u_sc):
+                ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
+            for e in range(u_sc * width):
+                v[e] *= c
+            for u in range(u_sc):
+                stg_from(g, base + (u * BLOCK + tid) * width, v, u * width)
         else:
             i = base + tid
             while i < n:
@@ -530,50 +264,32 @@ def _v4_parts(
                 i += BLOCK
 
     @cuda.jit(device=True, inline="always")
-    def sc_one(g, b, G, end, T, c, v, pol):  # type: ignore[no-untyped-def]
+    def sc_one(g, b, G, end, T, c, v):  # type: ignore[no-untyped-def]
         n = int64(g.shape[0])
         tid = cuda.threadIdx.x
         nt = (n + tc - 1) // tc
         chunk = nt - 1 - (end - T + b) % G
         while chunk >= 0:
-            sc_tile(g, chunk * tc, n, tid, c, v, pol)
+            sc_tile(g, chunk * tc, n, tid, c, v)
             chunk -= G
         return end - nt
 
-    @cuda.jit(device=True, inline="always")
-    def sc_fwd(g, b, G, e, c, v, pol):  # type: ignore[no-untyped-def]
-        n = int64(g.shape[0])
-        tid = cuda.threadIdx.x
-        chunk = (b - e) % G
-        while chunk * tc < n:
-            sc_tile(g, chunk * tc, n, tid, c, v, pol)
-            chunk += G
-        return e + (n + tc - 1) // tc
-
-    return ntiles, sq_one, sc_one, sc_fwd
+    return ntiles, sq_one, sc_one
 
 
-def v4_keep_tiles(keep_mb: int, u_sq: int) -> int:
+def kept_tiles(keep_mb: int, u_sq: int) -> int:
     """Norm tiles in `keep_mb` MB (10^6 bytes): a tile is BLOCK x u_sq 16-byte vectors whatever the dtype."""
     return max(0, keep_mb) * 10**6 // (BLOCK * u_sq * VEC_BYTES)
 
 
-def _v4_kernels(
-    u_sq: int,
-    u_sc: int,
-    width: int,
-    bps_sq: int,
-    bps_sc: int,
-    rev: bool,
-    keep_mb: int = -1,
-    sc_first: bool = False,
+def _two_pass_kernels(
+    u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, keep_mb: int
 ) -> dict[str, Any]:
-    """The v4 kernels for one dtype width and config: "norm" (partials only), "norm_last" (partials, then the
-    last block sums them into fin[0]), "scale" (sums `part`, scales) and "one" (all of it, one launch).
-    keep_mb / sc_first: V4Config's L2 hints (off: keep_mb < 0, sc_first False)."""
+    """The two_pass kernels for one dtype width and config: "norm" (partials only) and "scale" (sums the
+    partials, scales). keep_mb: TwoPassConfig.l2_keep_mb."""
     hint_sq = keep_mb >= 0
-    keep_tiles = v4_keep_tiles(keep_mb, u_sq)  # the norm tiles kept (evict_last): the last ones
-    ntiles, sq_one, sc_one, sc_fwd = _v4_parts(u_sq, u_sc, width, hint_sq, sc_first)
+    keep_tiles = kept_tiles(keep_mb, u_sq)  # the norm tiles kept (evict_last): the last ones
+    ntiles, sq_one, sc_one = _two_pass_parts(u_sq, u_sc, width, hint_sq)
     tq = BLOCK * u_sq * width
     tc = BLOCK * u_sc * width
     nv = max(u_sq, u_sc) * width
@@ -631,27 +347,15 @@ def _v4_kernels(
         G = int64(cuda.gridDim.x)
         T = (ntiles(g0, tc) + ntiles(g1, tc) + ntiles(g2, tc) + ntiles(g3, tc) + ntiles(g4, tc)
              + ntiles(g5, tc) + ntiles(g6, tc) + ntiles(g7, tc))  # fmt: skip
-        pol = l2_evict_first() if sc_first else uint64(0)  # (sc_first: a compile-time constant)
-        if rev:  # (a compile-time constant)
-            end = T
-            end = sc_one(g7, b, G, end, T, c, v, pol)
-            end = sc_one(g6, b, G, end, T, c, v, pol)
-            end = sc_one(g5, b, G, end, T, c, v, pol)
-            end = sc_one(g4, b, G, end, T, c, v, pol)
-            end = sc_one(g3, b, G, end, T, c, v, pol)
-            end = sc_one(g2, b, G, end, T, c, v, pol)
-            end = sc_one(g1, b, G, end, T, c, v, pol)
-            end = sc_one(g0, b, G, end, T, c, v, pol)
-        else:
-            e = int64(0)
-            e = sc_fwd(g0, b, G, e, c, v, pol)
-            e = sc_fwd(g1, b, G, e, c, v, pol)
-            e = sc_fwd(g2, b, G, e, c, v, pol)
-            e = sc_fwd(g3, b, G, e, c, v, pol)
-            e = sc_fwd(g4, b, G, e, c, v, pol)
-            e = sc_fwd(g5, b, G, e, c, v, pol)
-            e = sc_fwd(g6, b, G, e, c, v, pol)
-            e = sc_fwd(g7, b, G, e, c, v, pol)
+        end = T
+        end = sc_one(g7, b, G, end, T, c, v)
+        end = sc_one(g6, b, G, end, T, c, v)
+        end = sc_one(g5, b, G, end, T, c, v)
+        end = sc_one(g4, b, G, end, T, c, v)
+        end = sc_one(g3, b, G, end, T, c, v)
+        end = sc_one(g2, b, G, end, T, c, v)
+        end = sc_one(g1, b, G, end, T, c, v)
+        end = sc_one(g0, b, G, end, T, c, v)
 
     @cuda.jit(**jit_sq)
     def norm(g0, g1, g2, g3, g4, g5, g6, g7, part):  # type: ignore[no-untyped-def]
@@ -659,36 +363,6 @@ def _v4_kernels(
         total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem, keep_tiles)
         if cuda.threadIdx.x == 0:
             part[cuda.blockIdx.x] = total
-
-    @cuda.jit(**jit_sq)
-    def norm_keep(g0, g1, g2, g3, g4, g5, g6, g7, part, kt):  # type: ignore[no-untyped-def]
-        """ "norm" with the kept tile count an argument (kt tiles of BLOCK x u_sq 16-byte vectors; only
-        meaningful when the config is hinted): one compiled kernel for every keep size a probe sweeps."""
-        smem = cuda.shared.array(BLOCK, float32)
-        total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem, kt)
-        if cuda.threadIdx.x == 0:
-            part[cuda.blockIdx.x] = total
-
-    @cuda.jit(**jit_sq)
-    def norm_last(g0, g1, g2, g3, g4, g5, g6, g7, part, fin, cnt):  # type: ignore[no-untyped-def]
-        smem = cuda.shared.array(BLOCK, float32)
-        last = cuda.shared.array(1, int32)
-        total = block_sumsq(g0, g1, g2, g3, g4, g5, g6, g7, smem, keep_tiles)
-        tid = cuda.threadIdx.x
-        if tid == 0:
-            part[cuda.blockIdx.x] = total
-            cuda.threadfence()  # the partial is visible device-wide before this block counts as done
-            ticket = cuda.atomic.add(cnt, 0, 1)
-            last[0] = 1 if ticket == cuda.gridDim.x - 1 else 0
-        cuda.syncthreads()
-        if last[0] == 1:
-            # every other block has fenced its partial and arrived; this block never read `part` before,
-            # so no stale line of it is in this SM's L1
-            cuda.threadfence()
-            t = sum_parts(part, smem)
-            if tid == 0:
-                fin[0] = t
-                cnt[0] = 0  # nobody else touches the counter in this launch: ready for the next call
 
     @cuda.jit(**jit_sc)
     def scale(g0, g1, g2, g3, g4, g5, g6, g7, part, norm_out, max_norm):  # type: ignore[no-untyped-def]
@@ -698,99 +372,43 @@ def _v4_kernels(
         if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
             norm_out[0] = float32(nrm)
         coef = max_norm / (nrm + CLIP_EPS)
-        if coef >= 1.0:
-            return  # nothing to clip: no traffic at all
-        scale_all(g0, g1, g2, g3, g4, g5, g6, g7, float32(coef))
-
-    @cuda.jit(**jit_sq)
-    def one(g0, g1, g2, g3, g4, g5, g6, g7, part, bar, norm_out, max_norm):  # type: ignore[no-untyped-def]
-        smem = cuda.shared.array(BLOCK, float32)
-        gen_s = cuda.shared.array(1, int32)
-        late = cuda.shared.array(1, int32)  # 1: this block gave up waiting at the barrier
-        tid = cuda.threadIdx.x
-        if tid == 0:
-            gen_s[0] = cuda.atomic.add(bar, BAR_GEN, 0)  # atomic read: never a stale cached value
-            late[0] = 0
-        total = block_sumsq(
-            g0, g1, g2, g3, g4, g5, g6, g7, smem, keep_tiles
-        )  # (its block_sum syncs gen_s too)
-        if tid == 0:
-            gen = gen_s[0]
-            part[cuda.blockIdx.x] = total
-            cuda.threadfence()
-            if cuda.atomic.add(bar, 0, 1) == cuda.gridDim.x - 1:
-                bar[0] = 0
-                cuda.threadfence()
-                cuda.atomic.add(bar, BAR_GEN, 1)  # release the waiting blocks
-            else:
-                # bounded: a grid that is not co-resident must not hang the GPU. A block that gives up
-                # does not know the norm: it scales nothing and reports NaN (never a silently wrong norm).
-                spins = 0
-                while cuda.atomic.add(bar, BAR_GEN, 0) == gen and spins < SPIN_LIMIT:
-                    cuda.nanosleep(V4_SPIN_NS)
-                    spins += 1
-                if spins >= SPIN_LIMIT:
-                    late[0] = 1
-            cuda.threadfence()
-        cuda.syncthreads()
-        if late[0] == 1:
-            if tid == 0:
-                norm_out[0] = float32(math.nan)
-            return
-        t = sum_parts(part, smem)
-        nrm = math.sqrt(float64(t))
-        if tid == 0 and cuda.blockIdx.x == 0:
-            norm_out[0] = float32(nrm)
-        coef = max_norm / (nrm + CLIP_EPS)
-        if coef >= 1.0:
-            return
+        if not (coef < 1.0 and coef > 0.0):
+            return  # nothing to clip (no traffic at all), or a non-finite norm (see the module doc)
         scale_all(g0, g1, g2, g3, g4, g5, g6, g7, float32(coef))
 
     return {
         "norm": norm,
-        "norm_keep": norm_keep,
-        "norm_last": norm_last,
         "scale": scale,
-        "one": one,
         "tq": tq,
         "tc": tc,
     }
 
 
-def _v4_sigs(dt: np.dtype) -> dict[str, str]:
+def _two_pass_sigs(dt: np.dtype) -> dict[str, str]:
     a = ", ".join([f"{dt.name}[::1]"] * SLOTS)
     f1 = "float32[::1]"
     return {
         "norm": f"void({a}, {f1})",
-        "norm_keep": f"void({a}, {f1}, int64)",
-        "norm_last": f"void({a}, {f1}, {f1}, int32[::1])",
         "scale": f"void({a}, {f1}, {f1}, float64)",
-        "one": f"void({a}, {f1}, int32[::1], {f1}, float64)",
     }
 
 
-# what "auto" and the named v4 paths run, from the H200 side-by-side run of 2026-11-30 (notes-clip.md, round
-# 1, device time of "two"): fp32 (4,2,4,4) 211.1 us, the other three configs 210.4-221.3; fp16 (4,2,4,4)
-# 110.1 us against (2,1,4,4) 113.8, (4,2,8,8) 110.9, (2,2,8,8) 115.8. 64 KB of loads in flight per SM in the
-# norm pass; ptxas: 64 registers, no spills, for every kernel of both.
-# keep_mb=24 (v5, L2 hints): the norm pass loads its last 24 MB with evict_last and the rest with evict_first,
-# so the backward scale pass finds them in L2. H200 2026-11-30T04:36Z (benchmarks/probe_clip_l2.py, two
-# rounds, device time): fp16 110.7 -> 104.5 us (r1 -6.9, r2 -5.8), fp32 211.5 -> 209.0 (-2.4, -2.9); keep 0 /
-# 40 / 56 MB and an evict_first scale pass were each worse than keep 24 in fp16 (notes-clip.md, v5 outcome).
-V4_DEFAULT: dict[np.dtype, V4Config] = {
-    F32: V4Config(4, 2, 4, 4, keep_mb=24),
-    F16: V4Config(4, 2, 4, 4, keep_mb=24),
-}
+# per dtype, from the H200 side-by-side runs (notes-clip.md): 64 KB of loads in flight per SM in the norm pass
+# (ptxas: 64 registers, no spills); the last 24 MB of the norm pass kept in L2 for the backward scale pass
+_TUNED = TwoPassConfig(
+    norm_unroll=4, scale_unroll=2, norm_blocks_per_sm=4, scale_blocks_per_sm=4, l2_keep_mb=24
+)
+TWO_PASS_DEFAULT: dict[np.dtype, TwoPassConfig] = {F32: _TUNED, F16: _TUNED}
 
 
-def v4_config(dt: np.dtype) -> V4Config:
-    """V4_DEFAULT[dt] for the current device: without the L2 hints below cc 8.0 (`createpolicy` and the
+def two_pass_config(dt: np.dtype) -> TwoPassConfig:
+    """TWO_PASS_DEFAULT[dt] for the current device: without the L2 hints below cc 8.0 (`createpolicy` and the
     cache-hinted loads need sm_80; ptxas rejects them for older targets). The simulator keeps them (it runs
     plain loads in their place)."""
-    c = V4_DEFAULT[dt]
-    if (c.keep_mb < 0 and not c.sc_first) or SIMULATED or _device_cc() >= (8, 0):
+    c = TWO_PASS_DEFAULT[dt]
+    if c.l2_keep_mb < 0 or SIMULATED or _device_cc() >= (8, 0):
         return c
-    return V4Config(c.u_sq, c.u_sc, c.bps_sq, c.bps_sc, c.rev)
+    return dataclasses.replace(c, l2_keep_mb=-1)
 
 
 @cache
@@ -799,110 +417,82 @@ def _device_cc() -> tuple[int, int]:
     return int(cc[0]), int(cc[1])
 
 
-_V4_FNS: dict[tuple[np.dtype, tuple[int, ...]], dict[str, Any]] = {}
-_V4_K: dict[tuple[np.dtype, tuple[int, ...], str], Kernel] = {}
-_v4_state: dict[tuple[str, int], Operand] = {}
-_v4_grid: dict[tuple[np.dtype, tuple[int, ...], str], int] = {}
-SIM_GRID = 2  # blocks of the two-kernel grids under the simulator (see v4_grid)
+_FNS: dict[tuple[np.dtype, TwoPassConfig], dict[str, Any]] = {}
+_KERNELS: dict[tuple[np.dtype, TwoPassConfig, str], Kernel] = {}
+_buffers: dict[tuple[str, int], Operand] = {}
+_grids: dict[tuple[np.dtype, TwoPassConfig, str], int] = {}
+SIM_GRID = 2  # blocks of the two grids under the simulator (see two_pass_grid)
 
 
-def v4_fns(dt: np.dtype, cfg: V4Config) -> dict[str, Any]:
-    key = (dt, cfg.key())
-    if key not in _V4_FNS:
-        _V4_FNS[key] = _v4_kernels(
-            cfg.u_sq, cfg.u_sc, WIDTH[dt], cfg.bps_sq, cfg.bps_sc, cfg.rev, cfg.keep_mb, cfg.sc_first
-        )
-    return _V4_FNS[key]
+def two_pass_fns(dt: np.dtype, cfg: TwoPassConfig) -> dict[str, Any]:
+    key = (dt, cfg)
+    if key not in _FNS:
+        _FNS[key] = _two_pass_kernels(
+            cfg.norm_unroll, cfg.scale_unroll, WIDTH[dt], cfg.norm_blocks_per_sm, cfg.scale_blocks_per_sm,
+            cfg.l2_keep_mb,
+        )  # fmt: skip
+    return _FNS[key]
 
 
-def _v4_kernel(dt: np.dtype, cfg: V4Config, name: str) -> Kernel:
-    key = (dt, cfg.key(), name)
-    k = _V4_K.get(key)
+def _two_pass_kernel(dt: np.dtype, cfg: TwoPassConfig, name: str) -> Kernel:
+    key = (dt, cfg, name)
+    k = _KERNELS.get(key)
     if k is None:
-        k = _V4_K[key] = kernel(v4_fns(dt, cfg)[name], _v4_sigs(dt)[name])
+        k = _KERNELS[key] = kernel(two_pass_fns(dt, cfg)[name], _two_pass_sigs(dt)[name])
     return k
 
 
-def _v4_buf(name: str, n: int, dtype: Any) -> Operand:
-    """A zeroed device buffer of n elements kept for every later call (partials, counters)."""
+def _buffer(name: str, n: int, dtype: Any) -> Operand:
+    """A zeroed device buffer of n elements kept for every later call (the partials)."""
     key = (name, n)
-    op = _v4_state.get(key)
+    op = _buffers.get(key)
     if op is None:
         dev = cuda.to_device(np.zeros(n, dtype))
         ptr = 0 if SIMULATED else int(dev.device_ctypes_pointer.value or 0)
         dt_ = np.dtype(dtype)
-        op = _v4_state[key] = Operand(name, ptr, (n,), (dt_.itemsize,), dt_, dev, None, dev)
+        op = _buffers[key] = Operand(name, ptr, (n,), (dt_.itemsize,), dt_, dev, None, dev)
     return op
 
 
-def v4_grid(dt: np.dtype, cfg: V4Config, name: str) -> int:
-    """Persistent grids: SMs x blocks per SM ("one": capped by the occupancy query so it is co-resident;
-    1 block under the simulator, which runs blocks one after another). Under the simulator the two-kernel
-    grids are 2 blocks: enough to deal tiles to several blocks and sum several partials, while every idle
-    simulated block (256 Python threads) would cost the fleet's simulated verify seconds per node."""
-    key = (dt, cfg.key(), name)
-    g = _v4_grid.get(key)
+def two_pass_grid(dt: np.dtype, cfg: TwoPassConfig, name: str) -> int:
+    """Persistent grids: SMs x blocks per SM. Under the simulator 2 blocks: enough to deal tiles to several
+    blocks and sum several partials, while every idle simulated block (256 Python threads) would cost the
+    fleet's simulated verify seconds per node."""
+    key = (dt, cfg, name)
+    g = _grids.get(key)
     if g is None:
-        bps = cfg.bps_sc if name == "scale" else cfg.bps_sq
-        g = sm_count() * bps
-        if SIMULATED and name != "one":
+        g = sm_count() * (cfg.scale_blocks_per_sm if name == "scale" else cfg.norm_blocks_per_sm)
+        if SIMULATED:
             g = min(g, SIM_GRID)
-        if name == "one":
-            if SIMULATED:
-                g = 1
-            else:
-                fits = v4_fns(dt, cfg)["one"].compile(_v4_sigs(dt)["one"]).max_cooperative_grid_blocks(BLOCK)
-                g = max(1, min(g, int(fits)))
-        _v4_grid[key] = g
+        _grids[key] = g
     return g
 
 
-def v4_launches(
-    kind: str, flat: list[Operand], norm_out: Operand, max_norm: float, cfg: V4Config | None = None
+def two_pass_launches(
+    flat: list[Operand], norm_out: Operand, max_norm: float, cfg: TwoPassConfig | None = None
 ) -> list[tuple[Kernel, int, tuple[Any, ...]]]:
-    """The launches of one v4 call over `flat` (1 <= len <= SLOTS contiguous, 16-byte aligned 1-d operands
+    """The two launches of one call over `flat` (1 <= len <= SLOTS contiguous, 16-byte aligned 1-d operands
     of one dtype), in order: (kernel, grid, arguments). The lean launcher must write the same blocks."""
     dt = flat[0].dtype
-    c = v4_config(dt) if cfg is None else cfg
-    empty = _device_state(dt)[2]
-    slots = (*flat, *([empty] * (SLOTS - len(flat))))
-    if kind == "one":
-        g = v4_grid(dt, c, "one")
-        part = _v4_buf("part", g, np.float32)
-        bar = _v4_buf("bar", 2 * BAR_GEN, np.int32)
-        return [(_v4_kernel(dt, c, "one"), g, (*slots, part, bar, norm_out, max_norm))]
-    gq = v4_grid(dt, c, "norm")
-    part = _v4_buf("part", gq, np.float32)
-    if kind == "two":
-        gs = v4_grid(dt, c, "scale")
-        return [
-            (_v4_kernel(dt, c, "norm"), gq, (*slots, part)),
-            (_v4_kernel(dt, c, "scale"), gs, (*slots, part, norm_out, max_norm)),
-        ]
-    fin = _v4_buf("fin", 1, np.float32)
-    cnt = _v4_buf("cnt", 1, np.int32)
-    tc = v4_fns(dt, c)["tc"]
-    tiles = max(1, sum((f.size + tc - 1) // tc for f in flat))
+    c = two_pass_config(dt) if cfg is None else cfg
+    slots = (*flat, *([_empty(dt)] * (SLOTS - len(flat))))
+    gq = two_pass_grid(dt, c, "norm")
+    part = _buffer("part", gq, np.float32)
     return [
-        (_v4_kernel(dt, c, "norm_last"), gq, (*slots, part, fin, cnt)),
-        (_v4_kernel(dt, c, "scale"), tiles, (*slots, fin, norm_out, max_norm)),
+        (_two_pass_kernel(dt, c, "norm"), gq, (*slots, part)),
+        (_two_pass_kernel(dt, c, "scale"), two_pass_grid(dt, c, "scale"), (*slots, part, norm_out, max_norm)),
     ]
 
 
-def launch_v4(
-    kind: str,
-    flat: list[Operand],
-    norm_out: Operand,
-    max_norm: float,
-    stream: int,
-    cfg: V4Config | None = None,
+def launch_two_pass(
+    flat: list[Operand], norm_out: Operand, max_norm: float, stream: int, cfg: TwoPassConfig | None = None
 ) -> None:
-    """One v4 call through the general (Kernel.launch) path."""
-    for k, grid, args in v4_launches(kind, flat, norm_out, max_norm, cfg):
+    """One two_pass call through the general (Kernel.launch) path."""
+    for k, grid, args in two_pass_launches(flat, norm_out, max_norm, cfg):
         k.launch(grid, BLOCK, args, stream=stream)
 
 
-# --- v4 host path: a lean launcher for device arrays -----------------------------------------------------
+# --- two_pass host path: a lean launcher for device arrays -------------------------------------------------
 #
 # Why: the bench restores the in-place inputs with host-heavy copies, so the GPU is idle when a timed call
 # starts and the launcher's host time up to its first launch is part of the figure (notes-clip.md); issue 4
@@ -964,16 +554,15 @@ def fast_values(grads: Sequence[Any], norm_out: Any) -> tuple[np.dtype, list[int
 
 
 class _FastPlan:
-    """Everything a fast call of one (dtype, kind) needs, resolved once: kernels, grids, buffers, formats."""
+    """Everything a fast call of one dtype needs, resolved once: kernels, grids, buffers, formats."""
 
-    def __init__(self, dt: np.dtype, kind: str, cfg: V4Config) -> None:
-        self.kind = kind
-        empty = _device_state(dt)[2]
+    def __init__(self, dt: np.dtype, cfg: TwoPassConfig) -> None:
+        empty = _empty(dt)
         self.empty_words = [0, 0, 0, dt.itemsize, empty.ptr, 0, dt.itemsize]
-        names = {"two": ("norm", "scale"), "two_last": ("norm_last", "scale"), "one": ("one",)}[kind]
+        names = ("norm", "scale")
         self.kernels = []
         for nm in names:
-            k = _v4_kernel(dt, cfg, nm)
+            k = _two_pass_kernel(dt, cfg, nm)
             if not k._ready:
                 k._prepare()
             # a private copy with its own parameter block: nothing else (Kernel.launch of the general path)
@@ -987,31 +576,12 @@ class _FastPlan:
         self._graphs = GraphCache(GRAPHS_MAX)
         self._grids: list[int] = []
         q = 7 * SLOTS
-        if kind == "one":
-            g = v4_grid(dt, cfg, "one")
-            part = _v4_buf("part", g, np.float32)
-            bar = _v4_buf("bar", 2 * BAR_GEN, np.int32)
-            self.grids = [g]
-            self.tail = [[0, 0, g, 4, part.ptr, g, 4, 0, 0, 2 * BAR_GEN, 4, bar.ptr, 2 * BAR_GEN, 4]]
-            self.fmts = [struct.Struct(f"<{q + 21}qd")]
-            self.tc = 0
-            return
-        gq = v4_grid(dt, cfg, "norm")
-        part = _v4_buf("part", gq, np.float32)
+        gq = two_pass_grid(dt, cfg, "norm")
+        part = _buffer("part", gq, np.float32)
         pw = [0, 0, gq, 4, part.ptr, gq, 4]
-        if kind == "two":
-            self.grids = [gq, v4_grid(dt, cfg, "scale")]
-            self.tail = [pw, pw]
-            self.fmts = [struct.Struct(f"<{q + 7}q"), struct.Struct(f"<{q + 14}qd")]
-            self.tc = 0
-        else:
-            fin = _v4_buf("fin", 1, np.float32)
-            cnt = _v4_buf("cnt", 1, np.int32)
-            fw = [0, 0, 1, 4, fin.ptr, 1, 4]
-            self.grids = [gq, 0]  # the scale grid is the tile count of the call
-            self.tail = [pw + fw + [0, 0, 1, 4, cnt.ptr, 1, 4], fw]
-            self.fmts = [struct.Struct(f"<{q + 21}q"), struct.Struct(f"<{q + 14}qd")]
-            self.tc = v4_fns(dt, cfg)["tc"]
+        self.grids = [gq, two_pass_grid(dt, cfg, "scale")]
+        self.tail = [pw, pw]
+        self.fmts = [struct.Struct(f"<{q + 7}q"), struct.Struct(f"<{q + 14}qd")]
 
     def pack(self, i: int, words: list[int], p_no: int, mx: float) -> int:
         """Write kernel i's whole parameter block (`words`: SLOTS slots, padded); returns its grid."""
@@ -1020,12 +590,7 @@ class _FastPlan:
             self.fmts[i].pack_into(k._block, 0, *words, *self.tail[i], 0, 0, 1, 4, p_no, 1, 4, mx)
         else:
             self.fmts[i].pack_into(k._block, 0, *words, *self.tail[i])
-        g = self.grids[i]
-        if g == 0:  # one block per scale tile
-            tc = self.tc
-            for j in range(SLOTS):
-                g += (words[7 * j + 2] + tc - 1) // tc
-        return max(1, g)
+        return self.grids[i]
 
     def launch(self, fv: tuple[np.dtype, list[int], int], mx: float, hs: Any) -> None:
         """Replay the graph of (`fv`, `mx`) if there is one. Else pack both blocks (skipped when they already
@@ -1064,23 +629,15 @@ class _FastPlan:
                 raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {k.sig}")
 
 
-# Repeat calls replay a CUDA graph of the call's launches (kernels.launch.LaunchGraph): one cuGraphLaunch
-# costs the host 1.8 us where the two cuLaunchKernel calls of "two" cost 10.2 us (H200 host, 2026-11-30,
-# benchmarks/probe_launch.py). A graph is built on the second call in a row with the same arrays (the cached
+# Repeat calls replay a CUDA graph of the call's launches (kernels.runtime.launch.LaunchGraph): one
+# cuGraphLaunch costs the host a fraction of the two cuLaunchKernel calls (figures: benchmarks/notes-clip.md).
+# A graph is built on the second call in a row with the same arrays (the cached
 # values object) and max_norm, the case of a training loop; calls that change them launch directly.
-# kernels.launch.GRAPH_REPLAY switches it off.
+# kernels.runtime.launch.GRAPH_REPLAY switches it off.
 GRAPHS_MAX = 8  # graphs per plan
 
 
-_fast_plans: dict[tuple[np.dtype, str], _FastPlan] = {}
-# the v4 kind "auto" takes per dtype (absent: the v3 rules). H200, rounds 1 and 2 (notes-clip.md): "one" and
-# "two" take the same device time (fp32 211.3 / 211.9 us, fp16 110.6 / 110.5); timed as kernels.bench times
-# them, "two" was faster in all four comparisons (by 4-13 us), while "one" has less host time per call in a
-# steady loop (8.3 vs 15.0 us, one launch instead of two). "two" is the default because it has no grid
-# barrier: "one" needs every block co-resident, and a block that waits past SPIN_LIMIT (another stream's
-# long kernel holding SMs, e.g. a collective) would scale with an incomplete norm. "two_last" is 2-3x
-# slower (one short block per tile).
-AUTO_V4: dict[np.dtype, str] = {F32: "two", F16: "two"}
+_fast_plans: dict[np.dtype, _FastPlan] = {}
 
 
 # Calls on the same array objects (a training loop's gradients; the bench's input sets) skip even the
@@ -1136,15 +693,12 @@ def _fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream: Any, 
     if fv is None:
         return False
     dt = fv[0]
-    kind = AUTO_V4.get(dt, "") if path == "auto" else path
-    if not kind:
-        return False
     mx = float(max_norm)
     if not mx > 0.0:  # also NaN; the general path raises the error
         return False
-    plan = _fast_plans.get((dt, kind))
+    plan = _fast_plans.get(dt)
     if plan is None:
-        plan = _fast_plans[(dt, kind)] = _FastPlan(dt, kind, v4_config(dt))
+        plan = _fast_plans[dt] = _FastPlan(dt, two_pass_config(dt))
     h = stream if type(stream) is int else _stream_handle(stream)
     plan.launch(fv, mx, ctypes.c_void_p(h) if h else None)
     return True
@@ -1176,16 +730,14 @@ def clip_grad_norm(
 
     Returns the norm before clipping as a Python float, or, when `norm_out` (a float32 device array of one
     element) is given, writes it there and returns `norm_out` without waiting for the device.
-    `path`: "auto" (up to SLOTS 16-byte aligned arrays and no `workspace`: AUTO_V4's v4 path, "two";
-    otherwise "split"), "two" / "two_last" / "one" (v4: two launches / two launches, the second one block per
-    tile / one launch with a grid barrier), "split" (v2: 1 + 2 x count launches), "fused" (v3: one launch,
-    scalar loads) or "fused_vector" (v3: one launch, 16-byte loads).
+    `path`: "auto" ("two_pass" for up to SLOTS 16-byte aligned arrays and no `workspace`, otherwise
+    "per_array"), "two_pass" or "per_array" (see the module docstring).
     """
     if (
         not USE_DISPATCHER
         and norm_out is not None
         and workspace is None
-        and (path == "auto" or path in V4_KINDS)
+        and (path == "auto" or path == "two_pass")
         and _fast_call(grads, max_norm, norm_out, stream, path)
     ):
         return norm_out
@@ -1214,12 +766,8 @@ def clip_grad_norm(
     dt = ops[0].dtype
     flat = [op.reshaped((op.size,)) for op in ops]
     chosen = _choose_path(path, flat, workspace is not None)
-    if chosen in V4_KINDS:
-        launch_v4(chosen, flat, no, mx, stream)
-        sync.finish()
-        return float(no.dev.copy_to_host()[0]) if norm_out is None else norm_out
-    if chosen != "split":
-        _launch_fused(flat, no, mx, chosen == "fused_vector", stream)
+    if chosen == "two_pass":
+        launch_two_pass(flat, no, mx, stream)
         sync.finish()
         return float(no.dev.copy_to_host()[0]) if norm_out is None else norm_out
     _ZERO.launch(1, 1, (acc,), stream=stream)
@@ -1240,26 +788,20 @@ def _choose_path(path: str, flat: list[Operand], has_workspace: bool) -> str:
     fits = len(flat) <= SLOTS and not has_workspace
     aligned = vector_ok((f.ptr for f in flat), 0)
     if path == "auto":
-        kind = AUTO_V4.get(flat[0].dtype, "")
-        if kind and fits and aligned:
-            return kind  # the lean launcher's choice too (numpy inputs, no norm_out, ... come here)
-        # (the v3 rule, for a dtype without an AUTO_V4 entry: one launch with 16-byte loads for aligned fp16
-        # on a GPU, split otherwise; the v4 paths replace it wherever they apply)
-        vec = fits and aligned and not SIMULATED and flat[0].dtype in AUTO_VECTOR
-        return "fused_vector" if vec else "split"
-    if path != "split" and not fits:
+        return "two_pass" if fits and aligned else "per_array"
+    if path == "two_pass" and not fits:
         why = "a workspace was given" if has_workspace else f"{len(flat)} arrays (at most {SLOTS})"
-        raise ValueError(f"path: {path!r} cannot run here: {why}; use 'auto' or 'split'")
-    if (path == "fused_vector" or path in V4_KINDS) and not aligned:
-        raise ValueError(f"path: {path!r} needs 16-byte aligned arrays; use 'auto', 'split' or 'fused'")
+        raise ValueError(f"path: 'two_pass' cannot run here: {why}; use 'auto' or 'per_array'")
+    if path == "two_pass" and not aligned:
+        raise ValueError("path: 'two_pass' needs 16-byte aligned arrays; use 'auto' or 'per_array'")
     return path
 
 
 def reference(grads: list[np.ndarray], max_norm: float) -> tuple[float, list[np.ndarray]]:
     g64 = [g.astype(np.float64) for g in grads]
     total = math.sqrt(sum(float(np.sum(g * g)) for g in g64))
-    coef = max_norm / (total + CLIP_EPS)
-    return total, [g * coef for g in g64] if coef < 1.0 else g64
+    coef = max_norm / (total + CLIP_EPS)  # NaN when total is NaN, 0 when it is infinite
+    return total, [g * coef for g in g64] if 0.0 < coef < 1.0 else g64
 
 
 def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
@@ -1268,8 +810,11 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     # sizes differ and are odd, so every per-array launch sees its own tail
     grads = [(rng.standard_normal(elems + 7 * k, dtype=np.float32) * 0.1).astype(dt) for k in range(count)]
     norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads))
-    # clip=1: max_norm at half the norm (scales); clip=0: twice the norm (leaves the arrays alone)
-    max_norm = norm * (0.5 if case.params["clip"] else 2.0)
+    # clip=1: max_norm at 0.37 of the norm (scales; not a power of two, so an fp16 scaling is not exact);
+    # clip=0: twice the norm (leaves the arrays alone)
+    max_norm = norm * (0.37 if case.params["clip"] else 2.0)
+    if case.params.get(SPECIALS):  # a NaN / an infinity in the middle array: a non-finite norm
+        grads[count // 2] = poison(grads[count // 2], case.params[SPECIALS])
     total, scaled = reference(grads, max_norm)
     names = [f"g{k}" for k in range(count)]
     return Problem(
@@ -1316,11 +861,7 @@ def _cupy(a: dict[str, Any]) -> None:
 
 def _case_path(c: Case) -> str:
     """What "auto" runs for a registry case (device allocations are 256-byte aligned)."""
-    kind = AUTO_V4.get(np.dtype(c.dtype), "")
-    if kind and c.params["count"] <= SLOTS:
-        return kind
-    vec = c.params["count"] <= SLOTS and not SIMULATED and np.dtype(c.dtype) in AUTO_VECTOR
-    return "fused_vector" if vec else "split"
+    return "two_pass" if c.params["count"] <= SLOTS else "per_array"
 
 
 def _elems(c: Case) -> int:
@@ -1333,9 +874,15 @@ def _bytes(c: Case) -> float:
     return float(passes * _elems(c) * np.dtype(c.dtype).itemsize)
 
 
-def _cases(label: str, count: int, elems: int, clips: tuple[int, ...] = (1, 0)) -> tuple[Case, ...]:
+def _cases(
+    label: str, count: int, elems: int, clips: tuple[int, ...] = (1, 0), **extra: int
+) -> tuple[Case, ...]:
     return tuple(
-        Case(f"{label}-{'clip' if clip else 'noclip'}", {"count": count, "elems": elems, "clip": clip}, dt)
+        Case(
+            f"{label}-{'clip' if clip else 'noclip'}",
+            {"count": count, "elems": elems, "clip": clip, **extra},
+            dt,
+        )
         for clip in clips
         for dt in ("float32", "float16")
     )
@@ -1350,8 +897,13 @@ SPEC = register(
         flops=lambda c: float((3 if c.params["clip"] else 2) * _elems(c)),
         bytes=_bytes,
         tolerance={"float32": 1e-5, "float16": 1e-3},
+        # the fp32 norm (and scaled fp32 arrays) to a few ulps of a float32-accumulated sum of squares
+        elem_tolerance={"float32": 5e-6},
         sim_cases=_cases("3x101", 3, 101),
         verify_cases=_cases("5x100003", 5, 100003),
+        # NaN (and infinities), then +inf alone: the norm is NaN / inf and every array is left as it was
+        special_cases=_cases("nan-3x101", 3, 101, (1,), specials=1)
+        + _cases("inf-3x101", 3, 101, (1,), specials=2),
         # 8 arrays of ~8.4M: 268 MB of fp32 read for the norm, then read + written again: 805 MB moved
         bench_cases=_cases("8x8388608", 8, 8388608, clips=(1,)),
         cupy=_cupy,
@@ -1360,13 +912,16 @@ SPEC = register(
             ("clip_grad_norm_zero", _zero, _ZERO_SIG),
             *((f"clip_grad_norm_sumsq_{dt.name}", _sumsq[dt], s) for dt, s in _SUMSQ_SIGS.items()),
             *((f"clip_grad_norm_scale_{dt.name}", _scale[dt], s) for dt, s in _SCALE_SIGS.items()),
-            *_FUSED_PTX,
-            # what "auto" runs on a GPU: the v4 "two" kernels at their default configs
+            # what "auto" runs on a GPU for up to SLOTS aligned arrays, at the default configs
             *(
-                (f"clip_grad_norm_v4_{name}_{dt.name}", v4_fns(dt, V4_DEFAULT[dt])[name], _v4_sigs(dt)[name])
+                (
+                    f"clip_grad_norm_two_pass_{name}_{dt.name}",
+                    two_pass_fns(dt, TWO_PASS_DEFAULT[dt])[name],
+                    _two_pass_sigs(dt)[name],
+                )
                 for dt in (F32, F16)
                 for name in ("norm", "scale")
-            ),
+            ),  # fmt: skip
         ),
         path=_case_path,
     )

@@ -10,7 +10,7 @@ bytes fp32 = 4 * (M*K + K*N + 2*M*N) = 277 MB (fp16: 138 MB). Compute-bound: 1.6
 vs 0.07 ms of memory traffic. The unfused baseline (cuBLAS GEMM, then a CuPy add) writes and re-reads the
 [M, N] product: +168 MB fp32.
 
-Kernels and paths are gemm's (kernels/ops/gemm.py): "portable", "simt", "simt_wide", "simt2" (fp32 auto:
+Kernels and paths are gemm's (kernels/ops/gemm/): "portable", "simt" (fp32 auto:
 0.953x cuBLAS matmul + CuPy add on the H200), "mma" (fp16 tensor cores). Calls on device arrays with `out`
 replay validated launches from a FastCache (host time ~8.5 us per call).
 """
@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from kernels import arrays
-from kernels.arrays import SIMULATED, HostSync
-from kernels.launch import FastCache
 from kernels.ops import gemm as _gemm
-from kernels.registry import Case, OpSpec, Problem, register
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import SIMULATED, HostSync
+from kernels.runtime.launch import FastCache
 
 
 def o_proj(
@@ -40,7 +40,9 @@ def o_proj(
 ) -> Any:
     """out = attn @ w (+ bias) + residual, in one kernel. Returns `out` (a new device array when None; numpy
     when the inputs are numpy)."""
-    if out is not None:  # hot path: a layout validated before, new pointers (kernels.launch.FastCache)
+    if (
+        out is not None
+    ):  # hot path: a layout validated before, new pointers (kernels.runtime.launch.FastCache)
         objs = (attn, w, out, residual) if bias is None else (attn, w, out, residual, bias)
         hit, ptrs = _FAST.find(objs, path)
         if hit is not None:
@@ -77,7 +79,7 @@ def o_proj(
     return arrays.finish(sync, oo, out, ao)
 
 
-_FAST = FastCache()  # validated o_proj launches by operand layout and path (kernels.launch.FastCache)
+_FAST = FastCache()  # validated o_proj launches by operand layout and path (kernels.runtime.launch.FastCache)
 
 
 # --- registry ----------------------------------------------------------------------------------------------
@@ -87,6 +89,8 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     b, s, k, n = (case.params[x] for x in ("B", "S", "K", "N"))
     dt = np.dtype(case.dtype)
     attn = rng.standard_normal((b, s, k)).astype(dt)
+    if case.params.get(SPECIALS):
+        attn = poison(attn, case.params[SPECIALS])
     w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(dt)  # keeps out ~ N(0, 2): fp16 stays in range
     residual = rng.standard_normal((b, s, n)).astype(dt)
     inputs = {"attn": attn, "w": w, "residual": residual}
@@ -134,9 +138,9 @@ def path_for(case: Case) -> str:
     return _gemm.resolve_path("auto", np.dtype(case.dtype))
 
 
-def _cases(shapes: list[tuple[str, int, int, int, int, int]]) -> tuple[Case, ...]:
+def _cases(shapes: list[tuple[str, int, int, int, int, int]], **extra: int) -> tuple[Case, ...]:
     return tuple(
-        Case(label, {"B": b, "S": s, "K": k, "N": n, "bias": bias}, dt)
+        Case(label, {"B": b, "S": s, "K": k, "N": n, "bias": bias, **extra}, dt)
         for label, b, s, k, n, bias in shapes
         for dt in ("float32", "float16")
     )
@@ -154,6 +158,7 @@ SPEC = register(
         tolerance={"float32": 2e-5, "float16": 1e-3},
         sim_cases=_cases([("tiny-odd+bias", 2, 5, 17, 23, 1)]),
         verify_cases=_cases([("odd+bias", 2, 37, 67, 129, 1), ("edge8", 3, 67, 136, 200, 0)]),
+        special_cases=_cases([("specials+bias", 1, 24, 32, 40, 1)], **{SPECIALS: 1}),
         bench_cases=_cases([("16x512x2560", 16, 512, 2560, 2560, 0)]),
         cupy=_cupy,
         bound="compute",

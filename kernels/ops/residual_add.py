@@ -2,12 +2,12 @@
 
 Floors per element: 1 FLOP; bytes = 3 * itemsize (two reads, one write). Pure bandwidth.
 Kernels: the arrays are seen as flat; one block per contiguous tile.
-  - scalar (v2): each thread keeps UNROLL independent element pairs in flight, one scalar load each.
-  - vector (v3): each thread loads VEC_UNROLL 16-byte vectors per operand (kernels.vector: 8 halves or 4
-    floats per `ld.global.v4.b32`), so fp16 moves 512 B per warp instruction instead of 64 B. Needs 16-byte
-    aligned pointers (device allocations are 256-aligned); the last partial tile is done in scalar.
-`path="auto"` takes the vector kernel for fp16 on a GPU when aligned (kernels.vector.choose); both stay
-selectable so they can be timed side by side. fp16 adds in fp32 and rounds once.
+  - scalar: each thread keeps UNROLL independent element pairs in flight, one scalar load each.
+  - vector: each thread loads VEC_UNROLL 16-byte vectors per operand (kernels.primitives.vector: 8 halves or
+    4 floats per `ld.global.v4.b32`), so fp16 moves 512 B per warp instruction instead of 64 B. Needs
+    16-byte aligned pointers (device allocations are 256-aligned); the last partial tile is done in scalar.
+`path="auto"` takes the vector kernel for fp16 on a GPU when aligned (kernels.primitives.vector.choose);
+both stay selectable so they can be timed side by side. fp16 adds in fp32 and rounds once.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32
 
-from kernels import arrays
-from kernels.arrays import FLOAT_IO, HostSync, Operand
-from kernels.launch import FastCache, Kernel, kernel
-from kernels.reduce import BLOCK
-from kernels.registry import Case, OpSpec, Problem, register
-from kernels.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_from, vector_ok
+from kernels.primitives.reductions import BLOCK
+from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_from, vector_ok
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import FLOAT_IO, HostSync, Operand
+from kernels.runtime.launch import FastCache, Kernel, kernel
 
-THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.reduce)
+THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.primitives.reductions)
 # elements per thread: fp16 loads carry half the bytes, so twice as many are kept in flight
 UNROLL = {np.dtype(np.float32): 4, np.dtype(np.float16): 8}
 # 16-byte vectors per operand per thread in the vector kernel: 2 x 16 B x 2 inputs = 64 B in flight per
@@ -99,7 +99,7 @@ def _make_vec_kernel(width: int, vunroll: int):  # type: ignore[no-untyped-def]
     return k
 
 
-_SIGS = {
+_SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[::1], float32[::1], float32[::1])",
     np.dtype(np.float16): "void(float16[::1], float16[::1], float16[::1])",
 }
@@ -108,7 +108,7 @@ _KERNELS = {dt: kernel(_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 _VEC_DISPATCHERS = {dt: _make_vec_kernel(WIDTH[dt], VEC_UNROLL) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 MAX_GRID = 2**31 - 1
-_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
 
 def grid_for(n: int, unroll: int) -> int:
@@ -118,7 +118,7 @@ def grid_for(n: int, unroll: int) -> int:
 
 def residual_add(x: Any, r: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> Any:
     """out = x + r. Returns `out` (a new device array when None; a numpy array when the inputs are numpy).
-    `path`: "auto", "scalar" or "vector" (kernels.vector.choose)."""
+    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose)."""
     # (the cache is skipped while tests/kernels/test_verify.py has swapped in its own _launch)
     own = _launch is _LAUNCH
     if out is not None and own:
@@ -166,6 +166,8 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     dt = np.dtype(case.dtype)
     x = rng.standard_normal(shape, dtype=np.float32).astype(dt, copy=False)
     r = rng.standard_normal(shape, dtype=np.float32).astype(dt, copy=False)
+    if case.params.get(SPECIALS):
+        x = poison(x, case.params[SPECIALS])
     ref = x.astype(np.float64) + r.astype(np.float64)
     return Problem(inputs={"x": x, "r": r}, outputs={"out": (shape, dt)}, reference={"out": ref})
 
@@ -184,9 +186,11 @@ def _elems(c: Case) -> int:
     return c.params["rows"] * c.params["cols"]
 
 
-def _cases(shapes: list[tuple[str, int, int]]) -> tuple[Case, ...]:
+def _cases(shapes: list[tuple[str, int, int]], **extra: int) -> tuple[Case, ...]:
     return tuple(
-        Case(label, {"rows": m, "cols": n}, dt) for label, m, n in shapes for dt in ("float32", "float16")
+        Case(label, {"rows": m, "cols": n, **extra}, dt)
+        for label, m, n in shapes
+        for dt in ("float32", "float16")
     )
 
 
@@ -201,6 +205,7 @@ SPEC = register(
         tolerance={"float32": 1e-6, "float16": 1e-3},
         sim_cases=_cases([("tiny-odd", 3, 37)]),
         verify_cases=_cases([("odd", 37, 1001), ("tall", 4099, 257)]),
+        special_cases=_cases([("specials", 4, 136)], specials=1),
         # 16384 x 4096: fp32 moves 805 MB, fp16 403 MB
         bench_cases=_cases([("16384x4096", 16384, 4096)]),
         cupy=_cupy,

@@ -5,11 +5,10 @@ once; weight is n elements shared by every row). Bandwidth-bound.
 Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one slot per warp):
   - `_rmsnorm_reg` (rows of up to BLOCK * PER = 4096): each thread loads its PER elements into registers
     with every load in flight at once, reduces, and writes from registers: one read, one write.
-  - `_rmsnorm_vec` (v3, same rows when x, weight, out are 16-byte aligned and a row is a multiple of 16
-    bytes): the register kernel with 16-byte loads and stores (kernels.vector), 8 halves per instruction.
-  - kernels/rowcases.py ROW_KERNELS sends fp32 "auto" calls to the v3 vector kernel (3 % faster than the
-    register kernel on the H200). v4 (make_rows: other block shapes / prefetch) was slower there and was
-    removed (commit 0a9cc4b).
+  - `_rmsnorm_vec` (same rows when x, weight, out are 16-byte aligned and a row is a multiple of 16
+    bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector), 8 halves per
+    instruction. kernels/ops/rows.py ROW_KERNELS sends fp32 "auto" calls to it as well (it was faster than the
+    register kernel on the H200: benchmarks/notes-memory.md).
   - `_rmsnorm_kernel` (longer rows): pass 1 streams the row with four loads in flight per thread; pass 2
     reads it again, from L1/L2 (the same block read it microseconds before), not device memory.
 """
@@ -22,20 +21,19 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, uint32
 
-from kernels import arrays
-from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
-from kernels.launch import FastCache, kernel
-from kernels.reduce import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
-from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import (
-    ROW_KERNELS,
-    pick_row_kernel,
+from kernels.ops.rows import (
+    RowConfig,
+    RowKernels,
+    VectorRows,
     row_cases,
     row_path_of,
-    row_ptx_kernels,
-    sim_spec,
 )
-from kernels.vector import WIDTH, ldg_into, make_row_io, stg_from, vector_ok
+from kernels.primitives.reductions import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
+from kernels.primitives.vector import ldg_into, make_row_io, stg_from, vector_ok
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
+from kernels.runtime.launch import FastCache
 
 
 @cuda.jit
@@ -148,35 +146,31 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
     return k
 
 
-_SIGS = {
+_SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[:, ::1], float32)",
 }
-_KERNELS = {dt: kernel(_rmsnorm_kernel, sig) for dt, sig in _SIGS.items()}
-_REG = {dt: kernel(_rmsnorm_reg, sig) for dt, sig in _SIGS.items()}
-_VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
-_VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 
 
-def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
-    """(dispatcher, threads per block, grid-stride?) of a kernels.rowcases.ROW_KERNELS entry."""
-    kind = spec[0]
-    if kind == "v3":
-        return _make_vec(width, spec[1]), BLOCK, False
-    raise ValueError(f"rmsnorm: no row kernel of kind {kind!r}")
+def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
+    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
+    if isinstance(config, VectorRows):
+        return _make_vec(width, config.fastmath), BLOCK, False
+    raise ValueError(f"rmsnorm: no row kernel for {config}")
 
 
-_ROW = {dt: _row_kernel(sim_spec(spec), WIDTH[dt]) for dt, spec in ROW_KERNELS["rmsnorm"].items()}
-_ROW_FNS = {dt: fn for dt, (fn, _, _) in _ROW.items()}
-_ROW_K = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _ROW_FNS.items()}
-_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
+_K = RowKernels(
+    "rmsnorm", _SIGS, stream=_rmsnorm_kernel, reg=_rmsnorm_reg, make_vec=_make_vec, row_kernel=_row_kernel
+)
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
 
 def rmsnorm(
     x: Any, weight: Any, out: Any = None, *, eps: float = 1e-6, stream: int = 0, path: str = "auto"
 ) -> Any:
     """Row-wise RMS norm over the last dimension of x (any ndim >= 1), times weight [x.shape[-1]].
-    `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER)."""
+    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose; vector covers rows of <= BLOCK *
+    PER)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, weight, out), (eps, path))
         if bound is not None:
@@ -194,9 +188,7 @@ def rmsnorm(
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    k, block, grid = pick_row_kernel(
-        path, xo.dtype, ok, n, xr.shape[0], plain=_KERNELS, reg=_REG, vec=_VEC, row=_ROW, row_k=_ROW_K
-    )
+    k, block, grid = _K.pick(path, xo.dtype, ok, n, xr.shape[0])
     args = (xr, wo, arrays.as_rows(oo), e)
     k.launch(grid, block, args, stream=stream)
     if out is not None and xo.host is None and wo.host is None and oo.host is None:
@@ -206,7 +198,8 @@ def rmsnorm(
 
 def reference(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     x64 = x.astype(np.float64)
-    return x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w.astype(np.float64)
+    out: np.ndarray = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps) * w.astype(np.float64)
+    return out
 
 
 EPS = 1e-6
@@ -216,6 +209,8 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     rows, n = case.params["rows"], case.params["cols"]
     dt = np.dtype(case.dtype)
     x = (rng.standard_normal((rows, n), dtype=np.float32) * 2.0 + 0.5).astype(dt)
+    if case.params.get(SPECIALS):
+        x = poison(x, case.params[SPECIALS])
     w = (1.0 + 0.5 * rng.standard_normal(n)).astype(dt)
     return Problem(
         inputs={"x": x, "weight": w},
@@ -254,7 +249,7 @@ SPEC = register(
         **row_cases(),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=row_ptx_kernels("rmsnorm", _rmsnorm_reg, _rmsnorm_kernel, _VEC_FNS, _SIGS, _ROW_FNS),
+        ptx_kernels=_K.ptx_kernels(),
         path=row_path_of("rmsnorm"),
     )
 )

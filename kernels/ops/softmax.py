@@ -6,13 +6,12 @@ Kernels, one block of 256 threads per row:
   - `_softmax_reg` (rows of up to BLOCK * PER = 4096): the row sits in registers; block max, then each
     element's exp(v - max) is computed once, kept in its register, summed, and scaled on the way out:
     one read, one write, one exp per element.
-  - `_softmax_vec` (v3, same rows when x and out are 16-byte aligned and a row is a multiple of 16
-    bytes): the register kernel with 16-byte loads and stores (kernels.vector).
-  - `make_rows5` (v5): the vector kernel with other block shapes, reductions and numba's fastmath;
-    kernels/rowcases.py ROW_KERNELS sends fp16 to it (256 x 16, 8 blocks/SM, fastmath: exp as ex2.approx,
-    2 SASS instructions per element instead of 5) from the H200 timings in benchmarks/notes-memory.md
-    ("v5"). fp32 keeps the register kernel. v4 (make_rows: one (max, sum) reduction per row, prefetch) was
-    slower there and was removed (commit 0a9cc4b).
+  - `_softmax_vec` (same rows when x and out are 16-byte aligned and a row is a multiple of 16 bytes): the
+    register kernel with 16-byte loads and stores (kernels.primitives.vector).
+  - `make_rows_blocked`: the vector kernel with other block shapes, reductions and numba's fastmath;
+    kernels/ops/rows.py ROW_KERNELS sends fp16 "auto" calls to it (exp as ex2.approx, 2 SASS instructions
+    per element instead of 5). fp32 keeps the register kernel. The measurements, and the kernels that lost,
+    are in benchmarks/notes-memory.md.
   - `_softmax_kernel` (longer rows): pass 1 is the online softmax: each thread carries (max, sum of
     exp(v - max)) and rescales its sum when the max grows, so the row is read from memory once; the partials
     merge across the block with the same rule. Pass 2 re-reads the row from L1/L2 and writes.
@@ -27,10 +26,15 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, uint32
 
-from kernels import arrays
-from kernels.arrays import FLOAT_IO, SIMULATED, HostSync
-from kernels.launch import FastCache, kernel
-from kernels.reduce import (
+from kernels.ops.rows import (
+    BlockedRows,
+    RowConfig,
+    RowKernels,
+    VectorRows,
+    row_cases,
+    row_path_of,
+)
+from kernels.primitives.reductions import (
     BLOCK,
     NEG_INF,
     PER,
@@ -43,27 +47,23 @@ from kernels.reduce import (
     make_block_sum,
     row_slots,
 )
-from kernels.registry import Case, OpSpec, Problem, register
-from kernels.rowcases import (
-    ROW_KERNELS,
-    pick_row_kernel,
-    row_cases,
-    row_path_of,
-    row_ptx_kernels,
-    sim_spec,
-)
-from kernels.vector import WIDTH, make_row_io, stg_from, vector_ok
+from kernels.primitives.vector import make_row_io, stg_from, vector_ok
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
+from kernels.runtime.launch import FastCache
 
 NAN = float32(math.nan)
 
 
 @cuda.jit(device=True, inline="always")
 def _push(m, s, v):  # type: ignore[no-untyped-def]
-    """Add one value to an online-softmax partial (m, s)."""
-    if v > m:
-        return v, s * math.exp(m - v) + float32(1.0)
-    if m == NEG_INF:  # v is -inf too: it adds exp(-inf) = 0 (and -inf - -inf would be NaN)
-        return m, s
+    """Add one value to an online-softmax partial (m, s). NaN and +inf make the sum NaN, as they make the
+    float64 reference's exp(x - max) sum NaN: a NaN or +inf anywhere gives a NaN row."""
+    if v > m:  # v - v: 0, or NaN for v = +inf (exp(inf - inf) in the reference)
+        return v, s * math.exp(m - v) + (v - v + float32(1.0))
+    if m == NEG_INF:  # v is -inf (it adds exp(-inf) = 0; -inf - -inf would be NaN) or NaN (kept)
+        return m, (s if v == m else v)
     return m, s + math.exp(v - m)
 
 
@@ -186,13 +186,15 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
     return k
 
 
-def make_rows5(width: int, threads: int, per: int, min_blocks: int, fastmath: bool):  # type: ignore[no-untyped-def]
-    """v5 register-row kernel (rows of <= threads * per, 16-byte loads, kernels.vector rules): v3's order
-    (block max, then exp(v - max) once per element kept in its register, block sum, scale on the way out)
-    with unrolled reducers whose slots alternate between rows, so two barriers per row instead of four, and
-    `fastmath` (numba's flag: exp becomes ex2.approx of x * log2(e), one FMUL + one MUFU per element; the
-    division fast too). `threads` per block and `per` values per thread set how many rows an SM holds in
-    registers (`min_blocks` = launch_bounds' blocks per SM)."""
+def make_rows_blocked(  # type: ignore[no-untyped-def]
+    width: int, threads: int, per: int, min_blocks: int, fastmath: bool
+):
+    """Register-row kernel (rows of <= threads * per, 16-byte loads, kernels.primitives.vector rules) in the
+    vector kernel's order (block max, then exp(v - max) once per element kept in its register, block sum,
+    scale on the way out) with unrolled reducers whose slots alternate between rows, so two barriers per row
+    instead of four, and `fastmath` (numba's flag: exp becomes ex2.approx of x * log2(e), one FMUL + one MUFU
+    per element; the division fast too). `threads` per block and `per` values per thread set how many rows an
+    SM holds in registers (`min_blocks` = launch_bounds' blocks per SM)."""
     nv = per // width
     load_row, col_of = make_row_io(width, threads, per)
     bmax = make_block_max(threads)
@@ -237,36 +239,32 @@ def make_rows5(width: int, threads: int, per: int, min_blocks: int, fastmath: bo
     return k
 
 
-_SIGS = {
+_SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[:, ::1])",
     np.dtype(np.float16): "void(float16[:, ::1], float16[:, ::1])",
 }
-_KERNELS = {dt: kernel(_softmax_kernel, sig) for dt, sig in _SIGS.items()}
-_REG = {dt: kernel(_softmax_reg, sig) for dt, sig in _SIGS.items()}
-_VEC_FNS = {dt: _make_vec(WIDTH[dt]) for dt in _SIGS}
-_VEC = {dt: kernel(_VEC_FNS[dt], sig) for dt, sig in _SIGS.items()}
 
 
-def _row_kernel(spec: tuple[Any, ...], width: int) -> tuple[Any, int, bool]:
-    """(dispatcher, threads per block, grid-stride?) of a kernels.rowcases.ROW_KERNELS entry."""
-    kind = spec[0]
-    if kind == "v3":
-        return _make_vec(width, spec[1]), BLOCK, False
-    if kind == "v5":
-        t, p, b, fm = spec[1:5]
-        return make_rows5(width, t, p, b, fm), t, False
-    raise ValueError(f"softmax: no row kernel of kind {kind!r}")
+def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
+    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
+    if isinstance(config, VectorRows):
+        return _make_vec(width, config.fastmath), BLOCK, False
+    if isinstance(config, BlockedRows):
+        c = config
+        return make_rows_blocked(width, c.threads, c.per, c.min_blocks, c.fastmath), c.threads, False
+    raise ValueError(f"softmax: no row kernel for {config}")
 
 
-_ROW = {dt: _row_kernel(sim_spec(spec), WIDTH[dt]) for dt, spec in ROW_KERNELS["softmax"].items()}
-_ROW_FNS = {dt: fn for dt, (fn, _, _) in _ROW.items()}
-_ROW_K = {dt: kernel(fn, _SIGS[dt]) for dt, fn in _ROW_FNS.items()}
-_FAST = FastCache()  # validated launches by operand layout (kernels.launch.FastCache)
+_K = RowKernels(
+    "softmax", _SIGS, stream=_softmax_kernel, reg=_softmax_reg, make_vec=_make_vec, row_kernel=_row_kernel
+)
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
 
 def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> Any:
     """Numerically stable softmax over the last dimension of x (any ndim >= 1).
-    `path`: "auto", "scalar" or "vector" (kernels.vector.choose; vector covers rows of <= BLOCK * PER)."""
+    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose; vector covers rows of <= BLOCK *
+    PER)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, out), path)
         if bound is not None:
@@ -281,9 +279,7 @@ def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> 
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
     ok = n <= BLOCK * PER and vector_ok((xo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    k, block, grid = pick_row_kernel(
-        path, xo.dtype, ok, n, xr.shape[0], plain=_KERNELS, reg=_REG, vec=_VEC, row=_ROW, row_k=_ROW_K
-    )
+    k, block, grid = _K.pick(path, xo.dtype, ok, n, xr.shape[0])
     args = (xr, arrays.as_rows(oo))
     k.launch(grid, block, args, stream=stream)
     if out is not None and xo.host is None and oo.host is None:
@@ -294,7 +290,8 @@ def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> 
 def reference(x: np.ndarray) -> np.ndarray:
     x64 = x.astype(np.float64)
     e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    out: np.ndarray = e / e.sum(axis=-1, keepdims=True)
+    return out
 
 
 def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
@@ -302,6 +299,9 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     dt = np.dtype(case.dtype)
     # a wide spread (std 4) and a large offset: an unstable softmax overflows exp() here
     x = (rng.standard_normal((rows, n), dtype=np.float32) * 4.0 + 40.0).astype(dt)
+    if case.params.get(SPECIALS):
+        x = poison(x, case.params[SPECIALS])
+        x[1] = -np.inf  # a row that is all -inf
     return Problem(inputs={"x": x}, outputs={"out": ((rows, n), dt)}, reference={"out": reference(x)})
 
 
@@ -333,7 +333,7 @@ SPEC = register(
         **row_cases(),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=row_ptx_kernels("softmax", _softmax_reg, _softmax_kernel, _VEC_FNS, _SIGS, _ROW_FNS),
+        ptx_kernels=_K.ptx_kernels(),
         path=row_path_of("softmax"),
     )
 )

@@ -112,9 +112,9 @@ def repack(
 
 
 def wrap_health(d: Path, why: str, body: str) -> None:
-    """Replace `run` in an unpacked release's kernels/health.py with `body` (indented lines of a function
-    that may call the original as `_real_run()`); `why` says what the injection is for."""
-    path = d / "kernels" / "health.py"
+    """Replace `run` in an unpacked release's kernels/harness/health.py with `body` (indented lines of a
+    function that may call the original as `_real_run()`); `why` says what the injection is for."""
+    path = d / "kernels" / "harness" / "health.py"
     path.write_text(
         path.read_text()
         + f"\n\n_real_run = run\n\n\ndef run():  # injected by test_node_module: {why}\n{body}"

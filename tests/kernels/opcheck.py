@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from kernels import verify
-from kernels.arrays import SIMULATED
+from kernels.harness import verify
 from kernels.registry import Case, OpSpec
+from kernels.runtime.arrays import SIMULATED
 
 ON_GPU = not SIMULATED and cuda.is_available()
 needs_device = pytest.mark.skipif(
@@ -36,9 +36,9 @@ def run_rows(fn, sig: str, grid: int, inputs: tuple[np.ndarray, ...], *scalars, 
     """Launch the row kernel `fn` (compiled for `sig`) on `grid` blocks of BLOCK threads with `inputs` (host
     arrays, x first), an output of x's shape pre-filled with `fill` (NaN: unwritten elements show), and
     `scalars`; return the output as float64. For the row-kernel factories' tests (make_rows*)."""
-    from kernels import arrays
-    from kernels.launch import kernel
-    from kernels.reduce import BLOCK
+    from kernels.primitives.reductions import BLOCK
+    from kernels.runtime import arrays
+    from kernels.runtime.launch import kernel
 
     x = inputs[0]
     dev = [cuda.to_device(a) for a in (*inputs, np.full(x.shape, fill, x.dtype))]
@@ -48,9 +48,10 @@ def run_rows(fn, sig: str, grid: int, inputs: tuple[np.ndarray, ...], *scalars, 
 
 
 def fake_graph_class(launched: list) -> type:  # type: ignore[type-arg]
-    """A stand-in for kernels.launch.LaunchGraph over a stubbed driver whose launches append to `launched`:
-    capturing runs the record callback and moves what it launched into `captured` (a capture runs nothing);
-    `replays` counts launches, `closed` tells whether it was freed; every instance lands in `made`."""
+    """A stand-in for kernels.runtime.launch.LaunchGraph over a stubbed driver whose launches append to
+    `launched`: capturing runs the record callback and moves what it launched into `captured` (a capture runs
+    nothing); `replays` counts launches, `closed` tells whether it was freed; every instance lands in
+    `made`."""
 
     class FakeGraph:
         made: list[FakeGraph] = []

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from opcheck import needs_gpu
 
-from kernels import bench, cli
+from kernels import cli
+from kernels.harness import bench
 from kernels.registry import select
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def test_bench_json_on_gpu(tmp_path):  # type: ignore[no-untyped-def]
 
 def test_roofline_plot_from_a_report(tmp_path):  # type: ignore[no-untyped-def]
     pytest.importorskip("matplotlib")
-    from kernels.roofline import plot
+    from kernels.harness.roofline import plot
 
     rep = {
         "device": {"name": "X"}, "peaks": {"mem_gbs": 4000.0, "fp32_tflops": 60.0},

@@ -3,15 +3,17 @@ arrays bit-identical; validation errors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from numba import cuda
 from opcheck import assert_case_passes, case_id, fake_graph_class, needs_device, needs_gpu, small_cases
 
-from kernels import arrays, launch
-from kernels.launch import Kernel
 from kernels.ops import clip_grad_norm as op
 from kernels.registry import Case
+from kernels.runtime import arrays, launch
+from kernels.runtime.launch import Kernel
 
 
 @needs_device
@@ -67,7 +69,7 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
 
 
 @needs_device
-@pytest.mark.parametrize("path", ["split", "fused", "fused_vector", "two", "two_last", "one"])
+@pytest.mark.parametrize("path", ["per_array", "two_pass"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_every_path(path, dtype):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng()
@@ -85,27 +87,21 @@ def test_every_path(path, dtype):  # type: ignore[no-untyped-def]
 
 
 @needs_device
-def test_fused_state_survives_repeated_calls():  # type: ignore[no-untyped-def]
-    # the fused kernel keeps its accumulator and barrier on the device between calls (generation parity):
-    # every call must see only its own sum of squares
-    g = cuda.to_device(np.full(1000, 0.5, np.float32))
-    for k in range(5):
-        got = op.clip_grad_norm([g], 1e9, path="fused")
-        assert abs(got - np.sqrt(250.0)) < 1e-4, (k, got)
-
-
-@needs_device
 def test_path_selection_and_errors():  # type: ignore[no-untyped-def]
     many = [np.full(3, 1.0, np.float32) for _ in range(op.SLOTS + 1)]
-    got = op.clip_grad_norm(many, 1.0)  # auto: more than SLOTS arrays take the split path
+    got = op.clip_grad_norm(many, 1.0)  # auto: more than SLOTS arrays take the per_array path
     assert abs(got - np.sqrt(3.0 * (op.SLOTS + 1))) < 1e-4
-    with pytest.raises(ValueError, match=rf"path: 'fused' cannot run here: {op.SLOTS + 1} arrays \(at most"):
-        op.clip_grad_norm(many, 1.0, path="fused")
+    with pytest.raises(
+        ValueError, match=rf"path: 'two_pass' cannot run here: {op.SLOTS + 1} arrays \(at most"
+    ):
+        op.clip_grad_norm(many, 1.0, path="two_pass")
     ws = cuda.device_array(1, np.float64)
-    with pytest.raises(ValueError, match="path: 'fused' cannot run here: a workspace was given"):
-        op.clip_grad_norm([np.ones(3, np.float32)], 1.0, workspace=ws, path="fused")
-    with pytest.raises(ValueError, match="path: 'fast' is not a path; expected one of: auto, split"):
-        op.clip_grad_norm([np.ones(3, np.float32)], 1.0, path="fast")
+    with pytest.raises(ValueError, match="path: 'two_pass' cannot run here: a workspace was given"):
+        op.clip_grad_norm([np.ones(3, np.float32)], 1.0, workspace=ws, path="two_pass")
+    with pytest.raises(
+        ValueError, match="path: 'fused' is not a path; expected one of: auto, two_pass, per_array"
+    ):
+        op.clip_grad_norm([np.ones(3, np.float32)], 1.0, path="fused")
 
 
 class _Ptr:
@@ -114,10 +110,11 @@ class _Ptr:
 
 
 class _FakeDeviceArray:
-    """Looks like a numba device array to kernels.arrays (pointer, shape, strides, dtype), with a real-looking
-    pointer even under the simulator: the lean launcher's parameter words are checked without a GPU."""
+    """Looks like a numba device array to kernels.runtime.arrays (pointer, shape, strides, dtype), with a
+    real-looking pointer even under the simulator: the lean launcher's parameter words are checked without a
+    GPU."""
 
-    device_ctypes_pointer = None  # the class-level marker kernels.arrays looks for
+    device_ctypes_pointer = None  # the class-level marker kernels.runtime.arrays looks for
 
     def __init__(self, shape, dtype, ptr, strides=None):  # type: ignore[no-untyped-def]
         self.shape = shape
@@ -132,9 +129,8 @@ class _FakeDeviceArray:
 _FakeDeviceArray.__module__ = "numba.cuda.fake"
 
 
-@pytest.mark.parametrize("kind", ["two", "two_last", "one"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_fast_parameter_blocks_match_kernel_pack(kind, dtype):  # type: ignore[no-untyped-def]
+def test_fast_parameter_blocks_match_kernel_pack(dtype):  # type: ignore[no-untyped-def]
     # the lean launcher (GPU only) writes each kernel's whole parameter block with one struct.pack_into; it
     # must be byte for byte what Kernel.pack writes for the general path's arguments, with the same grid
     dt = np.dtype(dtype)
@@ -146,25 +142,24 @@ def test_fast_parameter_blocks_match_kernel_pack(kind, dtype):  # type: ignore[n
     assert fv is not None
     got_dt, words, p_no = fv
     assert got_dt is dt and p_no == 1 << 41 and len(words) == 7 * len(grads)
-    plan = op._FastPlan(dt, kind, op.V4_DEFAULT[dt])
+    plan = op._FastPlan(dt, op.TWO_PASS_DEFAULT[dt])
     padded = words + plan.empty_words * (op.SLOTS - len(grads))
     flat = [arrays.operand(f"g{i}", g).flat() for i, g in enumerate(grads)]
-    launches = op.v4_launches(kind, flat, arrays.operand("norm_out", no), 2.5)
+    launches = op.two_pass_launches(flat, arrays.operand("norm_out", no), 2.5)
     assert len(launches) == len(plan.kernels)
     for i, (k, grid, args) in enumerate(launches):
         ref = Kernel(k.dispatcher, k.sig)
         ref.build_plan()
         ref.pack(args)
         assert plan.pack(i, padded, p_no, 2.5) == grid
-        assert list(plan.kernels[i]._block) == list(ref._block), (kind, i)
+        assert list(plan.kernels[i]._block) == list(ref._block), i
 
 
-@pytest.mark.parametrize("kind", ["two", "two_last"])
-def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(kind, monkeypatch):  # type: ignore[no-untyped-def]
+def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(monkeypatch):  # type: ignore[no-untyped-def]
     # a repeat call on the same cached values skips the packing; a new max_norm or new arrays repack
     monkeypatch.setattr(launch, "GRAPH_REPLAY", False)  # direct launches only (graphs: the test below)
     dt = np.dtype(np.float32)
-    plan = op._FastPlan(dt, kind, op.V4_DEFAULT[dt])
+    plan = op._FastPlan(dt, op.TWO_PASS_DEFAULT[dt])
     seen: list[tuple[int, list[int]]] = []
 
     def fake(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
@@ -178,7 +173,7 @@ def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(kind, mon
     assert arrays.is_device_array(no)  # registers the fake type's extractor (the test can run alone)
 
     def expect(fv, mx):  # type: ignore[no-untyped-def]
-        ref = op._FastPlan(dt, kind, op.V4_DEFAULT[dt])
+        ref = op._FastPlan(dt, op.TWO_PASS_DEFAULT[dt])
         padded = fv[1] + ref.empty_words * (op.SLOTS - len(fv[1]) // 7)
         return [(ref.pack(i, padded, fv[2], mx), list(k._block)) for i, k in enumerate(ref.kernels)]
 
@@ -187,7 +182,7 @@ def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(kind, mon
     for fv, mx in ((fv1, 1.0), (fv1, 1.0), (fv1, 2.0), (fv2, 2.0), (fv2, 2.0), (fv1, 2.0)):
         seen.clear()
         plan.launch(fv, mx, None)
-        assert seen == expect(fv, mx), (kind, mx)
+        assert seen == expect(fv, mx), mx
 
 
 def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch):  # type: ignore[no-untyped-def]
@@ -195,7 +190,7 @@ def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch): 
     # the graph captures the blocks a fresh pack of that call writes; the oldest graph goes past GRAPHS_MAX
     monkeypatch.setattr(op, "GRAPHS_MAX", 2)
     dt = np.dtype(np.float32)
-    plan = op._FastPlan(dt, "two", op.V4_DEFAULT[dt])
+    plan = op._FastPlan(dt, op.TWO_PASS_DEFAULT[dt])
     direct: list[int] = []
 
     def fake(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
@@ -218,7 +213,7 @@ def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch): 
     made = FakeGraph.made
 
     def fresh_blocks(fv, mx):  # type: ignore[no-untyped-def]
-        ref = op._FastPlan(dt, "two", op.V4_DEFAULT[dt])
+        ref = op._FastPlan(dt, op.TWO_PASS_DEFAULT[dt])
         padded = fv[1] + ref.empty_words * (op.SLOTS - len(fv[1]) // 7)
         for i in range(len(ref.kernels)):
             ref.pack(i, padded, fv[2], mx)
@@ -244,18 +239,18 @@ def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch): 
     assert len(direct) == 4 + 4 + 2 and made[0].replays == 3
 
 
-def test_v4_config_drops_the_l2_hints_below_cc_8(monkeypatch):  # type: ignore[no-untyped-def]
+def test_two_pass_config_drops_the_l2_hints_below_cc_8(monkeypatch):  # type: ignore[no-untyped-def]
     # createpolicy / ld.global.L2::cache_hint need sm_80: a cc 7.x GPU runs the same config without them
     monkeypatch.setattr(op, "SIMULATED", False)
     for dt in (np.dtype(np.float32), np.dtype(np.float16)):
-        d = op.V4_DEFAULT[dt]
-        assert d.keep_mb >= 0  # the hints are on by default
+        d = op.TWO_PASS_DEFAULT[dt]
+        assert d.l2_keep_mb >= 0  # the hints are on by default
         monkeypatch.setattr(op, "_device_cc", lambda: (9, 0))
-        assert op.v4_config(dt) is d
+        assert op.two_pass_config(dt) is d
         monkeypatch.setattr(op, "_device_cc", lambda: (7, 5))
-        old = op.v4_config(dt)
-        assert (old.keep_mb, old.sc_first) == (-1, False)
-        assert old.key()[:5] == d.key()[:5]  # the same tiles and occupancy
+        old = op.two_pass_config(dt)
+        assert old.l2_keep_mb == -1
+        assert dataclasses.replace(old, l2_keep_mb=d.l2_keep_mb) == d  # the same tiles and occupancy
 
 
 def test_fast_values_declines_what_the_general_path_must_check():  # type: ignore[no-untyped-def]
@@ -300,12 +295,12 @@ def test_cached_values_live_only_as_long_as_the_arrays():  # type: ignore[no-unt
 
 
 @needs_device
-def test_auto_runs_the_measured_v4_kind():  # type: ignore[no-untyped-def]
-    # "auto" on aligned arrays of at most SLOTS takes AUTO_V4's kind, here and in the registry's path label
+def test_auto_runs_two_pass():  # type: ignore[no-untyped-def]
+    # "auto" on aligned arrays of at most SLOTS takes two_pass, here and in the registry's path label
     rng = np.random.default_rng()
     for dt in (np.float32, np.float16):
         case = Case("8x9-clip", {"count": 8, "elems": 9, "clip": 1}, np.dtype(dt).name)
-        assert op._case_path(case) == op.AUTO_V4[np.dtype(dt)]
+        assert op._case_path(case) == "two_pass"
         grads = [(rng.standard_normal(n) * 0.1).astype(dt) for n in (300, 9)]
         before = [g.copy() for g in grads]
         full = float(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in before)))
@@ -317,78 +312,43 @@ def test_auto_runs_the_measured_v4_kind():  # type: ignore[no-untyped-def]
             assert np.linalg.norm(g - s) / np.linalg.norm(s) < tol
 
 
-# v5: L2 cache-policy hints (V4Config keep_mb / sc_first). Under the simulator a hinted access is a plain one,
+# L2 cache-policy hints (TwoPassConfig.l2_keep_mb). Under the simulator a hinted access is a plain one,
 # so these check what the hint code paths index: every whole tile read once in the norm pass whichever policy
 # it gets (the kept / not-kept split at any tile), every element scaled once, nothing written without a clip.
 # Sizes (simulator: BLOCK 32, norm tiles of 512 fp32 / 1024 fp16 elements): several whole tiles per array,
 # tails shorter than a vector, and one array shorter than a tile.
-_V5_SIZES = (2100, 7, 101, 3000, 1030, 33)
+_HINT_SIZES = (2100, 7, 101, 3000, 1030, 33)
 
 
-def _v5_arrays(dtype: str, seed: int) -> tuple[list[np.ndarray], float]:
+def _hint_arrays(dtype: str, seed: int) -> tuple[list[np.ndarray], float]:
     rng = np.random.default_rng(seed)
-    grads = [(rng.standard_normal(n) * 0.1).astype(dtype) for n in _V5_SIZES]
+    grads = [(rng.standard_normal(n) * 0.1).astype(dtype) for n in _HINT_SIZES]
     full = float(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads)))
     return grads, full
 
 
-def _v5_run(kind, dtype, cfg, max_norm, grads):  # type: ignore[no-untyped-def]
+def _hint_run(dtype, cfg, max_norm, grads):  # type: ignore[no-untyped-def]
     dev = [cuda.to_device(g) for g in grads]
     flat = [arrays.operand(f"g{i}", d).flat() for i, d in enumerate(dev)]
     no = cuda.device_array(1, np.float32)
-    op.launch_v4(kind, flat, arrays.operand("norm_out", no), max_norm, 0, cfg)
+    op.launch_two_pass(flat, arrays.operand("norm_out", no), max_norm, 0, cfg)
     return float(no.copy_to_host()[0]), [d.copy_to_host() for d in dev]
 
 
 @needs_device
-@pytest.mark.parametrize("kind", ["two", "one"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize(("keep_mb", "sc_first"), [(0, False), (1, True), (-1, True)])
-def test_v5_hint_configs_match_float64(kind, dtype, keep_mb, sc_first):  # type: ignore[no-untyped-def]
-    cfg = op.V4Config(4, 2, 4, 4, keep_mb=keep_mb, sc_first=sc_first)
-    grads, full = _v5_arrays(dtype, 5)
+@pytest.mark.parametrize("keep_mb", [0, 1, -1])
+def test_hint_configs_match_float64(dtype, keep_mb):  # type: ignore[no-untyped-def]
+    cfg = op.TwoPassConfig(4, 2, 4, 4, l2_keep_mb=keep_mb)
+    grads, full = _hint_arrays(dtype, 5)
     norm, scaled = op.reference(grads, full / 3.0)
-    got, out = _v5_run(kind, dtype, cfg, full / 3.0, grads)
+    got, out = _hint_run(dtype, cfg, full / 3.0, grads)
     assert abs(got - norm) / norm < 1e-5
     tol = 1e-6 if dtype == "float32" else 1e-3
     for g, s in zip(out, scaled, strict=True):
         assert np.linalg.norm(g - s) / np.linalg.norm(s) < tol
     # no clip: arrays bit-identical, the norm still reported
-    got, out = _v5_run(kind, dtype, cfg, 2.0 * full, grads)
+    got, out = _hint_run(dtype, cfg, 2.0 * full, grads)
     assert abs(got - full) / full < 1e-5
     for g, before in zip(out, grads, strict=True):
         np.testing.assert_array_equal(g, before)
-
-
-@needs_device
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_v5_norm_keep_any_split_then_hinted_scale(dtype):  # type: ignore[no-untyped-def]
-    # norm_keep takes the kept tile count at run time (the probe sweeps it): 0 (all evict_first), a split
-    # inside the last array, a split across arrays, everything kept; then the sc_first scale kernel
-    dt = np.dtype(dtype)
-    cfg = op.V4Config(4, 2, 4, 4, keep_mb=0, sc_first=True)
-    grads, full = _v5_arrays(dtype, 7)
-    tq = op.v4_fns(dt, cfg)["tq"]
-    total_tiles = sum((g.size + tq - 1) // tq for g in grads)
-    kn = op._v4_kernel(dt, cfg, "norm_keep")
-    ks = op._v4_kernel(dt, cfg, "scale")
-    for kt in (0, 1, 4, total_tiles, 10**6):
-        dev = [cuda.to_device(g) for g in grads]
-        flat = [arrays.operand(f"g{i}", d).flat() for i, d in enumerate(dev)]
-        empty = op._device_state(dt)[2]
-        slots = (*flat, *([empty] * (op.SLOTS - len(flat))))
-        gq = op.v4_grid(dt, cfg, "norm")
-        part = op._v4_buf("part", gq, np.float32)
-        kn.launch(gq, op.BLOCK, (*slots, part, kt), stream=0)
-        got = float(np.sqrt(np.sum(part.dev.copy_to_host().astype(np.float64))))
-        assert abs(got - full) / full < 1e-5, kt
-        no = cuda.device_array(1, np.float32)
-        ks.launch(
-            op.v4_grid(dt, cfg, "scale"), op.BLOCK, (*slots, part, arrays.operand("no", no), full / 2.0)
-        )
-        norm, scaled = op.reference(grads, full / 2.0)
-        assert abs(float(no.copy_to_host()[0]) - norm) / norm < 1e-5
-        tol = 1e-6 if dtype == "float32" else 1e-3
-        for d, s in zip(dev, scaled, strict=True):
-            g = d.copy_to_host()
-            assert np.linalg.norm(g - s) / np.linalg.norm(s) < tol, kt

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from kernels.arrays import SIMULATED
 from kernels.ops import gemm as g
 from kernels.registry import Case
+from kernels.runtime.arrays import SIMULATED
 
 ON_GPU = not SIMULATED and cuda.is_available()
 needs_device = pytest.mark.skipif(
@@ -23,7 +23,7 @@ needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a real CUDA GPU")
 
 def gpu_paths(dtype: str) -> list[str]:
     """Every path that can run `dtype` on this GPU."""
-    paths = ["portable", "simt", "simt_wide"] + (["simt2"] if dtype == "float32" else [])
+    paths = ["portable"] + (["simt"] if dtype == "float32" else [])
     if dtype == "float16" and g.mma.available():
         paths.append("mma")
     return paths
@@ -59,11 +59,11 @@ def test_numpy_in_numpy_out_and_auto_path_name() -> None:
     c = g.gemm(a, b)
     assert isinstance(c, np.ndarray) and c.dtype == np.float32 and c.shape == (5, 7)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
-    expected = "portable" if SIMULATED else g.SIMT_DEFAULT
+    expected = "portable" if SIMULATED else "simt"
     assert g.path_for(Case("x", {"M": 5, "N": 7, "K": 3}, "float32")) == expected
 
 
-# --- simt2: the generated kernel, on the simulator at small shapes that reach every code path ---------------
+# --- simt: the generated kernel, on the simulator at small shapes that reach every code path ---------------
 # (16-byte variant: 128 x 256 tiles, BK 16; 4-byte variant: 128 x 128, BK 16): one partial block; K tails of
 # 4, 12 and 1; N, K multiples of 4 (16-byte variant) and not (4-byte variant); 2 x 2 blocks with full
 # interior rows/columns and clamped edges
@@ -74,9 +74,9 @@ def test_numpy_in_numpy_out_and_auto_path_name() -> None:
     ("m", "n", "k"),
     [(19, 23, 17), (20, 24, 12), (5, 8, 4), (1, 3, 1), (130, 132, 20), (129, 131, 9), (129, 264, 28)],
 )
-def test_simt2_path(m: int, n: int, k: int) -> None:
+def test_simt_path(m: int, n: int, k: int) -> None:
     case = Case("x", {"M": m, "N": n, "K": k}, "float32")
-    err = run_case(case, "simt2", seed=int(np.random.SeedSequence().entropy % 2**32))
+    err = run_case(case, "simt", seed=int(np.random.SeedSequence().entropy % 2**32))
     assert err <= g.SPEC.tolerance["float32"], err
 
 
@@ -86,7 +86,7 @@ def _launch_gen(kern: Any, a: np.ndarray, b: np.ndarray, tn: int) -> np.ndarray:
     c = cuda.to_device(np.full((m, n), np.nan, np.float32))
     da, db = cuda.to_device(a.ravel()), cuda.to_device(b.ravel())
     grid = ((m + 127) // 128) * ((n + 16 * tn - 1) // (16 * tn))
-    kern[grid, g.SIMT2_THREADS](da, db, c.ravel(), c.ravel(), c.ravel(), m, n, k)
+    kern[grid, g.simt.THREADS](da, db, c.ravel(), c.ravel(), c.ravel(), m, n, k)
     return c.copy_to_host()
 
 
@@ -102,14 +102,14 @@ def _launch_gen(kern: Any, a: np.ndarray, b: np.ndarray, tn: int) -> np.ndarray:
         ({"bk": 16, "vec": False, "tn": 16}, (19, 37, 21)),  # 48 KB of shared memory: unpadded A rows
     ],
 )
-def test_simt2_generator_variants(params: dict[str, Any], shape: tuple[int, int, int]) -> None:
-    """The generator's other settings (timed as variants by benchmarks/probe_sgemm.py) compute the same."""
+def test_simt_generator_variants(params: dict[str, Any], shape: tuple[int, int, int]) -> None:
+    """The generator's other settings (the tuning space of simt.Config) compute the same."""
     m, n, k = shape
     rng = np.random.default_rng()
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     p = {"group": 8, "dbuf": True, "min_blocks": 2, "layout": "4x8", "tn": 8, **params}
-    kern = g._simt2(
+    kern = g.simt.build(
         p["bk"], p["vec"], False, False, p["group"], p["dbuf"], p["min_blocks"], p["layout"], p["tn"]
     )
     got = _launch_gen(kern, a, b, p["tn"]).astype(np.float64)
@@ -184,12 +184,16 @@ def test_bad_out_and_path() -> None:
         g.gemm(_mat((4, 3)), _mat((3, 2)), _mat((4, 3)))
     with pytest.raises(TypeError, match=r"out: dtype float16 is not allowed; expected float32"):
         g.gemm(_mat((4, 3)), _mat((3, 2)), _mat((4, 2), np.float16))
-    with pytest.raises(ValueError, match=r"path: 'fast' is not a matmul path; allowed: auto, portable"):
+    with pytest.raises(ValueError, match=r"path: 'fast' is not a gemm path; allowed: auto, portable"):
         g.gemm(_mat((4, 3)), _mat((3, 2)), path="fast")
     with pytest.raises(ValueError, match=r"path: 'mma' needs"):
         g.gemm(_mat((4, 3)), _mat((3, 2)), path="mma")  # fp32 inputs (or the simulator): no tensor-core path
-    with pytest.raises(ValueError, match=r"path: 'simt2' needs float32 inputs"):
-        g.gemm(_mat((4, 3), np.float16), _mat((3, 2), np.float16), path="simt2")
+    with pytest.raises(ValueError, match=r"path: 'simt' needs float32 inputs"):
+        g.gemm(_mat((4, 3), np.float16), _mat((3, 2), np.float16), path="simt")
+    with pytest.raises(
+        ValueError, match=r"path: 'simt2' is not a gemm path; allowed: auto, portable, simt, mma"
+    ):
+        g.gemm(_mat((4, 3)), _mat((3, 2)), path="simt2")
 
 
 # --- real GPU: every path at verify and bench shapes ------------------------------------------------------

@@ -12,8 +12,8 @@ import pytest
 from numba import cuda
 from opcheck import ON_GPU, fake_graph_class, needs_gpu
 
-from kernels import arrays, launch
 from kernels.ops import cast, layernorm, residual_add, rmsnorm, softmax
+from kernels.runtime import arrays, launch
 
 
 @pytest.mark.gpu
@@ -78,7 +78,7 @@ def test_numba_device_arrays_take_the_direct_extractor():  # type: ignore[no-unt
 
     code = (
         "from numba.cuda.cudadrv.devicearray import DeviceNDArray\n"
-        "from kernels import arrays\n"
+        "from kernels.runtime import arrays\n"
         "ex = arrays._extractor_for(DeviceNDArray)\n"
         "assert ex is arrays._from_numba, ex\n"
     )
@@ -105,7 +105,7 @@ class _Ptr:
 
 
 class _FakeDeviceArray:
-    """Looks like a numba DeviceNDArray to kernels.arrays (its extractor reads these attributes)."""
+    """Looks like a numba DeviceNDArray to kernels.runtime.arrays (its extractor reads these attributes)."""
 
     device_ctypes_pointer = None
 

@@ -48,69 +48,19 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
     assert_case_passes(op.SPEC, case)
 
 
-# v6 (make_rows6, fp16, half2 output stage): grids smaller than the row count walk rows grid-stride; 136
-# columns leave vectors past the row's end; 256 = 32 threads x 8 and 512 = 32 x 16 take the full-row path.
-@needs_device
-@pytest.mark.parametrize(("per", "full_rows", "rows", "cols", "grid"),
-                         [(16, True, 5, 136, 5), (16, False, 5, 136, 2), (8, True, 7, 256, 3),
-                          (16, True, 3, 512, 2), (16, False, 3, 512, 3), (16, True, 1, 8, 1)])  # fmt: skip
-def test_make_rows6_variants(per, full_rows, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from kernels.reduce import BLOCK
-
-    rng = np.random.default_rng()
-    dt = np.dtype(np.float16)
-    x = (rng.standard_normal((rows, cols)) * 2 + 3).astype(dt)
-    if rows > 1:
-        x[1] = 1000.0 + 0.1 * rng.standard_normal(cols)  # |mean| / std = 1e4: the shift must hold
-    w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
-    b = (0.5 * rng.standard_normal(cols)).astype(dt)
-    got = run_rows(op.make_rows6(BLOCK, per, 1, full_rows), op._SIGS[dt], grid, (x, w, b), 1e-5)
-    ref = op.reference(x, w, b, 1e-5)
-    assert np.isfinite(got).all()
-    for r in range(rows):
-        assert np.linalg.norm(got[r] - ref[r]) / np.linalg.norm(ref[r]) < 2e-3, r
-
-
-@needs_device
-@pytest.mark.parametrize(("rows", "cols"), [(3, 136), (5, 512), (2, 8)])
-def test_path_v6(rows, cols):  # type: ignore[no-untyped-def]
-    rng = np.random.default_rng()
-    x = (rng.standard_normal((rows, cols)) + 3.0).astype(np.float16)
-    w = (1 + 0.5 * rng.standard_normal(cols)).astype(np.float16)
-    b = (0.5 * rng.standard_normal(cols)).astype(np.float16)
-    got = op.layernorm(x, w, b, path="v6").astype(np.float64)
-    ref = op.reference(x, w, b, 1e-5)
-    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 2e-3
-    with pytest.raises(ValueError, match="path: 'v6' needs float16"):
-        op.layernorm(x.astype(np.float32), w.astype(np.float32), b.astype(np.float32), path="v6")
-    with pytest.raises(ValueError, match="path: 'v6' needs float16"):
-        op.layernorm(x[:, :-1].copy(), w[:-1].copy(), b[:-1].copy(), path="v6")
-
-
-@needs_device
-def test_v6_row_spec_builds():  # type: ignore[no-untyped-def]
-    # the ROW_KERNELS entry that would make v6 the fp16 default: ("v6", 128, 32, 8, True)
-    from kernels.rowcases import sim_spec
-
-    fn, threads, persistent = op._row_kernel(sim_spec(("v6", 128, 32, 8, True)), 8)
-    assert not persistent and threads >= 32
-    with pytest.raises(ValueError, match="v6 row kernels are for float16"):
-        op._row_kernel(("v6", 128, 32, 8, True), 4)
-
-
-# v6b (make_rows6b, fp16: v6 with this thread's weight / bias loads batched ahead of its stores; wb_early:
-# issued before the reduction's barrier, the row kept as packed halves). One block per row or grid-stride
-# (grid < rows); 136 columns leave vectors past the row's end (the checked body, whose missing lanes must
-# not carry a previous row's words), 256 = 32 x 8 and 512 = 32 x 16 take the full-row body; group 1 / 2 =
-# the weight / bias of 1 / 2 vectors per batch.
+# make_rows_half2 (fp16, half2 output stage, this thread's weight / bias loads batched ahead of its stores;
+# wb_early: issued before the reduction's barrier, the row kept as packed halves). One block per row or
+# grid-stride (grid < rows); 136 columns leave vectors past the row's end (the checked body, whose missing
+# lanes must not carry a previous row's words), 256 = 32 x 8 and 512 = 32 x 16 take the full-row body;
+# group 1 / 2 = the weight / bias of 1 / 2 vectors per batch.
 @needs_device
 @pytest.mark.parametrize(("wb_early", "group"), [(False, 0), (False, 1), (True, 0)])
 @pytest.mark.parametrize(("per", "full_rows", "rows", "cols", "grid"),
                          [(16, True, 5, 136, 5), (16, True, 5, 136, 2), (8, True, 7, 256, 3),
                           (16, True, 3, 512, 2), (16, False, 3, 512, 3), (32, True, 2, 1024, 1),
                           (16, True, 1, 8, 1)])  # fmt: skip
-def test_make_rows6b_variants(wb_early, group, per, full_rows, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from kernels.reduce import BLOCK
+def test_make_rows_half2_variants(wb_early, group, per, full_rows, rows, cols, grid):  # type: ignore[no-untyped-def]
+    from kernels.primitives.reductions import BLOCK
 
     rng = np.random.default_rng()
     dt = np.dtype(np.float16)
@@ -120,7 +70,7 @@ def test_make_rows6b_variants(wb_early, group, per, full_rows, rows, cols, grid)
         x[-1] = -7.0 + 0.5 * rng.standard_normal(cols)
     w = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
     b = (0.5 * rng.standard_normal(cols)).astype(dt)
-    fn = op.make_rows6b(BLOCK, per, 1, full_rows, wb_early, group)
+    fn = op.make_rows_half2(BLOCK, per, 1, full_rows, wb_early, group)
     got = run_rows(fn, op._SIGS[dt], grid, (x, w, b), 1e-5)
     ref = op.reference(x, w, b, 1e-5)
     assert np.isfinite(got).all()
@@ -128,45 +78,30 @@ def test_make_rows6b_variants(wb_early, group, per, full_rows, rows, cols, grid)
         assert np.linalg.norm(got[r] - ref[r]) / np.linalg.norm(ref[r]) < 2e-3, r
 
 
-def test_make_rows6b_group_must_divide():  # type: ignore[no-untyped-def]
+def test_make_rows_half2_group_must_divide():  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="group 3 does not divide 4"):
-        op.make_rows6b(128, 32, 8, True, False, 3)
+        op.make_rows_half2(128, 32, 8, True, False, 3)
 
 
 @needs_device
-@pytest.mark.parametrize(("rows", "cols"), [(3, 136), (5, 512), (2, 8)])
-def test_path_v6b(rows, cols):  # type: ignore[no-untyped-def]
-    rng = np.random.default_rng()
-    x = (rng.standard_normal((rows, cols)) + 3.0).astype(np.float16)
-    x[1] = 1000.0 + 0.1 * rng.standard_normal(cols)
-    w = (1 + 0.5 * rng.standard_normal(cols)).astype(np.float16)
-    b = (0.5 * rng.standard_normal(cols)).astype(np.float16)
-    got = op.layernorm(x, w, b, path="v6b").astype(np.float64)
-    ref = op.reference(x, w, b, 1e-5)
-    for r in range(rows):
-        assert np.linalg.norm(got[r] - ref[r]) / np.linalg.norm(ref[r]) < 2e-3, r
-    with pytest.raises(ValueError, match="path: 'v6b' needs float16"):
-        op.layernorm(x.astype(np.float32), w.astype(np.float32), b.astype(np.float32), path="v6b")
-    with pytest.raises(ValueError, match="path: 'v6b' needs float16"):
-        op.layernorm(x[:, :-1].copy(), w[:-1].copy(), b[:-1].copy(), path="v6b")
+def test_half2_row_spec_builds():  # type: ignore[no-untyped-def]
+    # a ROW_KERNELS entry of the fp16 kind
+    from kernels.ops.rows import Half2Rows, for_machine
 
-
-@needs_device
-def test_v6b_row_spec_builds():  # type: ignore[no-untyped-def]
-    # the ROW_KERNELS entry that would make v6b the fp16 default: ("v6b", 128, 32, 8, True, False, 0)
-    from kernels.rowcases import sim_spec
-
-    fn, threads, persistent = op._row_kernel(sim_spec(("v6b", 128, 32, 8, True, False, 0)), 8)
+    config = Half2Rows(threads=128, per=32, min_blocks=8, full_rows=True, wb_early=False, group=0)
+    fn, threads, persistent = op._row_kernel(for_machine(config), 8)
     assert not persistent and threads >= 32
-    with pytest.raises(ValueError, match="v6b row kernels are for float16"):
-        op._row_kernel(("v6b", 128, 32, 8, True, False, 0), 4)
+    with pytest.raises(ValueError, match="half2 row kernels are for float16"):
+        op._row_kernel(config, 4)
 
 
 @needs_device
-def test_path_v7_rejected():  # type: ignore[no-untyped-def]
-    # v7 (make_rows7) was removed (notes-memory.md "layernorm fp16 v7"): "v7" is an unknown path now
+def test_version_paths_rejected():  # type: ignore[no-untyped-def]
+    # paths are strategies: the fp16 row kernel runs under "auto", no version number names a path
     x = np.ones((3, 136), np.float16)
     w = np.ones(136, np.float16)
-    allowed = "auto, scalar, vector, v6, v6b"
-    with pytest.raises(ValueError, match=f"path: 'v7' is not a path; expected one of: {allowed}"):
-        op.layernorm(x, w, w, path="v7")
+    for path in ("v6", "v6b", "v7"):
+        with pytest.raises(
+            ValueError, match=f"path: '{path}' is not a path; expected one of: auto, scalar, vector$"
+        ):
+            op.layernorm(x, w, w, path=path)

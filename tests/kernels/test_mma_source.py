@@ -1,7 +1,7 @@
-"""kernels/ops/cuda: the tensor-core tile's CUDA C compiles (NVRTC, sm_90, LTO-IR, no GPU needed) with no
-diagnostics for the production configuration and every macro switch the device probe times, and the Python
-side names / sizes configurations consistently. The simulator cannot link CUDA C, so the numerics of this
-path are checked on the GPU (benchmarks/probe_mma.py, tests marked gpu); this catches source errors here.
+"""kernels/ops/gemm/mma.cu: the tensor-core tile's CUDA C compiles (NVRTC, sm_90, LTO-IR, no GPU needed)
+with no diagnostics for the production configuration and every macro switch, and the Python side names /
+sizes configurations consistently. The simulator cannot link CUDA C, so the numerics of this path are
+checked on the GPU (tests marked gpu, `python -m kernels verify`); this catches source errors here.
 Runs in a subprocess: NVRTC is unavailable under the simulator."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 CODE = """
 import json
 from numba.cuda.cudadrv import nvrtc
-from kernels.ops.cuda import mma
+from kernels.ops.gemm import mma
 C = mma.Config
 cfgs = [mma.DEFAULT, C(bk=32, late=False, cpy32=False, epi=False), C(epi=False), C(bn=256, wn=4),
         C(stages=4, bk=32)]
@@ -46,7 +46,7 @@ def test_cuda_source_compiles_clean_for_every_switch():  # type: ignore[no-untyp
 
 
 def test_config_names_and_shared_memory():  # type: ignore[no-untyped-def]
-    from kernels.ops.cuda import mma
+    from kernels.ops.gemm import mma
 
     d = mma.DEFAULT
     assert mma.link_code(d) == str(mma.CU_FILE)  # production links the file as it is: macros' defaults

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from opcheck import needs_gpu
 
-from kernels import device
+from kernels.runtime import device
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from kernels.arrays import SIMULATED
 from kernels.ops import gemm as g
 from kernels.ops import o_proj as op
 from kernels.registry import Case
+from kernels.runtime.arrays import SIMULATED
 
 ON_GPU = not SIMULATED and cuda.is_available()
 needs_device = pytest.mark.skipif(
@@ -49,10 +49,10 @@ def test_sim_cases_auto_path(case: Case) -> None:
     [(2, 5, 17, 23, 1), (1, 6, 12, 20, 1), (1, 6, 12, 20, 0), (1, 130, 9, 132, 0)],
     ids=["odd+bias-4byte", "aligned+bias-16byte", "aligned-16byte", "2x2-blocks-4byte"],
 )
-def test_simt2_path(b: int, s: int, k: int, n: int, bias: int) -> None:
+def test_simt_path(b: int, s: int, k: int, n: int, bias: int) -> None:
     """The generated fp32 kernel's fused epilogue (bias, residual) in both load widths, on the simulator."""
     case = Case("x", {"B": b, "S": s, "K": k, "N": n, "bias": bias}, "float32")
-    assert run_case(case, "simt2", _seed()) <= op.SPEC.tolerance["float32"]
+    assert run_case(case, "simt", _seed()) <= op.SPEC.tolerance["float32"]
 
 
 @needs_device
@@ -103,7 +103,7 @@ def test_validation_errors(kw: dict[str, Any], exc: type[Exception], match: str)
     "case", op.SPEC.verify_cases + op.SPEC.bench_cases, ids=lambda c: f"{c.label}-{c.dtype}"
 )
 def test_gpu_every_path(case: Case) -> None:
-    paths = ["portable", "simt", "simt_wide"] + (["simt2"] if case.dtype == "float32" else [])
+    paths = ["portable"] + (["simt"] if case.dtype == "float32" else [])
     if case.dtype == "float16" and g.mma.available():
         paths.append("mma")
     for path in paths:

@@ -1,5 +1,6 @@
-"""kernels.ptx: every registered kernel compiles to PTX for sm_90 with no GPU, with ptxas register counts
-where ptxas is installed. Runs in a subprocess: offline compilation is unavailable under the simulator."""
+"""kernels.runtime.ptx: every registered kernel compiles to PTX for sm_90 with no GPU, with ptxas register
+counts where ptxas is installed. Runs in a subprocess: offline compilation is unavailable under the
+simulator."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 CODE = """
 import json
-from kernels.ptx import compile_all
+from kernels.runtime.ptx import compile_all
 res = compile_all((9, 0))
 print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "ptx"}
                   | {"has_entry": ".entry" in (v["ptx"] or "")} for k, v in res.items()}))

@@ -1,7 +1,7 @@
 """Repeat calls on a real GPU: the second and later calls with the same operand layout take the launchers'
-replay path (kernels.launch.FastCache, mma.bind, clip_grad_norm's _FastPlan), which rewrites only the data
-pointers. Each call here gets NEW device arrays holding NEW data, so a replay that kept a stale pointer or a
-stale parameter writes the wrong result and fails the float64 comparison."""
+replay path (kernels.runtime.launch.FastCache, mma.bind, clip_grad_norm's _FastPlan), which rewrites only the
+data pointers. Each call here gets NEW device arrays holding NEW data, so a replay that kept a stale pointer
+or a stale parameter writes the wrong result and fails the float64 comparison."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from kernels.arrays import SIMULATED
 from kernels.ops.clip_grad_norm import clip_grad_norm
 from kernels.ops.gemm import gemm
 from kernels.ops.o_proj import o_proj
+from kernels.runtime.arrays import SIMULATED
 
 pytestmark = [
     pytest.mark.gpu,
@@ -92,8 +92,9 @@ def test_clip_grad_norm_repeat_calls(dtype: type) -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_clip_grad_norm_graph_replay(dtype: type) -> None:
     """A training loop's pattern: the same arrays and max_norm on every call, new contents each time. From the
-    second call on, the call replays a captured CUDA graph (kernels.launch.GRAPH_REPLAY); max_norm switching
-    between two values gets one graph each; both clipping and not clipping stay right on every replay."""
+    second call on, the call replays a captured CUDA graph (kernels.runtime.launch.GRAPH_REPLAY); max_norm
+    switching between two values gets one graph each; both clipping and not clipping stay right on every
+    replay."""
     from kernels.ops import clip_grad_norm as op
 
     rng = np.random.default_rng(5)

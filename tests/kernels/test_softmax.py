@@ -42,22 +42,22 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
     assert_case_passes(op.SPEC, case)
 
 
-# v5 register-row kernels (make_rows5: block max, exp once, block sum; two barriers): grid-stride rows,
+# v5 register-row kernels (make_rows_blocked: block max, exp once, block sum; two barriers): grid-stride rows,
 # alternating reduction slots, partial vectors (an all -inf row is left out: under the simulator its NaN
 # raises numpy's invalid-value warning).
 @needs_device
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize(("per", "fastmath", "rows", "cols", "grid"),
                          [(16, True, 5, 136, 5), (16, False, 5, 136, 2), (8, True, 4, 256, 3)])  # fmt: skip
-def test_make_rows5_variants(dtype, per, fastmath, rows, cols, grid):  # type: ignore[no-untyped-def]
-    from kernels.reduce import BLOCK
-    from kernels.vector import WIDTH
+def test_make_rows_blocked_variants(dtype, per, fastmath, rows, cols, grid):  # type: ignore[no-untyped-def]
+    from kernels.primitives.reductions import BLOCK
+    from kernels.primitives.vector import WIDTH
 
     rng = np.random.default_rng()
     dt = np.dtype(dtype)
     x = (rng.standard_normal((rows, cols)) * 4 + 40).astype(dt)
     x[0, ::3] = -np.inf  # masked positions
-    got = run_rows(op.make_rows5(WIDTH[dt], BLOCK, per, 1, fastmath), op._SIGS[dt], grid, (x,))
+    got = run_rows(op.make_rows_blocked(WIDTH[dt], BLOCK, per, 1, fastmath), op._SIGS[dt], grid, (x,))
     ref = op.reference(x)
     assert np.isfinite(got).all()
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < (2e-3 if dt == np.float16 else 1e-5)

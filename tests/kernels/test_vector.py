@@ -1,6 +1,7 @@
-"""kernels.vector: the dispatch rule (when the 16-byte paths may run), every op's explicit vector path
-against the float64 reference (the simulator runs the intrinsics' element-by-element twins, so the kernels'
-indexing, tails and masks are what is tested there), and the PTX the GPU gets (16-byte instructions)."""
+"""kernels.primitives.vector: the dispatch rule (when the 16-byte paths may run), every op's explicit vector
+path against the float64 reference (the simulator runs the intrinsics' element-by-element twins, so the
+kernels' indexing, tails and masks are what is tested there), and the PTX the GPU gets (16-byte
+instructions)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import pytest
 from numba import cuda
 from opcheck import needs_device, needs_gpu
 
-from kernels import vector
-from kernels.arrays import SIMULATED
 from kernels.ops import layernorm, residual_add, rmsnorm, softmax
+from kernels.ops.rows import BlockedRows, VectorRows
+from kernels.primitives import vector
+from kernels.runtime.arrays import SIMULATED
 
 REPO = Path(__file__).resolve().parents[2]
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -100,7 +102,7 @@ def test_misaligned_device_views_fall_back_to_scalar():  # type: ignore[no-untyp
 
 PTX_CODE = """
 import re
-from kernels.ptx import compile_one
+from kernels.runtime.ptx import compile_one
 from kernels.ops import residual_add, softmax
 for name, fn, sig in residual_add.SPEC.ptx_kernels + softmax.SPEC.ptx_kernels:
     if name.endswith("float16") and ("_vec_" in name or name == "residual_add_float16"):
@@ -121,28 +123,35 @@ def test_vector_kernels_emit_16_byte_global_accesses():  # type: ignore[no-untyp
     assert lines["residual_add_float16"].endswith("[] False"), lines  # the scalar kernel: no vectors
 
 
-# kernels.rowcases.ROW_KERNELS: every kind of entry a row op can be configured with, through the op's own
-# launcher (path="vector"; under the simulator v5 takes BLOCK x PER and a grid of one block per SM)
+# kernels.ops.rows.ROW_KERNELS: every kind of entry a row op can be configured with, through the op's own
+# launcher (path="vector"; under the simulator a blocked kernel takes BLOCK x PER and one block per row)
 _ROW_SPECS = [
-    ("layernorm", ("v3", True)),
-    ("softmax", ("v3", True)),
-    ("softmax", ("v5", 256, 16, 6, True)),
-    ("rmsnorm", ("v3", True)),
+    ("layernorm", VectorRows(fastmath=True)),
+    ("softmax", VectorRows(fastmath=True)),
+    ("softmax", BlockedRows(threads=256, per=16, min_blocks=6, fastmath=True)),
+    ("rmsnorm", VectorRows(fastmath=True)),
 ]
+
+
+def test_row_config_must_cover_a_row() -> None:
+    from kernels.ops.rows import for_machine
+
+    with pytest.raises(ValueError, match="threads x per must cover"):
+        for_machine(BlockedRows(threads=32, per=8, min_blocks=1, fastmath=False))
 
 
 @needs_device
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 @pytest.mark.parametrize(("opname", "spec"), _ROW_SPECS)
 def test_row_kernel_specs_through_launchers(monkeypatch, opname, spec, dtype):  # type: ignore[no-untyped-def]
-    from kernels.launch import kernel
-    from kernels.rowcases import sim_spec
+    from kernels.ops.rows import for_machine
+    from kernels.runtime.launch import kernel
 
     mod = {"layernorm": layernorm, "softmax": softmax, "rmsnorm": rmsnorm}[opname]
     dt = np.dtype(dtype)
-    row = mod._row_kernel(sim_spec(spec), vector.WIDTH[dt])
-    monkeypatch.setitem(mod._ROW, dt, row)
-    monkeypatch.setitem(mod._ROW_K, dt, kernel(row[0], mod._SIGS[dt]))
+    row = mod._row_kernel(for_machine(spec), vector.WIDTH[dt])
+    monkeypatch.setitem(mod._K.row, dt, row)
+    monkeypatch.setitem(mod._K.row_k, dt, kernel(row[0], mod._SIGS[dt]))
     monkeypatch.setattr(mod, "_FAST", type(mod._FAST)())
     rng = np.random.default_rng()
     x = (rng.standard_normal((7, 136)) * 2 + 3).astype(dt)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from opcheck import needs_device
 
-from kernels import verify
-from kernels.arrays import SIMULATED
+from kernels.harness import verify
 from kernels.ops import residual_add, softmax
 from kernels.registry import select
+from kernels.runtime.arrays import SIMULATED
 
 REPO = Path(__file__).resolve().parents[2]
 SIM_ENV = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
@@ -82,11 +82,11 @@ def test_cli_verify_json_under_simulator():  # type: ignore[no-untyped-def]
 def test_cli_broken_kernel_exits_nonzero_naming_the_op():  # type: ignore[no-untyped-def]
     code = (
         "import sys, kernels.ops.rmsnorm as m\n"
-        "m._KERNELS = {k: v for k, v in m._KERNELS.items()}\n"
+        "plain = m._K.plain\n"
         "class Broken:\n"
         "    def launch(self, grid, block, args, **kw):\n"
         "        pass\n"  # writes nothing: outputs stay NaN
-        "m._KERNELS = {k: Broken() for k in m._KERNELS}\n"
+        "plain.update({k: Broken() for k in plain})\n"
         "from kernels.cli import main\n"
         "sys.exit(main(['verify', '--ops', 'rmsnorm,residual_add']))\n"
     )

@@ -1,1 +1,0 @@
-"""CUDA C device functions linked into numba kernels (tensor cores: numba-cuda has no mma API)."""

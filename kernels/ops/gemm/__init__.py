@@ -1,0 +1,350 @@
+"""gemm: C = A @ B with fp32 accumulation; A [M, K], B [K, N] fp32 or fp16 (row-major), C [M, N] fp32.
+
+This package owns the matmul kernels; `o_proj` reuses them with its fused epilogue (bias, residual).
+
+Floors (H200): FLOPs 2*M*N*K; bytes (M*K + K*N) * itemsize + 4*M*N. 4096^3: 137 GFLOP over 0.20 GB fp32 ->
+2.05 ms at the 66.9 TFLOP/s fp32 FMA peak vs 0.05 ms at 4.1 TB/s: compute-bound by ~40x. fp16 inputs on
+tensor cores are compute-bound too. Measured figures: benchmarks/notes-matmul.md, benchmarks/notes-mma.md.
+
+Three strategies, one contract (`PATHS`):
+  - "portable" (gemm/portable.py): shared-memory tiles, one output per thread; the simulator, and fp16 on
+    GPUs without tensor cores.
+  - "simt" (gemm/simt.py, fp32): generated register-blocked CUDA-core kernel.
+  - "mma" (gemm/mma.py + mma.cu, fp16): tensor cores (mma.sync m16n8k16, fp32 accumulate) through linked
+    CUDA C. Not available under the simulator, which cannot link CUDA C.
+"auto" picks portable under the simulator, mma for fp16 where tensor cores exist, simt for fp32 otherwise.
+
+Host overhead: a launcher call with `out` on device arrays whose layout (shapes, strides, dtypes, 16-byte
+alignment) and path were validated before replays that launch from a `kernels.runtime.launch.FastCache`.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from kernels.ops.gemm import mma, portable, simt
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
+from kernels.runtime.launch import FastCache, kernel
+
+PATHS = ("auto", "portable", "simt", "mma")
+F32 = np.dtype(np.float32)
+F16 = np.dtype(np.float16)
+
+_NB = {F32: "float32", F16: "float16"}
+
+
+def _sig(in_dt: np.dtype, out_dt: np.dtype) -> str:
+    i, o = _NB[in_dt], _NB[out_dt]
+    return f"void({i}[:, ::1], {i}[:, ::1], {o}[::1], {o}[:, ::1], {o}[:, ::1], int64, int64, int64)"
+
+
+@cache
+def _portable(has_bias: bool, has_res: bool, in_dt: np.dtype, out_dt: np.dtype) -> Any:
+    return kernel(portable.make_kernel(has_bias, has_res), _sig(in_dt, out_dt))
+
+
+_RESOLVED: dict[tuple[str, np.dtype], str] = {}  # (path, input dtype) -> path, for paths that can run here
+
+
+def resolve_path(path: str, in_dtype: np.dtype) -> str:
+    """The path `path` means here: "auto" -> portable under the simulator, mma for fp16 on tensor cores
+    (portable without them), simt for fp32. An explicit path that cannot run here raises ValueError."""
+    hit = _RESOLVED.get((path, in_dtype))
+    if hit is not None:
+        return hit
+    resolved = _resolve_path(path, in_dtype)
+    _RESOLVED[(path, in_dtype)] = resolved
+    return resolved
+
+
+def _resolve_path(path: str, in_dtype: np.dtype) -> str:
+    if path not in PATHS:
+        raise ValueError(f"path: {path!r} is not a gemm path; allowed: {', '.join(PATHS)}")
+    if path == "auto":
+        if SIMULATED:
+            return "portable"
+        if in_dtype == F16:
+            return "mma" if mma.available() else "portable"
+        return "simt"
+    if path == "simt" and in_dtype != F32:
+        raise ValueError(f"path: 'simt' needs float32 inputs; got {in_dtype} inputs")
+    if SIMULATED and path == "mma":
+        raise ValueError("path: 'mma' needs a real GPU; under the simulator only 'portable' and 'simt' run")
+    if path == "mma" and (in_dtype != F16 or not mma.available()):
+        raise ValueError(
+            f"path: 'mma' needs float16 inputs and tensor cores (cc >= 8.0); got {in_dtype} inputs"
+            + ("" if mma.available() else " on a device without them")
+        )
+    return path
+
+
+def run_matmul(
+    a: Operand,
+    b: Operand,
+    bias: Operand | None,
+    res: Operand | None,
+    out: Operand,
+    path: str,
+    stream: int = 0,
+    replay: bool = False,
+) -> Replay | None:
+    """out = a @ b (+ bias) (+ res) on validated 2-D operands; `path` already resolved. With `replay`, also
+    returns the same launch as a `Replay` for the launcher's FastCache (device operands only)."""
+    m, k = a.shape
+    n = b.shape[1]
+    if path == "mma":
+        mma.launch(
+            a=a.ptr, b=b.ptr, bias=bias.ptr if bias else 0, res=res.ptr if res else 0, out=out.ptr,
+            m=m, n=n, k=k, out_half=out.dtype == F16, stream=stream,
+        )  # fmt: skip
+        return _mma_replay(a, b, bias, res, out) if replay else None
+    # absent epilogue operands: the kernel is compiled without the read, any array of the right type will do
+    bias_op = bias if bias is not None else _placeholder_1d(out.dtype)
+    res_op = res if res is not None else out
+    block: Any
+    grid: Any
+    if path == "simt":
+        ptrs = (a.ptr, b.ptr, out.ptr) + ((bias.ptr,) if bias else ()) + ((res.ptr,) if res else ())
+        vec = simt.vec_ok(m, n, k, ptrs)
+        kern = simt.compiled(vec, bias is not None, res is not None)
+        bn = 16 * simt.config_for(vec, res is not None).tn
+        grid = ((m + simt.BM - 1) // simt.BM) * ((n + bn - 1) // bn)
+        block = simt.THREADS
+    else:
+        kern = _portable(bias is not None, res is not None, a.dtype, out.dtype)
+        pt = portable.PT
+        grid, block = ((n + pt - 1) // pt, (m + pt - 1) // pt), (pt, pt)
+    args = (a, b, bias_op, res_op, out, m, n, k)
+    kern.launch(grid, block, args, stream=stream)
+    if not replay:
+        return None
+    return _kernel_replay(kern.bind(grid, block, args), bias_op.ptr, res is not None, bias is not None)
+
+
+class Replay:
+    """A validated matmul launch, replayed with new device pointers: the value the gemm / o_proj launchers
+    keep in their FastCache (kernels.runtime.launch). `launch(ptrs, stream)` takes the pointers of the cache
+    key's operands in the order (a, b, out[, res][, bias])."""
+
+    __slots__ = ("launch",)
+
+    def __init__(self, fn: Any) -> None:
+        self.launch = fn
+
+
+def _kernel_replay(bound: Any, bias_ph: int, has_res: bool, has_bias: bool) -> Replay:
+    # the kernels' array slots are (a, b, bias, res, out); absent ones hold the placeholder / out
+    go = bound.launch
+    if has_res and has_bias:
+        return Replay(lambda p, s=0: go((p[0], p[1], p[4], p[3], p[2]), s))
+    if has_res:
+        return Replay(lambda p, s=0: go((p[0], p[1], bias_ph, p[3], p[2]), s))
+    if has_bias:
+        return Replay(lambda p, s=0: go((p[0], p[1], p[3], p[2], p[2]), s))
+    return Replay(lambda p, s=0: go((p[0], p[1], bias_ph, p[2], p[2]), s))
+
+
+def _mma_replay(a: Operand, b: Operand, bias: Operand | None, res: Operand | None, out: Operand) -> Replay:
+    """The mma launch as a Replay. With the production tile's `epi` the kernel choice depends on the shapes
+    and on whether all five pointers are 16-byte aligned, which the FastCache key holds (shapes, pointers
+    OR-ed & 15): so the choice, grid and whole parameter block are made once here, and a replay writes only
+    the pointers (the per-call selection cost ~3 us of host time on the H200, issue 4)."""
+    m, k = a.shape
+    n = b.shape[1]
+    half = out.dtype == F16
+    ri = 3 if res is not None else -1
+    bi = (4 if res is not None else 3) if bias is not None else -1
+    if mma.DEFAULT.epi:
+        # p = (a, b, out[, res][, bias]) -> the kernel's arguments (a 0, b 1, bias 2, res 3, out 4)
+        order = (0, 1, 4) + ((3,) if res is not None else ()) + ((2,) if bias is not None else ())
+        bound = mma.bind(
+            a=a.ptr, b=b.ptr, bias=bias.ptr if bias else 0, res=res.ptr if res else 0, out=out.ptr,
+            m=m, n=n, k=k, out_half=half, ptr_args=order,
+        )  # fmt: skip
+        return Replay(bound.launch)
+
+    def go(p: Any, s: Any = 0) -> None:  # the choice depends on a and b alone: decide per call
+        mma.launch(
+            a=p[0], b=p[1], bias=p[bi] if bi >= 0 else 0, res=p[ri] if ri >= 0 else 0, out=p[2],
+            m=m, n=n, k=k, out_half=half, stream=s,
+        )  # fmt: skip
+
+    return Replay(go)
+
+
+@cache
+def _placeholder_1d(dtype: np.dtype) -> Operand:
+    return arrays.empty_like_device("bias", (1,), dtype)
+
+
+def check_matmul_operands(a: Operand, b: Operand, a_name: str = "a", b_name: str = "b") -> None:
+    """dtype, contiguity and inner-dimension checks shared by gemm and o_proj (a may be N-d: rows x K).
+    One comparison chain on the hot path (host overhead); the detailed checks and messages on a miss."""
+    dt = a.dtype
+    if (
+        (dt is F32 or dt is F16)
+        and b.dtype is dt
+        and len(b.shape) == 2
+        and a.shape[-1] == b.shape[0]
+        and 0 not in a.shape
+        and 0 not in b.shape
+        and a.strides == arrays.c_strides(a.shape, dt.itemsize)
+        and b.strides == arrays.c_strides(b.shape, dt.itemsize)
+    ):
+        return
+    arrays.check_dtype(a, FLOAT_IO)
+    arrays.check_same_dtype(b, a)
+    arrays.check_ndim(b, (2,))
+    arrays.check_contiguous(a)
+    arrays.check_contiguous(b)
+    arrays.check_nonempty(a)
+    arrays.check_nonempty(b)
+    if a.shape[-1] != b.shape[0]:
+        raise ValueError(
+            f"{b_name}: inner dimensions do not match: {a_name} has K = {a.shape[-1]} (shape {a.shape}), "
+            f"{b_name} has {b.shape[0]} rows (shape {b.shape}); expected {b_name}.shape[0] == {a.shape[-1]}"
+        )
+
+
+def gemm(a: Any, b: Any, out: Any = None, *, path: str = "auto", stream: int = 0) -> Any:
+    """C = a @ b, fp32 output. a [M, K], b [K, N], both float32 or both float16, C-contiguous.
+    Returns `out` (a new device array when None; numpy when the inputs are numpy)."""
+    if (
+        out is not None
+    ):  # hot path: a layout validated before, new pointers (kernels.runtime.launch.FastCache)
+        hit, ptrs = _FAST_GEMM.find((a, b, out), path)
+        if hit is not None:
+            hit.launch(ptrs, stream)
+            return out
+    sync = HostSync()
+    ao = arrays.operand("a", a, sync)
+    bo = arrays.operand("b", b, sync)
+    arrays.check_ndim(ao, (2,))
+    check_matmul_operands(ao, bo)
+    resolved = resolve_path(path, ao.dtype)
+    oo = arrays.output("out", out, sync, (ao.shape[0], bo.shape[1]), F32)
+    keep = out is not None and ao.host is None and bo.host is None and oo.host is None and not SIMULATED
+    rep = run_matmul(ao, bo, None, None, oo, resolved, stream, replay=keep)
+    if rep is not None:
+        _FAST_GEMM.store((a, b, out), path, rep)
+    return arrays.finish(sync, oo, out, ao)
+
+
+_FAST_GEMM = FastCache()  # validated gemm launches by operand layout and path
+
+
+# --- registry ----------------------------------------------------------------------------------------------
+
+
+def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
+    m, n, k = case.params["M"], case.params["N"], case.params["K"]
+    dt = np.dtype(case.dtype)
+    a = rng.standard_normal((m, k)).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    if case.params.get(SPECIALS):
+        a = poison(a, case.params[SPECIALS])
+    ref = a.astype(np.float64) @ b.astype(np.float64)  # on the rounded inputs: only the kernel's error counts
+    return Problem(inputs={"a": a, "b": b}, outputs={"c": ((m, n), F32)}, reference={"c": ref})
+
+
+def _spec_launch(args: dict[str, Any]) -> None:
+    gemm(args["a"], args["b"], args["c"])
+
+
+def _cupy(args: dict[str, Any]) -> None:
+    """cuBLAS through CuPy, writing the same fp32 C. fp32: SGEMM (`a @ b`, no TF32 unless CUPY_TF32 is set).
+    fp16: cublasGemmEx with fp16 A/B, fp32 C and fp32 compute, the same computation as ours (cupy's own
+    `a @ b` on fp16 would round C to fp16)."""
+    import cupy as cp
+
+    a, b, c = args["a"], args["b"], args["c"]
+    if a.dtype == cp.float32:
+        cp.matmul(a, b, out=c)
+        return
+    cublas_gemm_f16_f32(a, b, c)
+
+
+def cublas_gemm_f16_f32(a: Any, b: Any, c: Any) -> None:
+    """c[M, N] (fp32) = a[M, K] (fp16) @ b[K, N] (fp16) with cublasGemmEx, fp32 accumulate, on CuPy arrays.
+    Row-major C = A B is column-major C^T = B^T A^T: cuBLAS sees B as the first operand."""
+    import cupy as cp
+    from cupy.cuda import cublas
+    from cupy.cuda import runtime as rt
+
+    m, k = a.shape
+    n = b.shape[1]
+    one = np.ones(1, dtype=np.float32)
+    zero = np.zeros(1, dtype=np.float32)
+    handle = cp.cuda.device.get_cublas_handle()  # cupy binds it to the current stream on each call
+    compute_32f = getattr(cublas, "CUBLAS_COMPUTE_32F", 68)
+    cublas.gemmEx(
+        handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k,
+        one.ctypes.data, b.data.ptr, rt.CUDA_R_16F, n, a.data.ptr, rt.CUDA_R_16F, k,
+        zero.ctypes.data, c.data.ptr, rt.CUDA_R_32F, n, compute_32f, cublas.CUBLAS_GEMM_DEFAULT,
+    )  # fmt: skip
+
+
+def _cases(shapes: list[tuple[str, int, int, int]], **extra: int) -> tuple[Case, ...]:
+    dts = ("float32", "float16")
+    return tuple(
+        Case(label, {"M": m, "N": n, "K": k, **extra}, dt) for label, m, n, k in shapes for dt in dts
+    )
+
+
+def path_for(case: Case) -> str:
+    """The path "auto" takes for `case` on this machine (reported by verify/bench)."""
+    return resolve_path("auto", np.dtype(case.dtype))
+
+
+def _flops(c: Case) -> float:
+    return 2.0 * c.params["M"] * c.params["N"] * c.params["K"]
+
+
+def _bytes(c: Case) -> float:
+    m, n, k = c.params["M"], c.params["N"], c.params["K"]
+    return float((m * k + k * n) * np.dtype(c.dtype).itemsize + 4 * m * n)
+
+
+def ptx_kernels(op: str, has_bias: bool, has_res: bool, out_same_dtype: bool) -> tuple[tuple[Any, ...], ...]:
+    """Offline-PTX entries (kernels.runtime.ptx) for the kernels `auto` runs on a GPU: simt (fp32, its
+    16-byte and 4-byte variants) and mma (fp16, aligned and unaligned operands: linked CUDA C, the 4th item
+    names the file)."""
+    out: list[tuple[Any, ...]] = [
+        (f"{op}_simt_float32", simt.dispatcher(True, has_bias, has_res), simt.SIG),
+        (f"{op}_simt_scalar_float32", simt.dispatcher(False, has_bias, has_res), simt.SIG),
+    ]
+    kernels = mma.dispatchers(mma.DEFAULT)
+    out.append((f"{op}_mma_float16", kernels[(out_same_dtype, True)], mma.KERNEL_SIG, (mma.CU_FILE,)))
+    out.append(
+        (f"{op}_mma_unaligned_float16", kernels[(out_same_dtype, False)], mma.KERNEL_SIG, (mma.CU_FILE,))
+    )
+    return tuple(out)
+
+
+SPEC = register(
+    OpSpec(
+        name="gemm",
+        dtypes=("float32", "float16"),
+        make_problem=_make_problem,
+        launch=_spec_launch,
+        flops=_flops,
+        bytes=_bytes,
+        # fp32 accumulation over K <= 4096 lands near 1e-6; TF32 (3e-4) or a wrong tile fails
+        tolerance={"float32": 2e-5, "float16": 1e-4},
+        sim_cases=_cases([("tiny-odd", 19, 23, 17)]),
+        # odd (unaligned: scalar-load path of mma) and multiple-of-8 but not of the tile (cp.async zero-fill)
+        verify_cases=_cases([("odd", 257, 129, 67), ("edge8", 520, 392, 264)]),
+        # rows 0, M/2, M-1 of a: NaN, +inf, -inf (aligned shapes: the GPU's simt / mma kernels)
+        special_cases=_cases([("specials", 24, 40, 32)], **{SPECIALS: 1}),
+        bench_cases=_cases([("4096^3", 4096, 4096, 4096), ("8192x2560x2560", 8192, 2560, 2560)]),
+        cupy=_cupy,
+        bound="compute",
+        path=path_for,
+        ptx_kernels=() if SIMULATED else ptx_kernels("gemm", False, False, False),
+    )
+)

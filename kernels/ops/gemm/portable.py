@@ -1,0 +1,46 @@
+"""gemm's portable kernel: 16 x 16 shared-memory tiles, one output per thread. Pure numba: it runs under the
+CUDA simulator and on any GPU (fp32 or fp16 inputs)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from numba import cuda, float32
+
+PT = 16  # tile edge; block = PT x PT threads
+PT1 = PT + 1  # padded row (shared-array shapes must be literal constants for numba-cuda on a GPU)
+
+
+@cache
+def make_kernel(has_bias: bool, has_res: bool) -> Any:
+    """C tile of PT x PT per block, one element per thread; A and B tiles staged through shared memory.
+    Edges: out-of-range loads read 0 (they add nothing to the dot product); out-of-range stores are skipped.
+    """
+
+    @cuda.jit
+    def portable(a, b, bias, res, out, m, n, k):  # type: ignore[no-untyped-def]
+        sa = cuda.shared.array((PT, PT), float32)
+        sb = cuda.shared.array((PT, PT1), float32)  # +1: column reads sb[i, tx] spread over banks
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        row = cuda.blockIdx.y * PT + ty
+        col = cuda.blockIdx.x * PT + tx
+        acc = float32(0.0)
+        for k0 in range(0, k, PT):
+            ka = k0 + tx
+            sa[ty, tx] = float32(a[row, ka]) if (row < m and ka < k) else float32(0.0)
+            kb = k0 + ty
+            sb[ty, tx] = float32(b[kb, col]) if (kb < k and col < n) else float32(0.0)
+            cuda.syncthreads()
+            for i in range(PT):
+                acc += sa[ty, i] * sb[i, tx]
+            cuda.syncthreads()
+        if row < m and col < n:
+            if has_bias:
+                acc += float32(bias[col])
+            if has_res:
+                acc += float32(res[row, col])
+            out[row, col] = acc
+
+    return portable

@@ -1,0 +1,206 @@
+"""Shapes shared by the row operators (rmsnorm, layernorm, softmax): one table, so they stay comparable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypedDict
+
+import numpy as np
+
+from kernels.primitives.reductions import BLOCK, PER
+from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose
+from kernels.registry import SPECIALS, Case
+from kernels.runtime.arrays import SIMULATED
+from kernels.runtime.launch import Kernel, kernel, sm_count
+
+_DTYPES = ("float32", "float16")
+F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
+MAX_GRID = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class VectorRows:
+    """The op's plain vector kernel (`_make_vec`): BLOCK threads x PER values, one block per row."""
+
+    fastmath: bool = False  # numba's fastmath flag (exp as ex2.approx, fast division)
+
+    @property
+    def label(self) -> str:
+        return "vector-fastmath" if self.fastmath else "vector"
+
+
+@dataclass(frozen=True)
+class BlockedRows:
+    """softmax's `make_rows_blocked`: the vector kernel with another block shape, reducers whose shared
+    slots alternate between rows, and launch bounds. threads x per must cover BLOCK x PER."""
+
+    threads: int
+    per: int  # values per thread
+    min_blocks: int  # launch_bounds' blocks per SM
+    fastmath: bool
+
+    label = "blocked"
+
+
+@dataclass(frozen=True)
+class Half2Rows:
+    """layernorm's `make_rows_half2` (fp16): an output stage in packed halves with the weight / bias loads
+    batched. threads x per must cover BLOCK x PER."""
+
+    threads: int
+    per: int  # values per thread
+    min_blocks: int  # launch_bounds' blocks per SM
+    full_rows: bool  # rows of exactly threads x per skip the per-vector column checks
+    wb_early: bool  # load weight / bias before the reduction's barrier
+    group: int  # weight / bias vectors loaded per batch (0: all)
+
+    label = "half2"
+
+
+RowConfig = VectorRows | BlockedRows | Half2Rows
+
+# The vector-path kernel of each row op and dtype, where it is not the plain `_make_vec` kernel without
+# fastmath. Chosen from the side-by-side H200 timings in benchmarks/notes-memory.md (which also records the
+# variants that lost and their commits). A dtype listed here takes its vector kernel on "auto" even when
+# it is not in AUTO_VECTOR.
+ROW_KERNELS: dict[str, dict[np.dtype, RowConfig]] = {
+    "layernorm": {
+        F16: Half2Rows(threads=128, per=32, min_blocks=8, full_rows=True, wb_early=False, group=2),
+        F32: VectorRows(fastmath=False),
+    },
+    "softmax": {F16: BlockedRows(threads=256, per=16, min_blocks=8, fastmath=True)},
+    "rmsnorm": {F32: VectorRows(fastmath=False)},
+}
+
+
+def for_machine(config: RowConfig) -> RowConfig:
+    """`config` as it runs here: under the simulator blocked / half2 kernels take BLOCK threads x PER values
+    (the same longest row as the vector kernel there) and one block per SM; otherwise unchanged."""
+    if isinstance(config, (BlockedRows, Half2Rows)):
+        if config.threads * config.per < BLOCK * PER:
+            raise ValueError(f"{config}: threads x per must cover {BLOCK} x {PER}")
+        if SIMULATED:
+            return replace(config, threads=BLOCK, per=PER, min_blocks=1)
+    return config
+
+
+def row_grid(k: Kernel, threads: int, persistent: bool, rows: int) -> int:
+    """Blocks to launch: one per row, or for grid-stride (persistent) kernels every block the SMs hold at
+    once (the driver's occupancy answer), never more blocks than rows."""
+    if persistent:
+        return min(rows, sm_count() * k.resident_blocks(threads))
+    return min(rows, MAX_GRID)
+
+
+class RowKernels:
+    """One row op's kernels per dtype: `plain` (streaming, rows longer than BLOCK * PER), `reg` (the row in
+    registers), `vec` (`reg` with 16-byte loads and stores) and `row` / `row_k` (the ROW_KERNELS entry of the
+    dtype, where it has one: (function, threads per block, grid-stride?) and its launchable kernel).
+    `row_kernel(config, width)` builds an entry's function; `make_vec(width)` the vector kernel."""
+
+    def __init__(
+        self,
+        name: str,
+        sigs: dict[np.dtype, str],
+        *,
+        stream: Any,
+        reg: Any,
+        make_vec: Callable[[int], Any],
+        row_kernel: Callable[[RowConfig, int], tuple[Any, int, bool]],
+    ) -> None:
+        self.name, self.sigs = name, sigs
+        self._stream_fn, self._reg_fn = stream, reg
+        self.plain = {dt: kernel(stream, sig) for dt, sig in sigs.items()}
+        self.reg = {dt: kernel(reg, sig) for dt, sig in sigs.items()}
+        self.vec_fns = {dt: make_vec(WIDTH[dt]) for dt in sigs}
+        self.vec = {dt: kernel(self.vec_fns[dt], sig) for dt, sig in sigs.items()}
+        self.row = {dt: row_kernel(for_machine(c), WIDTH[dt]) for dt, c in ROW_KERNELS[name].items()}
+        self.row_k = {dt: kernel(fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()}
+
+    def pick(self, path: str, dt: np.dtype, ok: bool, n: int, rows: int) -> tuple[Kernel, int, int]:
+        """(kernel, threads per block, grid) for `path`: the vector kernel when `choose` takes it, or on
+        "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`); else
+        the register kernel for rows that fit a block, the streaming one beyond. `ok`: the vector path's
+        alignment and row-length conditions hold."""
+        if choose(path, dt, ok) or (ok and path == "auto" and dt in self.row and not SIMULATED):
+            entry = self.row.get(dt)
+            if entry is None:
+                return self.vec[dt], BLOCK, min(rows, MAX_GRID)
+            _, threads, persistent = entry
+            k = self.row_k[dt]
+            return k, threads, row_grid(k, threads, persistent, rows)
+        return (self.reg if n <= BLOCK * PER else self.plain)[dt], BLOCK, min(rows, MAX_GRID)
+
+    def ptx_kernels(self) -> tuple[tuple[str, Any, str], ...]:
+        """The offline-PTX list: the register, streaming and vector kernels for every dtype, and the
+        ROW_KERNELS kernels for the dtypes that have one."""
+        sigs = self.sigs
+        kinds = (
+            ("reg", dict.fromkeys(sigs, self._reg_fn)),
+            ("stream", dict.fromkeys(sigs, self._stream_fn)),
+            ("vec", self.vec_fns),
+        )
+        out = [
+            (f"{self.name}_{kind}_{dt.name}", fns[dt], sig) for kind, fns in kinds for dt, sig in sigs.items()
+        ]
+        out += [(f"{self.name}_row_{dt.name}", fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()]
+        return tuple(out)
+
+
+def _cases(shapes: list[tuple[str, int, int]], **extra: int) -> tuple[Case, ...]:
+    return tuple(Case(label, {"rows": m, "cols": n, **extra}, dt) for label, m, n in shapes for dt in _DTYPES)
+
+
+class RowCases(TypedDict):
+    sim_cases: tuple[Case, ...]
+    verify_cases: tuple[Case, ...]
+    bench_cases: tuple[Case, ...]
+    special_cases: tuple[Case, ...]
+
+
+def row_cases() -> RowCases:
+    """sim: 3 rows of 133 (register path: <= 32 threads x PER), 2 rows of 601 (streaming path, its
+    4-wide unrolled loop and its tail); verify: odd widths on both paths (1001 and 64: registers, 5003:
+    streaming);
+    bench: 16384 x 4096, 537 MB (fp32) / 268 MB (fp16) moved; specials (kernels.registry.poison): rows 0, 2,
+    3 hold NaN, +inf, -inf; 136 columns (the vector / fp16 row kernel on a GPU, registers in the simulator),
+    601 (registers on a GPU, streaming in the simulator) and on a GPU 5003 (streaming)."""
+    return RowCases(
+        sim_cases=_cases([("tiny-odd", 3, 133), ("long-odd", 2, 601)]),
+        verify_cases=_cases([("odd", 37, 1001), ("wide-odd", 129, 5003), ("narrow", 1031, 64)]),
+        bench_cases=_cases([("16384x4096", 16384, 4096)]),
+        special_cases=_cases(
+            [("specials", 4, 136), ("specials-odd", 4, 601)]
+            + ([] if SIMULATED else [("specials-long", 4, 5003)]),
+            **{SPECIALS: 1},
+        ),
+    )
+
+
+def row_path_of(op: str) -> Any:
+    """row_path for `op`, naming the ROW_KERNELS kernel (e.g. "blocked", "vector-fastmath") where `op` has
+    one for the case's dtype."""
+
+    def path(case: Case) -> str:
+        p = row_path(case)
+        dt = np.dtype(case.dtype)
+        config = ROW_KERNELS[op].get(dt)
+        if config is None or SIMULATED or p == "stream" or (case.params["cols"] * dt.itemsize) % VEC_BYTES:
+            return p
+        return config.label
+
+    return path
+
+
+def row_path(case: Case) -> str:
+    """The kernel a row op's "auto" launcher takes for `case` on this machine (verify/bench record it):
+    "vector" (16-byte loads; device allocations are 256-byte aligned, so only the row length decides),
+    "register" (rows of <= BLOCK * PER, scalar loads) or "stream" (longer rows)."""
+    n = case.params["cols"]
+    dt = np.dtype(case.dtype)
+    if n > BLOCK * PER:
+        return "stream"
+    if not SIMULATED and dt in AUTO_VECTOR and (n * dt.itemsize) % VEC_BYTES == 0:
+        return "vector"
+    return "register"
