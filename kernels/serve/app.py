@@ -137,10 +137,9 @@ def build(svc: Service) -> FastAPI:
     async def infer(name: str, request: Request) -> Response:
         model = svc.models.get(name)
         if model is None:
-            m.count(
-                "(unknown)", Outcome.BAD_REQUEST
-            )  # a fixed label: client-chosen names would grow the series
-            return _error(404, f"unknown model {name!r}; models: {', '.join(svc.models)}")
+            # a fixed label: client-chosen names would grow the series without bound
+            m.count("(unknown)", Outcome.BAD_REQUEST)
+            return _error(400, f"unknown model {name!r}; models: {', '.join(svc.models)}")
         if not svc.ready and svc.state is not State.DRAINING:
             m.count(name, Outcome.ERROR if svc.engine.failed else Outcome.REJECTED)
             return _error(503, f"not ready: {svc.engine.failed or svc.state.value}", {"Retry-After": "1"})

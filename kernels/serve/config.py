@@ -22,7 +22,8 @@ Schema (docs/service.md is the reference; every key is optional, unknown keys ar
       handoff: true            # once ready, SIGTERM the instance named in the state file (same device)
       textfile: ""             # Prometheus textfile to rewrite every 15 s ("" = none)
       log: {target: stderr, file: "", max_bytes: 10485760, backups: 5}   # stderr | journald | file
-      testing: {}              # test-only knobs, refused unless SOLFLEET_SERVE_TESTING=1
+      testing: {}              # test-only knobs (compute_delay_ms, delay_ops, faults), refused unless
+                               # SOLFLEET_SERVE_TESTING=1
 
 This module imports no numba: `python -m kernels.serve` must set CUDA_VISIBLE_DEVICES before CUDA starts.
 """
@@ -56,14 +57,20 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class Fault:
+    op: str
+    kind: str  # oom: a transient allocation failure (retried where allowed); gpu: a device error
+    count: int  # how many of that op's launches fail
+
+
+@dataclass(frozen=True)
 class TestingConfig:
-    """Test-only knobs (tests/serve): a fixed sleep inside every computation, so overflow and timeout cases
-    are deterministic on any machine, and faults raised where the device call would raise them."""
+    """Test-only knobs (tests/serve): a fixed sleep inside the computation of some ops, so overflow and
+    timeout cases are deterministic on any machine, and faults raised where the device call would."""
 
     compute_delay_ms: int = 0
-    fault_op: str = ""  # op whose launches fail
-    fault_kind: str = "oom"  # oom: a transient allocation failure (retried); gpu: a device error
-    fault_count: int = 0  # how many launches fail (0 = none)
+    delay_ops: tuple[str, ...] = ()  # () = every op
+    faults: tuple[Fault, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,11 +179,24 @@ def _testing(raw: Any) -> TestingConfig:
     d = _mapping("service.testing", raw, TestingConfig)
     if d and os.environ.get(TESTING_ENV) != "1":
         raise ConfigError(f"service.testing: test-only knobs are refused unless {TESTING_ENV}=1")
+    faults = []
+    for k, f in enumerate(d.get("faults") or []):
+        where = f"service.testing.faults[{k}]"
+        fd = _mapping(where, f, Fault)
+        faults.append(
+            Fault(
+                op=_str(f"{where}.op", fd.get("op")),
+                kind=_str(f"{where}.kind", fd.get("kind"), FAULT_KINDS),
+                count=_int(f"{where}.count", fd.get("count", 1), 0),
+            )
+        )
+    delay_ops = d.get("delay_ops", [])
+    if not isinstance(delay_ops, list):
+        raise ConfigError("service.testing.delay_ops: expected a list of op names")
     return TestingConfig(
         compute_delay_ms=_int("service.testing.compute_delay_ms", d.get("compute_delay_ms", 0), 0),
-        fault_op=_str("service.testing.fault_op", d.get("fault_op", "")),
-        fault_kind=_str("service.testing.fault_kind", d.get("fault_kind", "oom"), FAULT_KINDS),
-        fault_count=_int("service.testing.fault_count", d.get("fault_count", 0), 0),
+        delay_ops=tuple(str(o) for o in delay_ops),
+        faults=tuple(faults),
     )
 
 

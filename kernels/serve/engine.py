@@ -25,7 +25,11 @@ from typing import Any
 import numpy as np
 from numba import cuda
 from numba.cuda.cudadrv.driver import CudaAPIError
-from numba.cuda.cudadrv.error import CudaDriverError
+
+try:
+    from numba.cuda.cudadrv.error import CudaDriverError
+except ImportError:  # the simulator's driver has CudaAPIError only
+    CudaDriverError = CudaAPIError  # type: ignore[misc,assignment]
 
 from kernels.arrays import SIMULATED
 from kernels.registry import OpSpec
@@ -55,7 +59,7 @@ class Engine:
     def __init__(self, *, cfg: Config) -> None:
         self.cfg = cfg
         self.testing = cfg.service.testing
-        self._faults_left = self.testing.fault_count
+        self._faults_left = {(f.op, f.kind): f.count for f in self.testing.faults}
         self._fault_lock = threading.Lock()
         self._sim_lock = threading.Lock() if SIMULATED else None
         self.failed: str | None = None  # why the device is no longer trusted
@@ -109,7 +113,7 @@ class Engine:
                 self._sample_memory()
                 return Result(outs, dt, retries)
             except CudaAPIError as e:
-                if e.code == CUDA_ERROR_OUT_OF_MEMORY:
+                if _code(e) == CUDA_ERROR_OUT_OF_MEMORY:
                     if retries < allowed:
                         retries += 1
                         _free_deferred()
@@ -150,26 +154,36 @@ class Engine:
                 args[name] = cuda.device_array(shape, dtype=dt)
         args.update(plan.scalars)
         self._fault(spec.name, "launch")
-        if self.testing.compute_delay_ms:
+        t = self.testing
+        if t.compute_delay_ms and (not t.delay_ops or spec.name in t.delay_ops):
             time.sleep(self.testing.compute_delay_ms / 1000.0)
         spec.launch(args)
         cuda.synchronize()
         return {name: args[name].copy_to_host() for name in plan.outputs}
 
     def _fault(self, op: str, where: str) -> None:
-        """Test-only (service.testing): raise the driver's own error class where the driver would."""
-        t = self.testing
-        if not t.fault_count or op != t.fault_op or (where == "stage") != (t.fault_kind == "oom"):
+        """Test-only (service.testing.faults): raise the driver's own error class where the driver would."""
+        kind = "oom" if where == "stage" else "gpu"
+        if not self._faults_left.get((op, kind)):
             return
         with self._fault_lock:
-            if self._faults_left <= 0:
+            left = self._faults_left.get((op, kind), 0)
+            if left <= 0:
                 return
-            self._faults_left -= 1
-        if t.fault_kind == "oom":
+            self._faults_left[(op, kind)] = left - 1
+        if kind == "oom":
             raise CudaAPIError(
-                CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY (injected by service.testing)"
+                CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY (injected: service.testing)"
             )
-        raise CudaAPIError(700, "CUDA_ERROR_ILLEGAL_ADDRESS (injected by service.testing)")
+        raise CudaAPIError(700, "CUDA_ERROR_ILLEGAL_ADDRESS (injected: service.testing)")
+
+
+def _code(e: Exception) -> int | None:
+    """The CUDA error code (the simulator's CudaAPIError keeps it only in args)."""
+    code = getattr(e, "code", None)
+    if code is None and e.args and isinstance(e.args[0], int):
+        code = e.args[0]
+    return code
 
 
 def _free_deferred() -> None:
