@@ -80,8 +80,9 @@ class Instance:
         return self.proc.returncode
 
 
-def write_config(path: Path, *, port: int, state_dir: Path, service: dict[str, Any] | None = None,
-                 **top: Any) -> Path:  # fmt: skip
+def write_config(
+    path: Path, *, port: int, state_dir: Path, service: dict[str, Any] | None = None, **top: Any
+) -> Path:
     cfg: dict[str, Any] = {"device_id": 0, "log_level": "info", **top}
     cfg["service"] = {"host": "127.0.0.1", "port": port, "state_dir": str(state_dir), **(service or {})}
     path.write_text(yaml.safe_dump(cfg))
@@ -93,8 +94,13 @@ def start(config: Path, port: int, *, pythonpath: Path = REPO, wait: bool = True
     log = config.with_suffix(".log")
     env = dict(os.environ, PYTHONPATH=str(pythonpath), SOLFLEET_SERVE_TESTING="1", PYTHONUNBUFFERED="1")
     with log.open("ab") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "kernels.serve", "--config", str(config)], cwd=config.parent,
-                                env=env, stdout=fh, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kernels.serve", "--config", str(config)],
+            cwd=config.parent,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     inst = Instance(proc, port, config, log)
     if wait:
         wait_ready(inst)
@@ -131,8 +137,13 @@ def main_instance(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Every op self-tested, the default limits, a small memory limit for the over-limit case."""
     d = tmp_path_factory.mktemp("serve-main")
     port = free_port()
-    cfg = write_config(d / "config.yaml", port=port, state_dir=d / "run", memory_limit_mb=8,
-                       service={"max_concurrency": 2, "max_queue": 8})  # fmt: skip
+    cfg = write_config(
+        d / "config.yaml",
+        port=port,
+        state_dir=d / "run",
+        memory_limit_mb=8,
+        service={"max_concurrency": 2, "max_queue": 8},
+    )
     inst = start(cfg, port)
     yield inst
     inst.stop()

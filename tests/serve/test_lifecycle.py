@@ -35,10 +35,20 @@ def _ra_inputs(n: int = 5) -> list[th.InferInput]:
 def slow(tmp_path_factory: pytest.TempPathFactory) -> Instance:
     d = tmp_path_factory.mktemp("serve-slow")
     port = free_port()
-    cfg = write_config(d / "config.yaml", port=port, state_dir=d / "run", timeout_ms=20000,
-                       service={"max_concurrency": 2, "max_queue": 2, "self_test_ops": ["residual_add"],
-                                "exit_timeout_s": 20, "idle_grace_ms": 300,
-                                "testing": {"compute_delay_ms": DELAY_MS, "delay_ops": ["residual_add"]}})  # fmt: skip
+    cfg = write_config(
+        d / "config.yaml",
+        port=port,
+        state_dir=d / "run",
+        timeout_ms=20000,
+        service={
+            "max_concurrency": 2,
+            "max_queue": 2,
+            "self_test_ops": ["residual_add"],
+            "exit_timeout_s": 20,
+            "idle_grace_ms": 300,
+            "testing": {"compute_delay_ms": DELAY_MS, "delay_ops": ["residual_add"]},
+        },
+    )
     inst = start(cfg, port)
     yield inst
     inst.stop()
@@ -62,7 +72,9 @@ def test_overflow_serves_four_rejects_six_at_once(slow: Instance) -> None:
     assert (served, rejected) == (4, 6)
     # two rounds of two: the queued pair ran after the first; none waited past that
     assert 2 * DELAY_MS / 1000 <= elapsed < 2 * DELAY_MS / 1000 + 5
-    assert slow.metric("solfleet_serve_requests_total", device="0", op="residual_add", outcome="rejected") == 6
+    assert (
+        slow.metric("solfleet_serve_requests_total", device="0", op="residual_add", outcome="rejected") == 6
+    )
     assert slow.metric("solfleet_serve_requests_total", device="0", op="residual_add", outcome="success") == 4
     client.close()
 
@@ -71,7 +83,9 @@ def test_rejection_carries_retry_after(slow: Instance) -> None:
     client = th.InferenceServerClient(slow.url, concurrency=4, network_timeout=30)
     pending = [client.async_infer("residual_add", _ra_inputs()) for _ in range(4)]
     time.sleep(0.5)  # all four admitted (2 computing, 2 queued)
-    body = json.dumps({"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 1], "data": [1]} for n in "xr"]})
+    body = json.dumps(
+        {"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 1], "data": [1]} for n in "xr"]}
+    )
     conn = http.client.HTTPConnection("127.0.0.1", slow.port, timeout=10)
     t0 = time.monotonic()
     conn.request("POST", "/v2/models/residual_add/infer", body=body)
@@ -105,12 +119,24 @@ def test_sigterm_drains_in_flight_then_exits_0(slow: Instance) -> None:
 def faulty(tmp_path_factory: pytest.TempPathFactory) -> Instance:
     d = tmp_path_factory.mktemp("serve-faulty")
     port = free_port()
-    faults = [{"op": "cast", "kind": "oom", "count": 1}, {"op": "clip_grad_norm", "kind": "oom", "count": 1},
-              {"op": "softmax", "kind": "gpu", "count": 1}]  # fmt: skip
-    cfg = write_config(d / "config.yaml", port=port, state_dir=d / "run", timeout_ms=400, retry_count=1,
-                       service={"max_concurrency": 1, "max_queue": 4, "self_test_ops": ["residual_add"],
-                                "testing": {"compute_delay_ms": DELAY_MS, "delay_ops": ["residual_add"],
-                                            "faults": faults}})  # fmt: skip
+    faults = [
+        {"op": "cast", "kind": "oom", "count": 1},
+        {"op": "clip_grad_norm", "kind": "oom", "count": 1},
+        {"op": "softmax", "kind": "gpu", "count": 1},
+    ]
+    cfg = write_config(
+        d / "config.yaml",
+        port=port,
+        state_dir=d / "run",
+        timeout_ms=400,
+        retry_count=1,
+        service={
+            "max_concurrency": 1,
+            "max_queue": 4,
+            "self_test_ops": ["residual_add"],
+            "testing": {"compute_delay_ms": DELAY_MS, "delay_ops": ["residual_add"], "faults": faults},
+        },
+    )
     inst = start(cfg, port)
     yield inst
     inst.stop()
@@ -129,7 +155,9 @@ def test_queued_past_timeout_is_504_and_never_runs(faulty: Instance) -> None:
     first.get_result(timeout=30)
     time.sleep(0.3)
     assert faulty.metric("solfleet_serve_compute_seconds_count", device="0", op="residual_add") == 1
-    assert faulty.metric("solfleet_serve_requests_total", device="0", op="residual_add", outcome="timeout") == 1
+    assert (
+        faulty.metric("solfleet_serve_requests_total", device="0", op="residual_add", outcome="timeout") == 1
+    )
     client.close()
 
 
@@ -181,7 +209,11 @@ def test_handoff_between_releases_loses_no_request(tmp_path: Path) -> None:
         client = th.InferenceServerClient(old.url, network_timeout=30)
         while not stop.is_set():
             try:
-                seen.append(client.infer("residual_add", _ra_inputs(3)).get_response()["parameters"]["solfleet_version"])
+                seen.append(
+                    client.infer("residual_add", _ra_inputs(3)).get_response()["parameters"][
+                        "solfleet_version"
+                    ]
+                )
             except Exception as e:  # noqa: BLE001  (any failure is what this test counts)
                 errors.append(f"{type(e).__name__}: {e}")
         client.close()

@@ -64,7 +64,9 @@ def test_health_and_metadata(main_instance: Instance) -> None:
     assert not client.is_model_ready("nope")
 
 
-def _raw(inst: Instance, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
+def _raw(
+    inst: Instance, path: str, body: bytes, headers: dict[str, str] | None = None
+) -> tuple[int, dict, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", inst.port, timeout=30)
     conn.request("POST", path, body=body, headers=headers or {})
     r = conn.getresponse()
@@ -74,52 +76,100 @@ def _raw(inst: Instance, path: str, body: bytes, headers: dict[str, str] | None 
 
 
 def _ra_json(x: list[float], shape: list[int], dt: str = "FP32", rname: str = "r") -> bytes:
-    return json.dumps({"inputs": [{"name": "x", "datatype": dt, "shape": shape, "data": x},
-                                  {"name": rname, "datatype": dt, "shape": shape, "data": x}]}).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "inputs": [
+                {"name": "x", "datatype": dt, "shape": shape, "data": x},
+                {"name": rname, "datatype": dt, "shape": shape, "data": x},
+            ]
+        }
+    ).encode()
 
 
 BAD = {
     "unknown op": ("/v2/models/matmul9/infer", _ra_json([1.0], [1, 1]), "unknown model 'matmul9'"),
-    "wrong name": ("/v2/models/residual_add/infer", _ra_json([1.0], [1, 1], rname="y"), "input 'y': residual_add has no input"),
-    "wrong dtype": ("/v2/models/residual_add/infer", _ra_json([1.0], [1, 1], dt="FP64"), "input 'x': datatype FP64, expected FP32 or FP16"),
-    "wrong rank": ("/v2/models/residual_add/infer", _ra_json([1.0], [1]), "input 'x': shape [1] has 1 dimensions, expected 2"),
-    "data/shape mismatch": ("/v2/models/residual_add/infer", _ra_json([1.0, 2.0], [1, 3]), "input 'x': 'data' has 2 elements, expected 3"),
-    "huge declared shape": ("/v2/models/residual_add/infer", _ra_json([1.0], [1 << 20, 1 << 20]), "needs 12582912.0 MiB of device memory"),
-    "over memory_limit_mb": ("/v2/models/residual_add/infer", _ra_json([1.0], [1024, 1024]), "memory_limit_mb is 8"),
+    "wrong name": (
+        "/v2/models/residual_add/infer",
+        _ra_json([1.0], [1, 1], rname="y"),
+        "input 'y': residual_add has no input",
+    ),
+    "wrong dtype": (
+        "/v2/models/residual_add/infer",
+        _ra_json([1.0], [1, 1], dt="FP64"),
+        "input 'x': datatype FP64, expected FP32 or FP16",
+    ),
+    "wrong rank": (
+        "/v2/models/residual_add/infer",
+        _ra_json([1.0], [1]),
+        "input 'x': shape [1] has 1 dimensions, expected 2",
+    ),
+    "data/shape mismatch": (
+        "/v2/models/residual_add/infer",
+        _ra_json([1.0, 2.0], [1, 3]),
+        "input 'x': 'data' has 2 elements, expected 3",
+    ),
+    "huge declared shape": (
+        "/v2/models/residual_add/infer",
+        _ra_json([1.0], [1 << 20, 1 << 20]),
+        "needs 12582912.0 MiB of device memory",
+    ),
+    "over memory_limit_mb": (
+        "/v2/models/residual_add/infer",
+        _ra_json([1.0], [1024, 1024]),
+        "memory_limit_mb is 8",
+    ),
     "not JSON": ("/v2/models/residual_add/infer", b"{inputs", "request header is not valid JSON"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_input_is_400_and_service_keeps_serving(main_instance: Instance, case: str) -> None:
     path, body, expected = BAD[case]
-    before = main_instance.metric("solfleet_serve_requests_total", device="0", op="residual_add", outcome="success")
+    before = main_instance.metric(
+        "solfleet_serve_requests_total", device="0", op="residual_add", outcome="success"
+    )
     status, _, data = _raw(main_instance, path, body)
     assert status == 400, data
     assert expected in json.loads(data)["error"]
     status, _, data = _raw(main_instance, "/v2/models/residual_add/infer", _ra_json([1.0, 2.0], [1, 2]))
     assert status == 200 and json.loads(data)["outputs"][0]["data"] == [2.0, 4.0]
-    assert main_instance.metric("solfleet_serve_requests_total", device="0", op="residual_add",
-                                outcome="success") == before + 1  # fmt: skip
+    assert (
+        main_instance.metric(
+            "solfleet_serve_requests_total", device="0", op="residual_add", outcome="success"
+        )
+        == before + 1
+    )
 
 
 def test_truncated_binary_body(main_instance: Instance) -> None:
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    head = json.dumps({"inputs": [
-        {"name": "x", "datatype": "FP32", "shape": [2, 3], "parameters": {"binary_data_size": 24}},
-        {"name": "r", "datatype": "FP32", "shape": [2, 3], "parameters": {"binary_data_size": 24}},
-    ]}).encode()  # fmt: skip
+    head = json.dumps(
+        {
+            "inputs": [
+                {"name": "x", "datatype": "FP32", "shape": [2, 3], "parameters": {"binary_data_size": 24}},
+                {"name": "r", "datatype": "FP32", "shape": [2, 3], "parameters": {"binary_data_size": 24}},
+            ]
+        }
+    ).encode()
     hdr = {"Inference-Header-Content-Length": str(len(head))}
-    status, _, data = _raw(main_instance, "/v2/models/residual_add/infer", head + x.tobytes() + x.tobytes()[:10], hdr)
+    status, _, data = _raw(
+        main_instance, "/v2/models/residual_add/infer", head + x.tobytes() + x.tobytes()[:10], hdr
+    )
     assert status == 400
     assert json.loads(data)["error"] == (
         "input 'r': truncated binary body: binary_data_size is 24 but only 10 bytes remain"
     )
     # a size that disagrees with the declared shape is named too
     head2 = head.replace(b'"binary_data_size": 24}}]', b'"binary_data_size": 20}}]')
-    status, _, data = _raw(main_instance, "/v2/models/residual_add/infer", head2 + x.tobytes() + x.tobytes()[:20],
-                           {"Inference-Header-Content-Length": str(len(head2))})  # fmt: skip
-    assert status == 400 and "input 'r': binary_data_size is 20 bytes, expected 24" in json.loads(data)["error"]
+    status, _, data = _raw(
+        main_instance,
+        "/v2/models/residual_add/infer",
+        head2 + x.tobytes() + x.tobytes()[:20],
+        {"Inference-Header-Content-Length": str(len(head2))},
+    )
+    assert (
+        status == 400 and "input 'r': binary_data_size is 20 bytes, expected 24" in json.loads(data)["error"]
+    )
 
 
 def test_nan_refused_where_it_matters(main_instance: Instance) -> None:
@@ -150,7 +200,12 @@ def test_nan_refused_where_it_matters(main_instance: Instance) -> None:
 def test_metrics_count_outcomes(main_instance: Instance) -> None:
     text = main_instance.metrics()
     assert 'solfleet_serve_release_info{commit="",device="0",manifest_sha256="",simulated=' in text
-    assert main_instance.metric("solfleet_serve_requests_total", device="0", op="(unknown)", outcome="bad_request") >= 1
+    assert (
+        main_instance.metric(
+            "solfleet_serve_requests_total", device="0", op="(unknown)", outcome="bad_request"
+        )
+        >= 1
+    )
     assert main_instance.metric("solfleet_serve_compute_seconds_count", device="0", op="residual_add") >= 2
     assert main_instance.metric("solfleet_serve_ready", device="0") == 1
     assert main_instance.metric("solfleet_serve_in_flight", device="0") == 0
