@@ -15,6 +15,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m kernels.serve", description=__doc__.splitlines()[0])
     p.add_argument("--config", help="node config.yaml (see docs/service.md); default: every default")
     p.add_argument("--device-id", type=int, help="GPU of this instance (overrides device_id)")
+    p.add_argument("--instance", help="systemd instance name <device_id>[-<slot>] (sets --device-id)")
     p.add_argument("--port", type=int, help="base port (overrides service.port; the instance adds device_id)")
     return p
 
@@ -24,8 +25,18 @@ def main(argv: list[str] | None = None) -> int:
     # config imports no numba: the device binding below must happen before CUDA initialises
     from kernels.serve.config import ConfigError, load
 
+    device_id = args.device_id
+    if args.instance is not None:
+        head = args.instance.split("-", 1)[0]
+        if not head.isdigit():
+            print(
+                f"solfleet serve: --instance {args.instance!r}: expected <device_id>[-<slot>]",
+                file=sys.stderr,
+            )
+            return 2
+        device_id = int(head)
     try:
-        cfg = load(args.config, device_id=args.device_id, port=args.port)
+        cfg = load(args.config, device_id=device_id, port=args.port)
     except ConfigError as e:
         print(f"solfleet serve: config: {e}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""The HTTP surface: the KServe v2 / Triton HTTP endpoints on FastAPI.
+"""The HTTP surface: the KServe v2 / Triton HTTP endpoints on Starlette (the ASGI toolkit FastAPI is built
+on; docs/service.md says why not FastAPI itself).
 
 Routes take the raw request: the infer body is parsed by kernels.serve.codec (the binary extension is no
 JSON body a schema could describe), and each response is built by hand, so a request pays for no model
@@ -14,8 +15,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from kernels.serve import codec
 from kernels.serve.admission import Admission, Refusal, Refused
@@ -72,34 +75,20 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     )
 
 
-def build(svc: Service) -> FastAPI:
-    app = FastAPI(title="solfleet operator service", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.svc = svc
+def build(svc: Service) -> Starlette:
     m = svc.metrics
     dev = m.device
 
-    @app.middleware("http")
-    async def close_when_draining(request: Request, call_next: Any) -> Any:
-        # while draining, every response ends its connection: a keep-alive client reconnects, and the new
-        # instance (listening on the same port) takes it
-        response = await call_next(request)
-        if svc.state is State.DRAINING:
-            response.headers["connection"] = "close"
-        return response
-
-    @app.get("/v2/health/live")
-    async def live() -> Response:
+    async def live(request: Request) -> Response:
         return Response(status_code=200)
 
-    @app.get("/v2/health/ready")
-    async def ready() -> Response:
+    async def ready(request: Request) -> Response:
         if svc.ready:
             return Response(status_code=200)
         why = svc.engine.failed or svc.reason or svc.state.value
         return _error(503, f"not ready: {why}")
 
-    @app.get("/v2")
-    async def server_metadata() -> JSONResponse:
+    async def server_metadata(request: Request) -> JSONResponse:
         return JSONResponse(
             {
                 "name": "solfleet",
@@ -115,26 +104,25 @@ def build(svc: Service) -> FastAPI:
             return _error(404, f"unknown model {name!r}; models: {', '.join(svc.models)}")
         return model
 
-    @app.get("/v2/models/{name}")
-    async def model_metadata(name: str) -> Response:
+    async def model_metadata(request: Request) -> Response:
+        name = request.path_params["name"]
         model = _model(name)
         if isinstance(model, Response):
             return model
         return JSONResponse(model.metadata(svc.release.version))
 
-    @app.get("/v2/models/{name}/ready")
-    async def model_ready(name: str) -> Response:
+    async def model_ready(request: Request) -> Response:
+        name = request.path_params["name"]
         model = _model(name)
         if isinstance(model, Response):
             return model
         return Response(status_code=200) if svc.ready else _error(503, f"{name}: instance not ready")
 
-    @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
         return Response(m.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.post("/v2/models/{name}/infer")
-    async def infer(name: str, request: Request) -> Response:
+    async def infer(request: Request) -> Response:
+        name = request.path_params["name"]
         model = svc.models.get(name)
         if model is None:
             # a fixed label: client-chosen names would grow the series without bound
@@ -211,4 +199,26 @@ def build(svc: Service) -> FastAPI:
             out, media_type=codec.BINARY_TYPE, headers={"Inference-Header-Content-Length": str(hlen)}
         )
 
+    def closing(fn: Any) -> Any:
+        # while draining, every response ends its connection: a keep-alive client reconnects, and the new
+        # instance (listening on the same port) takes it
+        async def handler(request: Request) -> Response:
+            response: Response = await fn(request)
+            if svc.state is State.DRAINING:
+                response.headers["connection"] = "close"
+            return response
+
+        return handler
+
+    routes = [
+        Route("/v2/health/live", closing(live)),
+        Route("/v2/health/ready", closing(ready)),
+        Route("/v2", closing(server_metadata)),
+        Route("/v2/models/{name}", closing(model_metadata)),
+        Route("/v2/models/{name}/ready", closing(model_ready)),
+        Route("/v2/models/{name}/infer", closing(infer), methods=["POST"]),
+        Route("/metrics", closing(metrics)),
+    ]
+    app = Starlette(routes=routes)
+    app.state.svc = svc
     return app
