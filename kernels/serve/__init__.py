@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def build_service(cfg: Config) -> tuple[Service, SelfTest]:
     """The service object for `cfg`, and its self-test on the instance's device (run before it listens).
     Raises ValueError for a self_test_ops entry naming no op."""
-    from kernels.arrays import SIMULATED
+    from kernels.runtime.arrays import SIMULATED
     from kernels.registry import all_ops
     from kernels.serve import release
     from kernels.serve.admission import Admission

@@ -31,7 +31,7 @@ try:
 except ImportError:  # the simulator's driver has CudaAPIError only
     CudaDriverError = CudaAPIError  # type: ignore[misc,assignment]
 
-from kernels.arrays import SIMULATED
+from kernels.runtime.arrays import SIMULATED
 from kernels.registry import OpSpec
 from kernels.serve.config import Config
 from kernels.serve.models import BadInput, Model, Plan, nonfinite_count
@@ -209,7 +209,7 @@ def self_test(*, ops: list[OpSpec], engine: Engine) -> SelfTest:
     """Verify every served op at its smallest case, on the instance's device, in a compute thread (so the
     device binding is the one requests get). On a GPU each dtype of an op is run once (fp16 and fp32 take
     different kernels); under the simulator only the first case, which costs seconds already."""
-    from kernels import verify
+    from kernels.harness import verify
 
     def run() -> list[dict[str, Any]]:
         rng = np.random.default_rng()

@@ -13,7 +13,7 @@ from tritonclient.utils import InferenceServerException
 
 from kernels.registry import all_ops
 from kernels.serve.models import CATALOGUE
-from kernels.verify import rel_error
+from kernels.harness.verify import rel_error
 
 from .conftest import Instance
 
