@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 def build_service(cfg: Config) -> tuple[Service, SelfTest]:
     """The service object for `cfg`, and its self-test on the instance's device (run before it listens).
     Raises ValueError for a self_test_ops entry naming no op."""
-    from kernels.runtime.arrays import SIMULATED
     from kernels.registry import all_ops
+    from kernels.runtime.arrays import SIMULATED
     from kernels.serve import release
     from kernels.serve.admission import Admission
     from kernels.serve.app import Service
@@ -40,10 +40,12 @@ def build_service(cfg: Config) -> tuple[Service, SelfTest]:
         manifest_sha256=rel.manifest_sha256,
         simulated=SIMULATED,
     )
-    engine.memory_sink = lambda used, total: (
-        metrics.mem_used.labels(metrics.device).set(used),
-        metrics.mem_total.labels(metrics.device).set(total),
-    )
+
+    def memory_sink(used: int, total: int) -> None:
+        metrics.mem_used.labels(metrics.device).set(used)
+        metrics.mem_total.labels(metrics.device).set(total)
+
+    engine.memory_sink = memory_sink
     svc = Service(
         cfg=cfg,
         release=rel,

@@ -29,10 +29,10 @@ from numba.cuda.cudadrv.driver import CudaAPIError
 try:
     from numba.cuda.cudadrv.error import CudaDriverError
 except ImportError:  # the simulator's driver has CudaAPIError only
-    CudaDriverError = CudaAPIError  # type: ignore[misc,assignment]
+    CudaDriverError = CudaAPIError
 
-from kernels.runtime.arrays import SIMULATED
 from kernels.registry import OpSpec
+from kernels.runtime.arrays import SIMULATED
 from kernels.serve.config import Config
 from kernels.serve.models import BadInput, Model, Plan, nonfinite_count
 

@@ -24,7 +24,7 @@ from kernels.registry import OpSpec
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 # KServe v2 / Triton datatype names of the dtypes the ops take
 V2_OF = {F32: "FP32", F16: "FP16", np.dtype(np.float64): "FP64", np.dtype(np.int32): "INT32"}
-NP_OF = {
+NP_OF: dict[str, np.dtype] = {
     "FP32": F32,
     "FP16": F16,
     "FP64": np.dtype(np.float64),
@@ -93,7 +93,7 @@ class Model:
                 "parameters": {"datatypes": [V2_OF[d] for d in dts], "dims": list(dims)},
             }
 
-        first = self.inputs[0].dtypes or tuple(self.spec.dtypes)
+        first = self.inputs[0].dtypes or tuple(np.dtype(d) for d in self.spec.dtypes)
         ins = [
             tensor(t.name, t.dims, t.dtypes or first) | ({"optional": True} if t.optional else {})
             for t in self.inputs
@@ -224,7 +224,7 @@ def plan(
                 continue
             raise BadInput(f"input {t.name!r}: missing; {model.name} needs {_describe(t, model)}")
         shape, v2 = declared[t.name]
-        dt = NP_OF.get(v2)
+        dt: np.dtype | None = NP_OF.get(str(v2))
         allowed_dts = t.dtypes if t.dtypes is not None else (first_dtype,)
         if dt is None or dt not in allowed_dts:
             want = " or ".join(V2_OF[d] for d in allowed_dts if d is not None)

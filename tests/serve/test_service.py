@@ -11,9 +11,9 @@ import pytest
 import tritonclient.http as th
 from tritonclient.utils import InferenceServerException
 
+from kernels.harness.verify import rel_error
 from kernels.registry import all_ops
 from kernels.serve.models import CATALOGUE
-from kernels.harness.verify import rel_error
 
 from .conftest import Instance
 
