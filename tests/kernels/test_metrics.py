@@ -17,7 +17,7 @@ from kernels.harness import metrics
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = json.loads((REPO / "benchmarks/h200/latest.json").read_text())
-VERIFY = json.loads((REPO / "benchmarks/h200/memory-v3-verify-2026-11-30.json").read_text())
+VERIFY = json.loads((REPO / "tests/data/h200/verify-2026-11-30.json").read_text())
 FACTS = gh.facts_from_nvml_dump(json.loads((REPO / "tests/data/gpu/h200-healthy/nvml.json").read_text()))
 CHECKS = gh.check_facts(facts=FACTS, expect=gh.GpuExpectations(count=1, model="H200", cc="9.0"))
 RELEASE = metrics.ReleaseInfo(version="1.4.0", sha256="ab" * 32, stack_id="s-3f2a9c")

@@ -35,7 +35,9 @@ def _a(*shape: int, dt: Any = F32) -> np.ndarray:
 
 def _cols(*shape: int) -> Any:
     """A device view of `shape` that takes every other column of a wider array (not C-contiguous)."""
-    return cuda.to_device(_a(*shape[:-1], 2 * shape[-1]))[..., ::2]
+    # explicit slices, not `...`: numba's device arrays on a real GPU do not take an Ellipsis index
+    every_other = (slice(None),) * (len(shape) - 1) + (slice(None, None, 2),)
+    return cuda.to_device(_a(*shape[:-1], 2 * shape[-1]))[every_other]
 
 
 # (argument named in the error, the call with that argument strided)
