@@ -348,6 +348,12 @@ class Ledger:
         host, _, pid = op.controller.rpartition(":")
         return op.status == OpStatus.RUNNING.value and host == socket.gethostname() and _pid_alive(int(pid))
 
+    def own_stale_rollouts(self, *, limit: int = 50) -> list[str]:
+        """Ids of this ledger's recent operations that are not running now: a node lease one of them left
+        behind (a dead controller, a node that could not be reached to drop it) is this controller's own and
+        may be taken over. A lease of a rollout this ledger does not know stays a refusal."""
+        return [op.id for op in self.operations(limit=limit) if not self._is_live(op)]
+
     def mark_recovered(self, op_id: str, *, by: str) -> None:
         with self._tx() as db:
             db.execute("UPDATE operations SET recovered_by = ? WHERE id = ?", (by, op_id))

@@ -76,13 +76,16 @@ def take_baseline(
     *,
     version: str | None = None,
     artifact_sha256: str | None = None,
-    take_over: Iterable[str] = (),
+    take_over: Iterable[str] | None = None,
     record: bool = True,
 ) -> dict[str, Baseline]:
     """Lease every host and record its baseline (`record=False`: a reconcile, whose own undo must never
     become a baseline to return to). Refuses (and drops the leases it took) when another live
     rollout holds a node (LeaseHeld, exit 5), or when `version` is already on a node as other bytes
-    (UsageError, exit 2): in both cases no release has moved."""
+    (UsageError, exit 2): in both cases no release has moved. `take_over`: rollout ids whose leases may be
+    replaced; default every rollout of this ledger that is not running now."""
+    if take_over is None:
+        take_over = [i for i in ledger.own_stale_rollouts() if i != op.op_id]
     step = op.run_step(
         ledger,
         "baseline",
@@ -132,9 +135,10 @@ def take_baseline(
     return baselines
 
 
-def end_leases(op: Operation, ledger: Ledger, hosts: list[str]) -> None:
-    """Drop this operation's lease on `hosts`. Best effort: a node that does not answer keeps the lease
-    until it expires (the next rollout of this controller takes it over when it reconciles)."""
+def end_leases(op: Operation, ledger: Ledger, hosts: list[str], *, rollout_id: str | None = None) -> None:
+    """Drop this operation's lease (or `rollout_id`'s, one of this ledger's own) on `hosts`. Best effort: a
+    node that does not answer keeps the lease until it expires, or until the next rollout of this controller
+    takes it over (take_baseline)."""
     if not hosts:
         return
     with contextlib.suppress(Interrupted, StepAborted):
@@ -143,7 +147,7 @@ def end_leases(op: Operation, ledger: Ledger, hosts: list[str]) -> None:
             "lease end",
             hosts,
             LEASE_END_PLAYBOOK,
-            {"solfleet_rollout_id": op.op_id},
+            {"solfleet_rollout_id": rollout_id or op.op_id},
             record=False,
             timeout_s=op.spec.timeouts.status_s,
         )
@@ -251,11 +255,14 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
     over the dead one's), and mark it recovered by `op`."""
     baseline = ledger.baseline(unfinished_id)
     hosts = list(baseline)
-    take_baseline(op, ledger, hosts, take_over=[unfinished_id], record=False)
+    take_baseline(op, ledger, hosts, record=False)
     try:
         result = restore(op, ledger, baseline, hosts)
     finally:
         end_leases(op, ledger, hosts)
+        # where this run could not take the dead rollout's lease over (a node that could not write its
+        # lease file), the dead one's lease is still there: drop it too, it is ours
+        end_leases(op, ledger, hosts, rollout_id=unfinished_id)
     if result.final:
         ledger.mark_recovered(unfinished_id, by=op.op_id)
     return result

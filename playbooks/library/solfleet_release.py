@@ -194,6 +194,7 @@ class Deployment:
             prior_current = self.layout.link_version("current")
             prior_previous = self.layout.link_version("previous")
             self.result["prior_current"] = prior_current
+            self.result["prior_previous"] = prior_previous
             release = self.layout.release_dir(version)
             if os.path.isdir(release) and not self.layout.is_verified(version):
                 if version in (prior_current, prior_previous):
@@ -446,7 +447,14 @@ class Deployment:
 
     def _prune(self, keep_version: str) -> None:
         start = time.monotonic()
-        protected = {keep_version, self.layout.link_version("current"), self.layout.link_version("previous")}
+        # current, previous, and what previous was before this run switched anything: the rollout's baseline
+        # previous, which an undo to the baseline restores (so it must still be here when the undo comes)
+        protected = {
+            keep_version,
+            self.layout.link_version("current"),
+            self.layout.link_version("previous"),
+            self.result.get("prior_previous"),
+        }
         verified = self.layout.verified_releases()
         candidates = [v for v in verified if v not in protected]
         budget = max(self.p["keep_releases"] - (len(verified) - len(candidates)), 0)
