@@ -2,7 +2,8 @@
 
 Exit codes (docs/cli.md): 0 ok, 1 operation failed on a host, 2 usage/spec error (nothing touched),
 3 hosts unreachable, 4 ansible-runner could not run, 5 another rollout holds the nodes, 130 interrupted;
-`status` also 6 drift, 7 suspect, 8 split. SIGTERM and SIGHUP are handled like Ctrl-C."""
+`status` also 6 drift, 7 suspect, 8 split; `health` 9 unhealthy. SIGTERM and SIGHUP are handled like
+Ctrl-C."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from fleet import artifact, report
 from fleet import provision as prov
 from fleet import wheelhouse as wh
 from fleet.errors import ExitCode, FleetError, UsageError
+from fleet.health import fleet_health
 from fleet.inventory import write_private_data_dir
 from fleet.ledger import Ledger
 from fleet.operation import OperationReport
@@ -114,6 +116,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also re-hash every file of each node's current release against its MANIFEST (reads it all)",
     )
+
+    hl = sub.add_parser("health", parents=[common], help="GPU and release health of every node")
+    hl.add_argument("--json", action="store_true")
+    hl.add_argument("--limit", metavar="HOSTS")
 
     rc = sub.add_parser(
         "reconcile",
@@ -333,6 +339,19 @@ def _status(args: argparse.Namespace) -> int:
     return int(state.exit_code)
 
 
+def _health(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    selected = select_nodes(spec.nodes, args.limit)
+    check_controller_files(spec, selected)
+    live = report.live_factory(sys.stderr.isatty() and not args.json)
+    state = fleet_health(spec, selected, progress=live("health", [n.name for n in selected]))
+    if args.json:
+        print(report.health_json(state))
+    else:
+        report.print_health(report.console(), state)
+    return int(state.exit_code)
+
+
 def _history(args: argparse.Namespace) -> int:
     spec = _spec(args)
     with Ledger(ledger_path(spec)) as ledger:
@@ -411,6 +430,7 @@ COMMANDS = {
     "deploy": _deploy,
     "rollback": _rollback,
     "status": _status,
+    "health": _health,
     "history": _history,
     "reconcile": _reconcile,
     "wheelhouse": _wheelhouse,

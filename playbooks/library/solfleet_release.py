@@ -24,7 +24,7 @@ from ansible.module_utils.solfleet_artifact import (
     safe_unpack,
     sha256_file,
 )
-from ansible.module_utils.solfleet_kernels import KernelsRun, run_kernels, verify_summary
+from ansible.module_utils.solfleet_kernels import KernelsRun, health_env, run_kernels, verify_summary
 from ansible.module_utils.solfleet_layout import (
     INTENT_EVENT,
     PARTIAL_SUFFIX,
@@ -72,6 +72,10 @@ options:
     type: bool
     default: false
   restore_previous: {description: "with restore: the baseline previous ('' = none)", type: str, default: ""}
+  gpu_count: {description: "health: expected GPU count ('' = not set)", type: str, default: ""}
+  gpu_model: {description: "health: expected GPU model ('' = not set)", type: str, default: ""}
+  stack_driver: {description: "health: the stack's driver pin ('' = none)", type: str, default: ""}
+  stack_cuda: {description: "health: the stack's CUDA version ('' = none)", type: str, default: ""}
 """
 
 
@@ -173,6 +177,8 @@ class Deployment:
             simulated=self.p["simulated"],
             timeout_s=timeout_s,
             phase=phase,
+            # health checks the GPUs against the spec and refreshes <root>/metrics/solfleet.prom
+            extra_env=health_env(self.layout.root, self.p) if command == "health" else None,
         )
 
     def finish_state(self) -> dict[str, Any]:
@@ -624,6 +630,10 @@ def main() -> None:
             "rollback_to": {"type": "str", "default": ""},
             "restore": {"type": "bool", "default": False},
             "restore_previous": {"type": "str", "default": ""},
+            "gpu_count": {"type": "str", "default": ""},
+            "gpu_model": {"type": "str", "default": ""},
+            "stack_driver": {"type": "str", "default": ""},
+            "stack_cuda": {"type": "str", "default": ""},
         },
         supports_check_mode=False,
     )
