@@ -77,15 +77,14 @@ def test_health_in_a_release_on_a_node(tmp_path: Path) -> None:
     assert by["kernel.tiny_op"]["status"] == "passed"
     assert rep["metrics"]["written"] is True
 
-    fams = {
-        f.name: f for f in text_string_to_metric_families((root / "metrics" / "solfleet.prom").read_text())
-    }
-    (info,) = fams["solfleet_release"].samples
+    samples = [s for f in text_string_to_metric_families((root / "metrics" / "solfleet.prom").read_text())
+               for s in f.samples]  # fmt: skip
+    (info,) = [s for s in samples if s.name == "solfleet_release_info"]
     assert info.labels == {"version": "1.0.0", "sha256": "f" * 64, "stack_id": "abc123", "simulated": "true"}
-    (last,) = fams["solfleet_last_rollout_timestamp_seconds"].samples
+    (last,) = [s for s in samples if s.name == "solfleet_last_rollout_timestamp_seconds"]
     assert last.value == 1796119200.0  # 2026-12-01T10:00:00Z
     statuses = {
-        (s.labels["check"], s.labels["status"]): s.value for s in fams["solfleet_health_check"].samples
+        (s.labels["check"], s.labels["status"]): s.value for s in samples if s.name == "solfleet_health_check"
     }
     assert statuses[("gpu.ecc", "skipped")] == 1 and statuses[("gpu.ecc", "passed")] == 0
 
