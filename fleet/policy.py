@@ -58,8 +58,8 @@ class Gates:
 
     @property
     def bench_ops(self) -> str:
-        """`--ops` of the bench a real node runs during verification: the ops min_sol names; "" (every op)
-        when only the regression gate is set; None-like "" is never used without `enabled`."""
+        """`--ops` of the bench a real node runs during verification: the ops min_sol names, or "" (every
+        op) when only the regression gate is set. Meaningful only when `enabled`."""
         return ",".join(sorted(self.min_sol))
 
     def describe(self) -> list[str]:
