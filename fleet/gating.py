@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from fleet.gates import SIMULATED, GateResult, Verdict, blocking, evaluate, figures_from_bench
+from fleet.ledger import HostRecord
+from fleet.operation import StepResult
 from fleet.policy import Gates
 from fleet.spec import Node
 
@@ -128,7 +130,46 @@ def gate_failure(host: HostGates) -> dict[str, str] | None:
     no gate blocks. The rollout records the host as failed with these and applies its failure policy."""
     if not host.failed:
         return None
-    return {"failed_phase": GATE_PHASE, "outcome": "gate_failed", "message": host.message()}
+    return {"failed_phase": GATE_PHASE, "outcome": GATE_FAILED, "message": host.message()}
+
+
+GATE_FAILED = "gate_failed"
+JUDGED_OUTCOMES = ("activated", "staged")  # hosts whose module verified (and benched) the new release
+
+
+def judge_step(
+    step: StepResult, *, gates: Gates, simulated: Mapping[str, bool]
+) -> tuple[StepResult, list[HostGates], list[HostRecord]]:
+    """Judge every host of a deploy step that verified the release: (the step with gate-failed hosts'
+    records turned into failures, every host's verdicts, the records that changed). The caller records the
+    changed records in host_outcomes (under the same step) and the verdicts with `record`; a gate-failed
+    host then counts against max_failures and is undone by the failure policy like any failed host (its
+    version_after is the new release, so the undo moves it back to its baseline)."""
+    if not gates.enabled:
+        return step, [], []
+    judged: list[HostGates] = []
+    changed: list[HostRecord] = []
+    records = []
+    for r in step.records:
+        if r.outcome not in JUDGED_OUTCOMES:
+            records.append(r)
+            continue
+        hp = step.ok_hosts.get(r.host)
+        host = evaluate_host(
+            host=r.host,
+            solfleet=hp.solfleet if hp is not None else {},
+            gates=gates,
+            simulated=bool(r.simulated) if r.simulated is not None else simulated.get(r.host, False),
+        )
+        judged.append(host)
+        failure = gate_failure(host)
+        if failure is None:
+            records.append(r)
+            continue
+        new = replace(r, outcome=GATE_FAILED, failed_phase=GATE_PHASE, message=failure["message"])
+        records.append(new)
+        changed.append(new)
+    return replace(step, records=tuple(records)), judged, changed
 
 
 # ---- the ledger ------------------------------------------------------------------------------------------

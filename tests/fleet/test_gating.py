@@ -107,3 +107,30 @@ def test_verdicts_round_trip_through_the_ledger(tmp_path: Path) -> None:
     failed = [r for r in rows if r["host"] == "a" and r["verdict"] == "failed"]
     assert failed and all(r["op"] == "gemm" for r in failed) and failed[0]["figures"]["median_s"] > 0
     assert gating.recorded(path, "r-other") == []
+
+
+def test_judge_step_turns_a_gate_failure_into_a_failed_host() -> None:
+    from fleet.operation import FAILED_OUTCOMES, StepResult, host_record
+    from fleet.runner import HostProgress, HostStatus
+
+    def hp(host: str, bench: dict[str, Any], simulated: bool) -> HostProgress:
+        sf = {"outcome": "activated", "current": "2.0.0", "prior_current": "1.0.0", "simulated": simulated,
+              "bench": bench, "bench_previous": REPORT, "phases": {"verify": 1.0}}  # fmt: skip
+        return HostProgress(host=host, status=HostStatus.OK, solfleet=sf)
+
+    progress = {"fast": hp("fast", REPORT, False), "slow": hp("slow", slowed("cast", "float32", 1.15), False),
+                "sim": hp("sim", slowed("cast", "float32", 1.15), True)}  # fmt: skip
+    step = StepResult(step="canary", hosts=tuple(progress), records=tuple(host_record("canary", p)
+                      for p in progress.values()), seconds=1.0, ok_hosts=progress)  # fmt: skip
+    judged_step, judged, changed = gating.judge_step(step, gates=GATES, simulated={})
+    by = {r.host: r for r in judged_step.records}
+    assert by["fast"].outcome == "activated" and by["sim"].outcome == "activated"
+    assert (by["slow"].outcome, by["slow"].failed_phase) == ("gate_failed", "gate")
+    assert "cast float32" in by["slow"].message and by["slow"].version_after == "2.0.0"
+    assert [r.host for r in changed] == ["slow"]
+    assert {h.host: h.failed for h in judged} == {"fast": False, "slow": True, "sim": False}
+    assert all(r.verdict is Verdict.NOT_EVALUATED for r in next(h for h in judged if h.host == "sim").results)
+    # the rollout counts it: gate_failed must be one of the failed outcomes (fleet/operation.py)
+    assert "gate_failed" in FAILED_OUTCOMES, "wire gate_failed into fleet.operation.FAILED_OUTCOMES"
+    # no gates set: nothing is judged, the step is unchanged
+    assert gating.judge_step(step, gates=Gates(), simulated={}) == (step, [], [])
