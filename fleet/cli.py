@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 
-from fleet import artifact, report
+from fleet import artifact, report, reports
 from fleet import provision as prov
 from fleet import wheelhouse as wh
 from fleet.errors import ExitCode, FleetError, UsageError
@@ -36,7 +37,7 @@ from fleet.spec import (
     resolve_work_dir,
 )
 from fleet.status import fleet_status
-from fleet.workdir import ledger_path
+from fleet.workdir import ledger_path, run_dir
 
 
 class _Parser(argparse.ArgumentParser):
@@ -117,6 +118,11 @@ def _parser() -> argparse.ArgumentParser:
         help="also re-hash every file of each node's current release against its MANIFEST (reads it all)",
     )
 
+    rp = sub.add_parser("report", parents=[common], help="print the report of a rollout (default: the newest)")
+    rp.add_argument("id", nargs="?", help="operation id (solfleet history lists them)")
+    rp.add_argument("--format", choices=("md", "json", "html"), default="md")
+    rp.add_argument("--write", action="store_true", help="also (re)write report.* in the run dir")
+
     hl = sub.add_parser("health", parents=[common], help="GPU and release health of every node")
     hl.add_argument("--json", action="store_true")
     hl.add_argument("--limit", metavar="HOSTS")
@@ -194,6 +200,7 @@ def _recover_first(spec: FleetSpec, out: Console, *, dry_run: bool) -> int:
             continue
         result = _reconcile_one(spec, op_id)
         report.print_operation(out, result)
+    _write_report(spec, result.op_id, out)
         if result.exit_code:
             return int(result.exit_code)
     return 0
@@ -301,6 +308,7 @@ def _deploy(args: argparse.Namespace) -> int:
         progress=report.live_factory(sys.stderr.isatty()),
     )
     report.print_operation(out, result)
+    _write_report(spec, result.op_id, out)
     return int(result.exit_code)
 
 
@@ -323,7 +331,33 @@ def _rollback(args: argparse.Namespace) -> int:
     _confirm(args, f"roll back {len(plan.hosts)} node(s)")
     result = rollback(spec, plan, progress=report.live_factory(sys.stderr.isatty()))
     report.print_operation(out, result)
+    _write_report(spec, result.op_id, out)
     return int(result.exit_code)
+
+
+def _write_report(spec: FleetSpec, op_id: str, out: Console) -> None:
+    """report.json/.md/.html in the operation's run dir, from the ledger. A report that cannot be written
+    does not change the operation's outcome or exit code: it is said, once."""
+    try:
+        paths = reports.write_reports(run_dir(spec, op_id), reports.report_from_ledger(ledger_path(spec), op_id))
+    except (OSError, FleetError) as exc:
+        out.print(f"report not written: {escape(str(exc))}")
+        return
+    out.print(f"report: {escape(str(paths[-1]))}")
+
+
+def _report(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    rep = reports.report_from_ledger(ledger_path(spec), args.id)
+    if args.write:
+        reports.write_reports(run_dir(spec, rep["id"]), rep)
+    if args.format == "json":
+        print(json.dumps(rep, indent=1, sort_keys=True, default=str))
+    elif args.format == "html":
+        print(reports.render_html(rep), end="")
+    else:
+        print(reports.render_md(rep), end="")
+    return 0
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -431,6 +465,7 @@ COMMANDS = {
     "rollback": _rollback,
     "status": _status,
     "health": _health,
+    "report": _report,
     "history": _history,
     "reconcile": _reconcile,
     "wheelhouse": _wheelhouse,
