@@ -118,7 +118,9 @@ def _parser() -> argparse.ArgumentParser:
         help="also re-hash every file of each node's current release against its MANIFEST (reads it all)",
     )
 
-    rp = sub.add_parser("report", parents=[common], help="print the report of a rollout (default: the newest)")
+    rp = sub.add_parser(
+        "report", parents=[common], help="print the report of a rollout (default: the newest)"
+    )
     rp.add_argument("id", nargs="?", help="operation id (solfleet history lists them)")
     rp.add_argument("--format", choices=("md", "json", "html"), default="md")
     rp.add_argument("--write", action="store_true", help="also (re)write report.* in the run dir")
@@ -200,7 +202,7 @@ def _recover_first(spec: FleetSpec, out: Console, *, dry_run: bool) -> int:
             continue
         result = _reconcile_one(spec, op_id)
         report.print_operation(out, result)
-    _write_report(spec, result.op_id, out)
+        _write_report(spec, result.op_id, out)
         if result.exit_code:
             return int(result.exit_code)
     return 0
@@ -339,7 +341,9 @@ def _write_report(spec: FleetSpec, op_id: str, out: Console) -> None:
     """report.json/.md/.html in the operation's run dir, from the ledger. A report that cannot be written
     does not change the operation's outcome or exit code: it is said, once."""
     try:
-        paths = reports.write_reports(run_dir(spec, op_id), reports.report_from_ledger(ledger_path(spec), op_id))
+        paths = reports.write_reports(
+            run_dir(spec, op_id), reports.report_from_ledger(ledger_path(spec), op_id)
+        )
     except (OSError, FleetError) as exc:
         out.print(f"report not written: {escape(str(exc))}")
         return

@@ -259,15 +259,24 @@ def render_html(rep: Mapping[str, Any]) -> str:
     if rep.get("gates"):
         parts.append("<h2>SOL by node and op</h2>")
         hosts = sorted({g["host"] for g in rep["gates"]})
-        ops = sorted({f"{g['op']} {g['dtype']}" for g in sol}) or ["(no min_sol gate)"]
+        # one column per op and dtype benched; a gate over every dtype ("*": a simulated node's) fills all
+        # of its op's columns
+        ops = sorted({f"{g['op']} {g['dtype']}" for g in sol if g["dtype"] != "*"})
+        ops += sorted({f"{g['op']} *" for g in sol if g["dtype"] == "*"} - {o.split()[0] + " *" for o in ops})
+        ops = sorted(set(ops)) or ["(no min_sol gate)"]
         cell: dict[tuple[str, str], Mapping[str, Any]] = {}
+        rank = ("failed", "throttled", "no_baseline", "not_evaluated", "passed")
         for g in sol:
-            key = (g["host"], f"{g['op']} {g['dtype']}")
-            prev = cell.get(key)
-            # the worst case of the op/dtype for the node: failed over throttled over the rest
-            rank = ("failed", "throttled", "no_baseline", "not_evaluated", "passed")
-            if prev is None or rank.index(g["verdict"]) < rank.index(prev["verdict"]):
-                cell[key] = g
+            cols = (
+                [o for o in ops if o.split()[0] == g["op"]]
+                if g["dtype"] == "*"
+                else [f"{g['op']} {g['dtype']}"]
+            )
+            for col in cols:
+                prev = cell.get((g["host"], col))
+                # the worst case of the op/dtype for the node: failed over throttled over the rest
+                if prev is None or rank.index(g["verdict"]) < rank.index(prev["verdict"]):
+                    cell[(g["host"], col)] = g
         parts.append("<table><tr><th>node</th>" + "".join(f"<th>{_e(o)}</th>" for o in ops) + "</tr>")
         for host in hosts:
             row = [f"<td>{_e(host)}</td>"]

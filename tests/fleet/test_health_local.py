@@ -52,6 +52,24 @@ def test_health_and_metrics_on_the_local_fleet(tmp_path: Path) -> None:
                       work=work)  # fmt: skip
     assert deploy.returncode == 0, deploy.stdout + deploy.stderr
 
+    # the deploy wrote its report in its run dir, and `solfleet report` prints it
+    history = json.loads(solfleet("history", "--json", cwd=tmp_path, work=work).stdout)["operations"]
+    run = work / "fleets" / "local" / "runs" / history[0]["id"]
+    rep = json.loads((run / "report.json").read_text())
+    assert rep["status"] == "succeeded" and {h["host"] for s in rep["steps"] for h in s["hosts"]} == {
+        "n1",
+        "n2",
+        "n3",
+    }
+    assert all(h["phases"].get("verify", 0) > 0 for s in rep["steps"] for h in s["hosts"])
+    assert (run / "report.html").is_file() and (run / "report.md").is_file()
+    printed = solfleet("report", cwd=tmp_path, work=work)
+    assert (
+        printed.returncode == 0
+        and history[0]["id"] in printed.stdout
+        and "| n3 (simulated) | activated |" in printed.stdout
+    )
+
     # the deploy's own health run wrote each node's metrics: release, verify, health checks, last rollout
     for name in ("n1", "n2", "n3"):
         root = work / "local-fleet" / name
