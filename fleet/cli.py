@@ -2,7 +2,8 @@
 
 Exit codes (docs/cli.md): 0 ok, 1 operation failed on a host, 2 usage/spec error (nothing touched),
 3 hosts unreachable, 4 ansible-runner could not run, 5 another rollout holds the nodes, 130 interrupted;
-`status` also 6 drift, 7 suspect, 8 split. SIGTERM and SIGHUP are handled like Ctrl-C."""
+`status` also 6 drift, 7 suspect, 8 split; `health` 9 unhealthy. SIGTERM and SIGHUP are handled like
+Ctrl-C."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 
-from fleet import artifact, report
+from fleet import artifact, report, reports
 from fleet import provision as prov
 from fleet import wheelhouse as wh
 from fleet.errors import ExitCode, FleetError, UsageError
+from fleet.health import fleet_health
 from fleet.inventory import write_private_data_dir
 from fleet.ledger import Ledger
 from fleet.operation import OperationReport
@@ -34,7 +37,7 @@ from fleet.spec import (
     resolve_work_dir,
 )
 from fleet.status import fleet_status
-from fleet.workdir import ledger_path
+from fleet.workdir import ledger_path, run_dir
 
 
 class _Parser(argparse.ArgumentParser):
@@ -115,6 +118,17 @@ def _parser() -> argparse.ArgumentParser:
         help="also re-hash every file of each node's current release against its MANIFEST (reads it all)",
     )
 
+    rp = sub.add_parser(
+        "report", parents=[common], help="print the report of a rollout (default: the newest)"
+    )
+    rp.add_argument("id", nargs="?", help="operation id (solfleet history lists them)")
+    rp.add_argument("--format", choices=("md", "json", "html"), default="md")
+    rp.add_argument("--write", action="store_true", help="also (re)write report.* in the run dir")
+
+    hl = sub.add_parser("health", parents=[common], help="GPU and release health of every node")
+    hl.add_argument("--json", action="store_true")
+    hl.add_argument("--limit", metavar="HOSTS")
+
     rc = sub.add_parser(
         "reconcile",
         parents=[common],
@@ -188,6 +202,7 @@ def _recover_first(spec: FleetSpec, out: Console, *, dry_run: bool) -> int:
             continue
         result = _reconcile_one(spec, op_id)
         report.print_operation(out, result)
+        _write_report(spec, result.op_id, out)
         if result.exit_code:
             return int(result.exit_code)
     return 0
@@ -295,6 +310,7 @@ def _deploy(args: argparse.Namespace) -> int:
         progress=report.live_factory(sys.stderr.isatty()),
     )
     report.print_operation(out, result)
+    _write_report(spec, result.op_id, out)
     return int(result.exit_code)
 
 
@@ -317,7 +333,35 @@ def _rollback(args: argparse.Namespace) -> int:
     _confirm(args, f"roll back {len(plan.hosts)} node(s)")
     result = rollback(spec, plan, progress=report.live_factory(sys.stderr.isatty()))
     report.print_operation(out, result)
+    _write_report(spec, result.op_id, out)
     return int(result.exit_code)
+
+
+def _write_report(spec: FleetSpec, op_id: str, out: Console) -> None:
+    """report.json/.md/.html in the operation's run dir, from the ledger. A report that cannot be written
+    does not change the operation's outcome or exit code: it is said, once."""
+    try:
+        paths = reports.write_reports(
+            run_dir(spec, op_id), reports.report_from_ledger(ledger_path(spec), op_id)
+        )
+    except (OSError, FleetError) as exc:
+        out.print(f"report not written: {escape(str(exc))}")
+        return
+    out.print(f"report: {escape(str(paths[-1]))}")
+
+
+def _report(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    rep = reports.report_from_ledger(ledger_path(spec), args.id)
+    if args.write:
+        reports.write_reports(run_dir(spec, rep["id"]), rep)
+    if args.format == "json":
+        print(json.dumps(rep, indent=1, sort_keys=True, default=str))
+    elif args.format == "html":
+        print(reports.render_html(rep), end="")
+    else:
+        print(reports.render_md(rep), end="")
+    return 0
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -330,6 +374,19 @@ def _status(args: argparse.Namespace) -> int:
         print(report.status_json(state))
     else:
         report.print_status(report.console(), state)
+    return int(state.exit_code)
+
+
+def _health(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    selected = select_nodes(spec.nodes, args.limit)
+    check_controller_files(spec, selected)
+    live = report.live_factory(sys.stderr.isatty() and not args.json)
+    state = fleet_health(spec, selected, progress=live("health", [n.name for n in selected]))
+    if args.json:
+        print(report.health_json(state))
+    else:
+        report.print_health(report.console(), state)
     return int(state.exit_code)
 
 
@@ -411,6 +468,8 @@ COMMANDS = {
     "deploy": _deploy,
     "rollback": _rollback,
     "status": _status,
+    "health": _health,
+    "report": _report,
     "history": _history,
     "reconcile": _reconcile,
     "wheelhouse": _wheelhouse,

@@ -19,6 +19,7 @@ class ExitCode(IntEnum):
     DRIFT = 6  # a node is not on the release the ledger says it should run (or a rollout is unfinished)
     SUSPECT = 7  # a node's current is unverified, tampered, failed a re-check, or its last move unconfirmed
     SPLIT = 8  # every node is where the ledger says, but they do not all run one release
+    UNHEALTHY = 9  # `solfleet health` only: a node answered and a health check failed (or gave no report)
     INTERRUPTED = 130  # Ctrl-C; the ledger row is marked `interrupted`
 
 

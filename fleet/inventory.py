@@ -105,6 +105,9 @@ def _node_context(node: Node) -> dict[str, Any]:
         # the contract: "" when the node is simulated or declares no GPU, so the node skips the cc check
         "gpu_cc": "" if node.simulated or node.gpu is None or node.gpu.cc is None else node.gpu.cc,
         "labels": list(node.labels),
+        # health expectations (docs/health.md): "" = not set in the spec, its check is skipped
+        "gpu_count": "" if node.gpu is None else str(node.gpu.count),
+        "gpu_model": "" if node.gpu is None or node.gpu.model == "unknown" else node.gpu.model,
     }
 
 
@@ -118,6 +121,9 @@ def context(spec: FleetSpec, *, run_dir: Path) -> dict[str, Any]:
         "fleet": spec.name,
         "spec_source": str(spec.source),
         "stack_id": spec.stack_id,
+        # what health checks the driver against ("" = the stack pins none)
+        "stack_driver": str(spec.stack.get("driver", "")),
+        "stack_cuda": str(spec.stack.get("cuda", "")),
         "nodes": [_node_context(n) for n in spec.nodes],
         "label_groups": dict(sorted(labels.items())),
         "control_persist_s": CONTROL_PERSIST_S,

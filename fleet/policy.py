@@ -4,7 +4,7 @@ one-line errors; kept apart so spec.py stays about nodes and paths."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -48,15 +48,39 @@ class Rollout:
 @dataclass(frozen=True)
 class Gates:
     correctness: str = "required"
-    min_sol: Mapping[str, float] = field(default_factory=dict)
+    # op -> SOL for every dtype of the op, or op -> {dtype: SOL} (fleet.gates.MinSol)
+    min_sol: Mapping[str, float | Mapping[str, float]] = field(default_factory=dict)
     max_regression_vs_previous: float | None = None
 
+    @property
+    def enabled(self) -> bool:
+        return bool(self.min_sol) or self.max_regression_vs_previous is not None
+
+    @property
+    def bench_ops(self) -> str:
+        """`--ops` of the bench a real node runs during verification: the ops min_sol names, or "" (every
+        op) when only the regression gate is set. Meaningful only when `enabled`."""
+        return ",".join(sorted(self.min_sol))
+
+    def describe(self) -> list[str]:
+        """One text per gate the spec sets, e.g. `min_sol gemm=0.5, softmax.float16=0.6`."""
+        parts = []
+        for op, val in sorted(self.min_sol.items()):
+            if isinstance(val, Mapping):
+                parts += [f"{op}.{dt}={t:g}" for dt, t in sorted(val.items())]
+            else:
+                parts.append(f"{op}={val:g}")
+        out = ["min_sol " + ", ".join(parts)] if parts else []
+        if self.max_regression_vs_previous is not None:
+            out.append(f"max_regression_vs_previous={self.max_regression_vs_previous:g}")
+        return out
+
     def not_enforced(self) -> list[str]:
-        """The performance gates this spec sets: validated, but no deploy checks them yet (the
-        progressive-rollout issue will). Only `correctness` is enforced, by the node refusing activation."""
+        """The performance gates this spec sets that no deploy checks yet (until the rollout evaluates them
+        through fleet.gating). Only `correctness` is enforced today, by the node refusing activation."""
         unchecked = []
         if self.min_sol:
-            unchecked.append("min_sol " + ", ".join(f"{op}={v:g}" for op, v in sorted(self.min_sol.items())))
+            unchecked.append(self.describe()[0])
         if self.max_regression_vs_previous is not None:
             unchecked.append(f"max_regression_vs_previous={self.max_regression_vs_previous:g}")
         return unchecked
@@ -130,16 +154,44 @@ def parse_rollout(top: v.Fields, label: str, nodes: Sequence[Node]) -> Rollout:
     )
 
 
-def parse_gates(top: v.Fields, label: str) -> Gates:
+def registered_ops() -> Mapping[str, tuple[str, ...]]:
+    """Every registered op and the dtypes it benches. Imported only when a spec gates an op: the registry
+    imports the kernels (numba, a second or two), which a spec without gates never pays for."""
+    from kernels.registry import all_ops
+
+    return {
+        name: tuple(sorted({c.dtype for c in (*spec.bench_cases, *spec.verify_cases, *spec.sim_cases)}))
+        for name, spec in all_ops().items()
+    }
+
+
+def parse_gates(
+    top: v.Fields, label: str, *, known_ops: Callable[[], Mapping[str, tuple[str, ...]]] = registered_ops
+) -> Gates:
     raw = top.raw("gates", {})
     g = v.Fields({} if raw is None else raw, "gates", label)
     correctness = v.choice(label, g.sub("correctness"), g.raw("correctness", "required"), ["required"])
     sol_raw = g.raw("min_sol", {})
     s = v.Fields({} if sol_raw is None else sol_raw, g.sub("min_sol"), label)
-    min_sol: dict[str, float] = {}
+    min_sol: dict[str, float | Mapping[str, float]] = {}
+    ops = known_ops() if s.data else {}
     for op in list(s.data):
         v.string(label, s.sub(str(op)), op, pattern=OP_RE, what="an op name")
-        min_sol[op] = v.number(label, s.sub(op), s.raw(op), lo=0.0, hi=1.0)
+        if op not in ops:
+            v.fail(label, s.sub(op), op, f"not a registered op; allowed ops: {', '.join(sorted(ops))}")
+        val = s.raw(op)
+        if isinstance(val, Mapping):
+            d = v.Fields(val, s.sub(op), label)
+            per: dict[str, float] = {}
+            for dtype in list(d.data):
+                if dtype not in ops[op]:
+                    v.fail(label, d.sub(str(dtype)), dtype, f"{op} has dtypes {', '.join(ops[op])}")
+                per[dtype] = v.number(label, d.sub(dtype), d.raw(dtype), lo=0.0, hi=1.0)
+            if not per:
+                v.fail(label, s.sub(op), val, "expected a SOL like 0.5, or {dtype: SOL}")
+            min_sol[op] = per
+        else:
+            min_sol[op] = v.number(label, s.sub(op), val, lo=0.0, hi=1.0)
     reg_raw = g.raw("max_regression_vs_previous")
     regression = (
         None

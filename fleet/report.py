@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from fleet.health import FleetHealth
 from fleet.ledger import HostRecord, Operation
 from fleet.operation import FAILED_OUTCOMES, PHASES, OperationReport, ProgressFactory
 from fleet.plan import Plan
@@ -196,6 +197,35 @@ def print_status(out: Console, fleet: FleetStatus) -> None:
             " run `solfleet reconcile` (the next deploy or rollback does it first)"
         )
     out.print(f"status: exit {int(fleet.exit_code)} ({fleet.exit_code.name.lower()})")
+
+
+def print_health(out: Console, fleet: FleetHealth) -> None:
+    colours = {"passed": "green", "failed": "red", "skipped": "yellow"}
+    for n in fleet.nodes:
+        sim = " (simulated)" if n.simulated else ""
+        if not n.reachable:
+            out.print(f"[magenta]{escape(n.name)}{sim}: unreachable: {escape(n.error)}[/]")
+            continue
+        head = "[green]healthy[/]" if n.ok else "[red]UNHEALTHY[/]"
+        out.print(f"{escape(n.name)}{sim} on {escape(n.current or '-')}: {head}")
+        for c in n.checks:
+            colour = colours.get(c["status"], "red")
+            out.print(f"  [{colour}]{c['status']:<8}[/] {escape(c['name'])}: {escape(c['detail'])}")
+    code = fleet.exit_code
+    out.print(f"health: {code.name.lower()} (exit {int(code)})")
+
+
+def health_json(fleet: FleetHealth) -> str:
+    """{"nodes": [{"name", "ok", "checks": [{"name", "status", "detail"}], ...}], "exit_code", "verdict"}"""
+    return json.dumps(
+        {
+            "nodes": [n.to_json() for n in fleet.nodes],
+            "exit_code": int(fleet.exit_code),
+            "verdict": fleet.exit_code.name.lower(),
+        },
+        indent=1,
+        sort_keys=True,
+    )
 
 
 def status_json(fleet: FleetStatus) -> str:

@@ -32,8 +32,14 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--plot", metavar="PNG", help="draw a roofline of every op to this file")
     b.add_argument("--out", metavar="JSON", help="also write the JSON report to this file")
     b.add_argument("--overhead", action="store_true", help="measure host overhead per call instead")
-    h = sub.add_parser("health", help="fast node check")
+    h = sub.add_parser("health", help="node check: GPU health, release integrity, current, a tiny op")
     h.add_argument("--json", action="store_true")
+    h.add_argument("--root", help="node root (default: $SOLFLEET_ROOT); also refreshes <root>/metrics")
+    h.add_argument("--gpu-count", type=int, help="expected GPUs (default: from $SOLFLEET_HEALTH_EXPECT)")
+    h.add_argument("--gpu-model", help="expected GPU model, matched inside the name (H200)")
+    h.add_argument("--gpu-cc", help="expected compute capability (9.0)")
+    h.add_argument("--driver", help="expected driver version or branch (580)")
+    h.add_argument("--cuda", help="CUDA runtime the driver must support (13.0)")
     return p
 
 
@@ -137,8 +143,10 @@ def _bench(args: argparse.Namespace) -> int:
 def _health(args: argparse.Namespace) -> int:
     from kernels.harness import health
 
-    rep = health.run()
-    table = "\n".join(f"{'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {c['detail']}" for c in rep["checks"])
+    expect = {"count": args.gpu_count, "model": args.gpu_model, "cc": args.gpu_cc, "driver": args.driver,
+              "cuda": args.cuda}  # fmt: skip
+    rep = health.run(health.inputs_from(root=args.root, expect=expect))
+    table = "\n".join(f"{c['status']:<8}{c['name']}: {c['detail']}" for c in rep["checks"])
     _emit(rep, args.json, table)
     return EXIT_OK if rep["ok"] else EXIT_FAILED
 

@@ -6,11 +6,13 @@ cd "$(dirname "$0")/.."
 
 # openssh-server: the e2e tests start several real sshd nodes on 127.0.0.1 (never a remote host).
 # prometheus-node-exporter and prometheus (promtool): the metrics e2e test scrapes a real node_exporter on
-# 127.0.0.1 and lints what it serves. Only what is missing is installed.
+# 127.0.0.1 and lints what it serves. chromium: the report test renders report.html headless and checks the
+# screenshot. Only what is missing is installed.
 missing=()
 { command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; } || missing+=(openssh-server openssh-client)
 [ -x /usr/bin/prometheus-node-exporter ] || missing+=(prometheus-node-exporter)
 [ -x /usr/bin/promtool ] || missing+=(prometheus)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "bootstrap: installing ${missing[*]} (apt-get)"

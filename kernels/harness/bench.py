@@ -147,9 +147,31 @@ def _check(problem_ref: dict[str, np.ndarray], args: dict[str, Any]) -> float | 
     return worst
 
 
+def sm_clock_reader(pci_bus_id: str | None) -> Callable[[], float | None]:
+    """A function returning the SM clock (MHz) of the benched GPU now, through NVML; one that returns None
+    when NVML is missing or the GPU cannot be found. Read right after a case's timed calls, while the GPU is
+    still at its load clock: the regression gate tells a throttled node from a slower release by it."""
+    try:
+        import pynvml as n
+
+        n.nvmlInit()
+        # CUDA's attributes give domain:bus:device; NVML wants the function too
+        handle = n.nvmlDeviceGetHandleByPciBusId(f"{pci_bus_id}.0")
+    except Exception:  # noqa: BLE001  (no NVML: the figures stay, the clock is unknown)
+        return lambda: None
+
+    def read() -> float | None:
+        try:
+            return float(n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_SM))
+        except Exception:  # noqa: BLE001
+            return None
+
+    return read
+
+
 def bench_case(
     spec: OpSpec, case: Case, rng: np.random.Generator, peaks: dict[str, Any], *, compare: str | None,
-    iters: int = ITERS,
+    iters: int = ITERS, sm_clock: Callable[[], float | None] = lambda: None,
 ) -> dict[str, Any]:  # fmt: skip
     problem = spec.make_problem(case, rng)
     base = stage(problem)
@@ -167,6 +189,7 @@ def bench_case(
         us, cupy_us, cupy_row = _interleave_cupy(spec, problem.reference, sets, pristine, rest, iters)
     else:
         us = _time_calls(spec.launch, sets, rest, iters)
+    clock_mhz = sm_clock()
     flops, nbytes = spec.flops(case), spec.bytes(case)
     st = _stats(us)
     sec = st["median_us"] * 1e-6
@@ -178,6 +201,7 @@ def bench_case(
     if spec.path is not None:
         row["path"] = spec.path(case)
     row["sol"] = _sol(spec, row, peaks)
+    row["sm_clock_mhz"] = clock_mhz
     if cupy_row is not None:  # CuPy wrote last: check ours on fresh NaN-poisoned outputs and restored inputs
         _repoison(sets[0], problem.reference, pristine)
         if rest is not None:
@@ -276,12 +300,15 @@ def run(
         },
         "results": [],
     }
+    sm_clock = sm_clock_reader(report["device"].get("pci_bus_id"))
     for spec in ops:
         for case in spec.bench_cases:
             if progress is not None:
                 progress(f"{spec.name} {case.dtype} {case.label}")
             try:
-                report["results"].append(bench_case(spec, case, rng, pk, compare=compare, iters=iters))
+                report["results"].append(
+                    bench_case(spec, case, rng, pk, compare=compare, iters=iters, sm_clock=sm_clock)
+                )
             except Exception as e:  # noqa: BLE001  (report the op, keep benchmarking the rest)
                 report["results"].append({"op": spec.name, "dtype": case.dtype, "case": case.label,
                                           "ok": False, "error": f"{type(e).__name__}: {e}"})  # fmt: skip

@@ -24,7 +24,7 @@ from ansible.module_utils.solfleet_artifact import (
     safe_unpack,
     sha256_file,
 )
-from ansible.module_utils.solfleet_kernels import KernelsRun, run_kernels, verify_summary
+from ansible.module_utils.solfleet_kernels import KernelsRun, health_env, run_kernels, verify_summary
 from ansible.module_utils.solfleet_layout import (
     INTENT_EVENT,
     PARTIAL_SUFFIX,
@@ -72,12 +72,23 @@ options:
     type: bool
     default: false
   restore_previous: {description: "with restore: the baseline previous ('' = none)", type: str, default: ""}
+  gpu_count: {description: "health: expected GPU count ('' = not set)", type: str, default: ""}
+  gpu_model: {description: "health: expected GPU model ('' = not set)", type: str, default: ""}
+  stack_driver: {description: "health: the stack's driver pin ('' = none)", type: str, default: ""}
+  stack_cuda: {description: "health: the stack's CUDA version ('' = none)", type: str, default: ""}
+  bench:
+    description: "after a passing verify on a real node, also run kernels bench (performance gates)"
+    type: bool
+    default: false
+  bench_ops: {description: "comma-separated ops to bench (empty = all)", type: str, default: ""}
+  bench_timeout_s: {description: "timeout of bench", type: int, default: 900}
 """
 
 
 # Releases that failed after activation kept for inspection by prune (the newest ones); older ones go.
 KEEP_FAILED_RELEASES = 1
 ARTIFACT_RECORD = "artifact.json"  # in releases/V/verify/: which artifact sha256 this release came from
+BENCH_RECORD = "bench.json"  # in releases/V/verify/: the node's bench of the release (performance gates)
 
 # What a controller Ctrl-C (or a dropped SSH session) delivers to the module: ansible-playbook's cancel, with
 # connection local, reaches this process as SIGINT/SIGHUP/SIGTERM.
@@ -173,6 +184,8 @@ class Deployment:
             simulated=self.p["simulated"],
             timeout_s=timeout_s,
             phase=phase,
+            # health checks the GPUs against the spec and refreshes <root>/metrics/solfleet.prom
+            extra_env=health_env(self.layout.root, self.p) if command == "health" else None,
         )
 
     def finish_state(self) -> dict[str, Any]:
@@ -371,12 +384,45 @@ class Deployment:
             raise NodeError("verify", "verify_failed", detail + "; release removed")
         with open(os.path.join(release, VERIFY_DIR, "verify.json"), "w", encoding="utf-8") as fh:
             json.dump(run.data, fh, indent=1, sort_keys=True)
+        self._bench(release)
         seal_tree(release)
         summary = self.result["verify"]
         self.journal(
             "verified", version, f"{summary['ops']} ops ok" + (" (simulated)" if summary["simulated"] else "")
         )
         self.timed("verify", start)
+
+    def _bench(self, release: str) -> None:
+        """Performance gates: bench the gated ops on a real node and keep the report in the release's verify
+        record (verify/bench.json), beside the figures of the release current pointed at before. The
+        controller judges both (fleet/gating.py); the node only measures. A bench that cannot run leaves
+        `bench` None and says why: on a real node a gate without figures fails on the controller."""
+        if not self.p["bench"] or self.p["simulated"]:
+            return
+        start = time.monotonic()
+        prior = self.result.get("prior_current")
+        if prior:
+            try:
+                with open(
+                    os.path.join(self.layout.release_dir(prior), VERIFY_DIR, BENCH_RECORD), encoding="utf-8"
+                ) as fh:
+                    self.result["bench_previous"] = json.load(fh)
+            except (OSError, ValueError):
+                self.result["bench_previous"] = None
+        args = ["--ops", self.p["bench_ops"]] if self.p["bench_ops"] else []
+        try:
+            run = self.kernels("bench", release, args, self.p["bench_timeout_s"], "bench")
+        except NodeError as exc:
+            self.result.update(bench=None, bench_error=exc.message)
+            self.timed("bench", start)
+            return
+        if run.data is not None and isinstance(run.data.get("results"), list):
+            with open(os.path.join(release, VERIFY_DIR, BENCH_RECORD), "w", encoding="utf-8") as fh:
+                json.dump(run.data, fh, indent=1, sort_keys=True)
+        self.result["bench"] = run.data
+        if run.rc != 0:
+            self.result["bench_error"] = run.message
+        self.timed("bench", start)
 
     def _activate(
         self, version: str, prior_current: str | None, manifest: dict[str, Any], stack_checked: bool
@@ -632,6 +678,13 @@ def main() -> None:
             "rollback_to": {"type": "str", "default": ""},
             "restore": {"type": "bool", "default": False},
             "restore_previous": {"type": "str", "default": ""},
+            "gpu_count": {"type": "str", "default": ""},
+            "gpu_model": {"type": "str", "default": ""},
+            "stack_driver": {"type": "str", "default": ""},
+            "stack_cuda": {"type": "str", "default": ""},
+            "bench": {"type": "bool", "default": False},
+            "bench_ops": {"type": "str", "default": ""},
+            "bench_timeout_s": {"type": "int", "default": 900},
         },
         supports_check_mode=False,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.solfleet_artifact import check_files, read_manifest
-from ansible.module_utils.solfleet_kernels import run_kernels
+from ansible.module_utils.solfleet_kernels import health_env, run_kernels
 from ansible.module_utils.solfleet_layout import Lease, NodeError, NodeLayout
 
 DOCUMENTATION = r"""
@@ -36,6 +36,11 @@ options:
   simulated: {description: "run health under the CUDA simulator", type: bool, default: false}
   deep: {description: "mode=status: re-hash current's files against its MANIFEST", type: bool, default: false}
   health_timeout_s: {description: "timeout of health", type: int, default: 120}
+  gpu_cc: {description: "health: expected compute capability ('' = not set)", type: str, default: ""}
+  gpu_count: {description: "health: expected GPU count ('' = not set)", type: str, default: ""}
+  gpu_model: {description: "health: expected GPU model ('' = not set)", type: str, default: ""}
+  stack_driver: {description: "health: the stack's driver pin ('' = none)", type: str, default: ""}
+  stack_cuda: {description: "health: the stack's CUDA version ('' = none)", type: str, default: ""}
 """
 
 
@@ -64,6 +69,11 @@ def main() -> None:
             "simulated": {"type": "bool", "default": False},
             "health_timeout_s": {"type": "int", "default": 120},
             "deep": {"type": "bool", "default": False},
+            "gpu_cc": {"type": "str", "default": ""},
+            "gpu_count": {"type": "str", "default": ""},
+            "gpu_model": {"type": "str", "default": ""},
+            "stack_driver": {"type": "str", "default": ""},
+            "stack_cuda": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -126,6 +136,7 @@ def main() -> None:
             simulated=p["simulated"],
             timeout_s=p["health_timeout_s"],
             phase="health",
+            extra_env=health_env(layout.root, p),
         )
     except NodeError as exc:
         module.fail_json(msg=f"solfleet: {p['node']}: health: {exc.message}", solfleet=state)

@@ -105,14 +105,18 @@ def run_kernels(
     timeout_s: float,
     phase: str,
     config: str | None = None,
+    extra_env: dict | None = None,
 ) -> KernelsRun:
-    """Run one kernels command; a timeout or an unstartable interpreter raises NodeError(phase)."""
+    """Run one kernels command; a timeout or an unstartable interpreter raises NodeError(phase).
+    extra_env: set on top of the clean environment (health_env's variables)."""
     argv = [python, "-m", "kernels", command, "--json", *args]
+    env = kernels_env(release, cache_dir, simulated, config=config)
+    env.update(extra_env or {})
     try:
         proc = subprocess.run(
             argv,
             cwd=release,
-            env=kernels_env(release, cache_dir, simulated, config=config),
+            env=env,
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -135,6 +139,23 @@ def run_kernels(
     if proc.returncode == 0 and data is not None and data.get("ok") is True:
         return KernelsRun(proc.returncode, data, "ok")
     return KernelsRun(proc.returncode, data, f"kernels {command} failed: {failure_reason(proc, data)}")
+
+
+HEALTH_PARAMS = ("gpu_count", "gpu_model", "gpu_cc", "stack_driver", "stack_cuda")
+
+
+def health_env(root: str, params: dict) -> dict:
+    """What `kernels health` reads from its environment: the node root (release.current, the Xid state, the
+    metrics file) and the spec's expectations as JSON. Variables rather than flags, so a release built
+    before the flags existed still runs its own health after a rollback to it."""
+    expect = {
+        "count": params.get("gpu_count") or "",
+        "model": params.get("gpu_model") or "",
+        "cc": params.get("gpu_cc") or "",
+        "driver": params.get("stack_driver") or "",
+        "cuda": params.get("stack_cuda") or "",
+    }
+    return {"SOLFLEET_ROOT": root, "SOLFLEET_HEALTH_EXPECT": json.dumps(expect, sort_keys=True)}
 
 
 def _error_line(stderr: str) -> str:

@@ -169,13 +169,13 @@ def test_deploy_plan_says_performance_gates_are_not_enforced(tmp_path: Path, fak
     gates = "gates:\n  correctness: required\n"
     assert gates in text
     spec.write_text(
-        text.replace(gates, gates + "  min_sol: {sgemm: 0.5}\n  max_regression_vs_previous: 0.1\n")
+        text.replace(gates, gates + "  min_sol: {gemm: 0.5}\n  max_regression_vs_previous: 0.1\n")
     )
     gated = solfleet(
         "--fleet", str(spec), "deploy", "--version", "1.0.0", "--dry-run", cwd=tmp_path, work=work
     )
     assert gated.returncode == 0, gated.stderr
-    assert "gates min_sol sgemm=0.5; max_regression_vs_previous=0.1: validated but not enforced" in " ".join(
+    assert "gates min_sol gemm=0.5; max_regression_vs_previous=0.1: validated but not enforced" in " ".join(
         gated.stdout.split()
     )
     assert not work.exists()

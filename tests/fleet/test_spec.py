@@ -81,7 +81,7 @@ def test_embedded_local_fleet_loads(tmp_path: Path) -> None:
 def test_baremetal_example_loads(tmp_path: Path) -> None:
     spec = load_spec(project_root() / "inventory" / "fleets" / "baremetal.example.yml", work_dir=tmp_path)
     assert spec.compute_capabilities == ("8.0", "9.0")
-    assert spec.gates.min_sol["sgemm"] == 0.5
+    assert spec.gates.min_sol["gemm"] == 0.5
 
 
 MISTAKES = [
@@ -130,7 +130,23 @@ MISTAKES = [
     ),
     ("labels not a list", "nodes[0].labels", "canary", "nodes[0].labels", "list of labels"),
     ("nodes empty", "nodes", [], "nodes", "non-empty list"),
-    ("min_sol out of range", "gates.min_sol", {"sgemm": 1.5}, "gates.min_sol.sgemm", "number 0.0..1.0"),
+    ("min_sol out of range", "gates.min_sol", {"gemm": 1.5}, "gates.min_sol.gemm", "number 0.0..1.0"),
+    # the docs' old example gated `sgemm`, which is no op: the message lists the registry's ops
+    ("min_sol unknown op", "gates.min_sol", {"sgemm": 0.5}, "gates.min_sol.sgemm", "allowed ops: cast,"),
+    (
+        "min_sol unknown dtype",
+        "gates.min_sol",
+        {"gemm": {"float8": 0.5}},
+        "gates.min_sol.gemm.float8",
+        "gemm has dtypes float16, float32",
+    ),  # fmt: skip
+    (
+        "min_sol per-dtype out of range",
+        "gates.min_sol",
+        {"gemm": {"float16": 2}},
+        "gates.min_sol.gemm.float16",
+        "number 0.0..1.0",
+    ),  # fmt: skip
 ]
 
 
@@ -146,6 +162,44 @@ def test_each_mistake_is_one_line_naming_the_field(
     assert "\n" not in message
     assert f": {field}: " in message, message
     assert allowed in message, message
+
+
+def test_min_sol_per_op_and_per_dtype(make_spec) -> None:
+    spec = make_spec(mutate("gates.min_sol", {"gemm": {"float16": 0.3, "float32": 0.6}, "softmax": 0.7}))
+    assert spec.gates.min_sol == {"gemm": {"float16": 0.3, "float32": 0.6}, "softmax": 0.7}
+    assert spec.gates.bench_ops == "gemm,softmax"
+    assert spec.gates.describe() == ["min_sol gemm.float16=0.3, gemm.float32=0.6, softmax=0.7"]
+
+
+def test_unknown_gate_op_exits_2_naming_the_allowed_ops(spec_file, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from kernels.registry import all_ops
+
+    path = spec_file(
+        "fleet: t\nnodes:\n  - {name: a, connection: local, root: /tmp/a}\ngates:\n  min_sol: {sgemm: 0.5}\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fleet.cli",
+            "--fleet",
+            str(path),
+            "--work-dir",
+            str(tmp_path / "w"),
+            "status",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "gates.min_sol.sgemm: 'sgemm' is not allowed; not a registered op; allowed ops: " in line
+    assert line.endswith(", ".join(sorted(all_ops())))
 
 
 def test_duplicate_node_names(make_spec) -> None:

@@ -32,7 +32,12 @@ def test_health_json_simulated():  # type: ignore[no-untyped-def]
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert rep["ok"] is True and rep["simulated"] is True
-    assert [c["name"] for c in rep["checks"]] == ["device", "tiny_op", "memory"]
+    assert [c["name"] for c in rep["checks"]][-4:] == [
+        "release.integrity",
+        "release.current",
+        "kernel.tiny_op",
+        "gpu.memory",
+    ]
 
 
 def test_info_json_simulated():  # type: ignore[no-untyped-def]
