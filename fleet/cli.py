@@ -17,7 +17,7 @@ from typing import NoReturn
 from rich.console import Console
 from rich.markup import escape
 
-from fleet import artifact, report, reports
+from fleet import artifact, gating, report, reports
 from fleet import provision as prov
 from fleet import wheelhouse as wh
 from fleet.errors import ExitCode, FleetError, UsageError
@@ -288,9 +288,8 @@ def _deploy(args: argparse.Namespace) -> int:
         )
     if info.dirty:
         notes.append(f"built from a dirty tree (commit {info.git_commit}, uncommitted changes in kernels/)")
-    unchecked = spec.gates.not_enforced()
-    if unchecked:
-        notes.append(f"gates {'; '.join(unchecked)}: validated but not enforced yet (correctness only)")
+    for row in gating.planned(spec.gates, nodes):
+        notes.append(f"gates {'; '.join(row['gates'])} on {row['host']}: {row['verdict']} ({row['detail']})")
     out = report.console()
     report.print_plan(
         out, plan, fleet=spec.name, notes=notes, header=f"{kind} {version} from {path} (sha256 {sha[:16]}..)"

@@ -75,16 +75,6 @@ class Gates:
             out.append(f"max_regression_vs_previous={self.max_regression_vs_previous:g}")
         return out
 
-    def not_enforced(self) -> list[str]:
-        """The performance gates this spec sets that no deploy checks yet (until the rollout evaluates them
-        through fleet.gating). Only `correctness` is enforced today, by the node refusing activation."""
-        unchecked = []
-        if self.min_sol:
-            unchecked.append(self.describe()[0])
-        if self.max_regression_vs_previous is not None:
-            unchecked.append(f"max_regression_vs_previous={self.max_regression_vs_previous:g}")
-        return unchecked
-
 
 @dataclass(frozen=True)
 class Timeouts:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleet import gating
 from fleet.errors import ExitCode, Interrupted, UsageError
 from fleet.ledger import Baseline, HostRecord, Ledger, OpStatus
 from fleet.operation import (
@@ -101,6 +102,7 @@ def deploy(
         "solfleet_activate": plan.kind != "stage",
         "solfleet_verify_timeout_s": spec.timeouts.verify_s,
         "solfleet_verify_ops": verify_ops,
+        **gating.deploy_extravars(spec.gates),
     }
 
     def body(ledger: Ledger) -> None:
@@ -138,6 +140,15 @@ def _run_batches(
             step, runner_error = exc.step, str(exc)
         except Interrupted as exc:
             return BatchFailure(batch=batch, failed=[], reason=str(exc), interrupted=True), all_failed
+        # performance gates: a host that verified but misses min_sol or regressed against its own previous
+        # release becomes a failure of this batch (simulated nodes: not_evaluated, never passed)
+        step, judged, changed = gating.judge_step(
+            step, gates=op.spec.gates, simulated={n.name: n.simulated for n in op.spec.nodes}
+        )
+        if changed:
+            ledger.record_hosts(op.op_id, changed)
+        if judged:
+            gating.record(ledger.path, op.op_id, judged)
         counted = _counted_failures(step, op.spec.rollout.unreachable)
         all_failed += step.failures + step.unreachable
         if runner_error or len(counted) > batch.max_failures:

@@ -157,13 +157,13 @@ def test_history_n_must_be_at_least_one(tmp_path: Path, n: str) -> None:
     assert not work.exists()
 
 
-def test_deploy_plan_says_performance_gates_are_not_enforced(tmp_path: Path, fake_artifact: Path) -> None:
+def test_deploy_plan_shows_each_nodes_performance_gates(tmp_path: Path, fake_artifact: Path) -> None:
     from fleet.spec import embedded_fleet
 
     work = tmp_path / "work"
     plain = solfleet("deploy", "--version", "1.0.0", "--dry-run", cwd=tmp_path, work=work)
     assert plain.returncode == 0, plain.stderr
-    assert "not enforced" not in plain.stdout  # the embedded fleet sets correctness only
+    assert "gates" not in plain.stdout  # the embedded fleet sets correctness only
     spec = tmp_path / "fleet.yml"
     text = embedded_fleet().read_text()
     gates = "gates:\n  correctness: required\n"
@@ -175,7 +175,8 @@ def test_deploy_plan_says_performance_gates_are_not_enforced(tmp_path: Path, fak
         "--fleet", str(spec), "deploy", "--version", "1.0.0", "--dry-run", cwd=tmp_path, work=work
     )
     assert gated.returncode == 0, gated.stderr
-    assert "gates min_sol gemm=0.5; max_regression_vs_previous=0.1: validated but not enforced" in " ".join(
-        gated.stdout.split()
-    )
+    # the embedded fleet's nodes are simulated: a performance gate is never `passed` there
+    text = " ".join(gated.stdout.split())
+    for node in ("n1", "n2", "n3"):
+        assert f"on {node}: not_evaluated (" in text, text
     assert not work.exists()
