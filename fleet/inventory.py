@@ -105,6 +105,12 @@ def _node_context(node: Node) -> dict[str, Any]:
         # the contract: "" when the node is simulated or declares no GPU, so the node skips the cc check
         "gpu_cc": "" if node.simulated or node.gpu is None or node.gpu.cc is None else node.gpu.cc,
         "labels": list(node.labels),
+        # the operator service (docs/service.md); gpus [] = none on this node
+        "serve_gpus": list(node.service.gpus),
+        "serve_manager": node.service.manager.value,
+        "serve_port": node.service.port,
+        "serve_ready_timeout_s": node.service.ready_timeout_s,
+        "serve_exit_timeout_s": node.service.exit_timeout_s,
     }
 
 
