@@ -231,7 +231,10 @@ def parse_spec(data: object, *, source: Path, label: str, work_dir: Path) -> Fle
     _check_shared_roots(label, nodes)
     check_port_overlap(
         label,
-        {i: ("local" if n.connection is Connection.LOCAL else n.host, n.service) for i, n in enumerate(nodes)},
+        {
+            i: ("local" if n.connection is Connection.LOCAL else n.host, n.service)
+            for i, n in enumerate(nodes)
+        },
     )
     rollout = parse_rollout(top, label, nodes)
     gates = parse_gates(top, label)

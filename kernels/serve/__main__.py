@@ -19,7 +19,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="base port (overrides service.port; the instance adds device_id)")
     # the role passes both from the fleet spec, so a node's service follows the spec even where config.yaml
     # predates the last spec change (the unit's stop timeout is derived from the same value)
-    p.add_argument("--exit-timeout-s", type=float, help="longest SIGTERM drain (overrides service.exit_timeout_s)")
+    p.add_argument(
+        "--exit-timeout-s", type=float, help="longest SIGTERM drain (overrides service.exit_timeout_s)"
+    )
     return p
 
 

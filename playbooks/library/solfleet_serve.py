@@ -249,7 +249,9 @@ class Service:
                 if inst.proc is not None and inst.proc.poll() is not None:
                     rc = inst.proc.returncode
                     why = EXIT_MEANING.get(rc, "exited")
-                    raise self.fail(inst, f"{self.version} exited {rc} ({why}) before ready: {log_tail(inst.log_path)}")
+                    raise self.fail(
+                        inst, f"{self.version} exited {rc} ({why}) before ready: {log_tail(inst.log_path)}"
+                    )
                 mine = inst.proc is None or st.get("pid") == inst.proc.pid
                 if mine and st.get("state") == "ready" and st.get("version") == self.version:
                     if inst.proc is None and not is_instance(st.get("pid")):
@@ -258,7 +260,9 @@ class Service:
                     pending.remove(inst)
             if pending and time.monotonic() > deadline:
                 inst = pending[0]
-                where = inst.log_path if inst.proc is not None else f"journalctl -u 'solfleet-serve@{inst.gpu}-*'"
+                where = (
+                    inst.log_path if inst.proc is not None else f"journalctl -u 'solfleet-serve@{inst.gpu}-*'"
+                )
                 raise self.fail(
                     inst,
                     f"{self.version} not ready after {self.p['ready_timeout_s']} s (see {where})"
@@ -298,7 +302,9 @@ class Service:
             if served == self.version:
                 return
             if time.monotonic() > deadline:
-                raise self.fail(inst, f"/v2 names version {served!r} (status {status}), expected {self.version}")
+                raise self.fail(
+                    inst, f"/v2 names version {served!r} (status {status}), expected {self.version}"
+                )
             time.sleep(POLL_S)
 
     def run(self) -> dict[str, Any]:
