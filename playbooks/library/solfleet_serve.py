@@ -59,6 +59,7 @@ EXIT_MEANING = {2: "bad configuration", 3: "self-test failed", 4: "port could no
 LOG_MAX_BYTES = 10 * 1024 * 1024  # one rotation at start: the process-mode log never grows without bound
 LOG_LINES_SHOWN = 3
 POLL_S = 0.2
+START_MARKER = "--- solfleet_serve: starting "
 
 
 class Instance:
@@ -121,13 +122,16 @@ def http_get(host: str, port: int, path: str, timeout_s: float = 5.0) -> tuple[i
 
 
 def log_tail(path: str) -> str:
+    """The last lines this run's instance logged (after its start marker), errors first."""
     try:
         with open(path, "rb") as fh:
-            fh.seek(max(0, os.path.getsize(path) - 8192))
-            lines = fh.read().decode("utf-8", "replace").splitlines()
+            fh.seek(max(0, os.path.getsize(path) - 16384))
+            text = fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    return " | ".join(line.strip() for line in lines[-LOG_LINES_SHOWN:] if line.strip())
+    lines = [ln.strip() for ln in text.split(START_MARKER)[-1].splitlines()[1:] if ln.strip()]
+    errors = [ln for ln in lines if " ERROR " in ln or "Error" in ln]
+    return " | ".join((errors or lines)[-LOG_LINES_SHOWN:])
 
 
 class Service:
@@ -191,7 +195,7 @@ class Service:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         env["PYTHONUNBUFFERED"] = "1"
         with open(inst.log_path, "ab") as log:
-            log.write(f"--- solfleet_serve: starting {self.version} on GPU {inst.gpu}\n".encode())
+            log.write(f"{START_MARKER}{self.version} on GPU {inst.gpu}\n".encode())
             log.flush()
             # its own session: neither the end of this SSH session nor a signal to this module's process
             # group reaches it. cwd = root: with no config.yaml the state file still lands in <root>/run.

@@ -158,15 +158,21 @@ def _stop_services(sshd: SshdFleet, seen: set[int]) -> None:
 
 
 class Clients:
-    """One tritonclient loop per node (binary tensors, keep-alive), each response checked and its
-    `solfleet_version` recorded with the time it arrived."""
+    """Two client loops per node, each response checked and its `solfleet_version` recorded with the time it
+    arrived: tritonclient with binary tensors on a keep-alive connection, and plain JSON infers on a new
+    connection each (those meet the listening sockets themselves while two instances share the port)."""
 
     def __init__(self, ports: dict[str, int]) -> None:
         self.ports = ports
         self.seen: dict[str, list[tuple[float, str]]] = {n: [] for n in ports}
         self.errors: list[str] = []
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._loop, args=(n,), daemon=True) for n in ports]
+        self.threads = [
+            threading.Thread(target=loop, args=(n,), daemon=True)
+            for n in ports
+            for loop in (self._loop, self._fresh_loop)
+        ]
+        self.fresh = 0  # answers on new connections
 
     def _loop(self, node: str) -> None:
         client = th.InferenceServerClient(f"127.0.0.1:{self.ports[node]}", network_timeout=60)
@@ -190,6 +196,32 @@ class Clients:
                 self.errors.append(f"{node}: {type(exc).__name__}: {exc}")
             time.sleep(0.02)
         client.close()
+
+    def _fresh_loop(self, node: str) -> None:
+        rng = np.random.default_rng()
+        url = f"http://127.0.0.1:{self.ports[node]}/v2/models/residual_add/infer"
+        while not self.stop.is_set():
+            x, r = rng.standard_normal((2, N)).round(3).tolist()
+            body = json.dumps(
+                {
+                    "inputs": [
+                        {"name": name, "datatype": "FP32", "shape": [1, N], "data": value}
+                        for name, value in (("x", x), ("r", r))
+                    ]
+                }
+            ).encode()
+            request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=60) as resp:  # noqa: S310 (loopback)
+                    answer = json.loads(resp.read())
+                out = np.array(answer["outputs"][0]["data"], dtype=np.float32)
+                want = np.array(x, dtype=np.float32) + np.array(r, dtype=np.float32)
+                assert np.allclose(out, want, rtol=1e-6, atol=1e-6), (out, want)
+                self.seen[node].append((time.monotonic(), str(answer["parameters"]["solfleet_version"])))
+                self.fresh += 1
+            except Exception as exc:  # noqa: BLE001  (any failure is what this test counts)
+                self.errors.append(f"{node} (new connection): {type(exc).__name__}: {exc}")
+            time.sleep(0.02)
 
     def __enter__(self) -> Clients:
         for t in self.threads:
@@ -229,6 +261,7 @@ def test_deploy_then_rollback_serve_every_request(fleet: Fleet) -> None:
         time.sleep(1.5)
     assert deploy.rc == 0, deploy.output[-3000:]
     assert clients.errors == []
+    assert clients.fresh > 0
     for node in fleet.ports:
         versions = [v for _, v in clients.seen[node]]
         assert versions[0] == V1 and set(versions) == {V1, V2}, f"{node}: {sorted(set(versions))}"
