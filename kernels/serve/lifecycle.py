@@ -129,7 +129,8 @@ class Server(uvicorn.Server):
             # a successor (the state file names another live instance) steers new connections away from
             # this one: keep accepting for LISTEN_GRACE_S so none queued here is reset
             st = read_state(self.svc.cfg.state_file) or {}
-            self.successor = st.get("pid") not in (None, os.getpid()) and is_instance(st.get("pid"))
+            pid = st.get("pid")
+            self.successor = isinstance(pid, int) and pid != os.getpid() and is_instance(pid)
             self.svc.set_state(State.DRAINING, f"signal {signal.Signals(sig).name}")
             log.info(
                 "%s: draining (exit timeout %.1f s)",
