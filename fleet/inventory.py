@@ -108,6 +108,12 @@ def _node_context(node: Node) -> dict[str, Any]:
         # health expectations (docs/health.md): "" = not set in the spec, its check is skipped
         "gpu_count": "" if node.gpu is None else str(node.gpu.count),
         "gpu_model": "" if node.gpu is None or node.gpu.model == "unknown" else node.gpu.model,
+        # the operator service (docs/service.md); gpus [] = none on this node
+        "serve_gpus": list(node.service.gpus),
+        "serve_manager": node.service.manager.value,
+        "serve_port": node.service.port,
+        "serve_ready_timeout_s": node.service.ready_timeout_s,
+        "serve_exit_timeout_s": node.service.exit_timeout_s,
     }
 
 

@@ -30,7 +30,9 @@ class DriverPolicy(StrEnum):
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    port: int
+    """The service's limits. Its port and exit timeout are per node (the node's `service` field, which the
+    runtime role writes into the same `service` mapping of config.yaml)."""
+
     max_concurrency: int
     max_queue: int
 
@@ -56,7 +58,6 @@ class NodeConfig:
             "retry_count": self.retry_count,
             "benchmark_iterations": self.benchmark_iterations,
             "service": {
-                "port": self.service.port,
                 "max_concurrency": self.service.max_concurrency,
                 "max_queue": self.service.max_queue,
             },
@@ -191,18 +192,21 @@ def parse_provision(
 def _config(p: v.Fields, label: str) -> NodeConfig:
     c = v.Fields(p.raw("config", {}) or {}, "provision.config", label)
     s = v.Fields(c.raw("service", {}) or {}, "provision.config.service", label)
+    for moved in ("port", "exit_timeout_s"):
+        if s.has(moved):
+            v.fail(label, s.sub(moved), s.raw(moved), f"set it in the node's service.{moved} (or defaults)")
     service = ServiceConfig(
-        port=v.integer(label, s.sub("port"), s.raw("port", 8000), lo=1, hi=65535),
         max_concurrency=v.integer(
             label, s.sub("max_concurrency"), s.raw("max_concurrency", 4), lo=1, hi=1024
         ),
         max_queue=v.integer(label, s.sub("max_queue"), s.raw("max_queue", 32), lo=0, hi=100_000),
     )
-    s.done(["port", "max_concurrency", "max_queue"])
+    s.done(["max_concurrency", "max_queue"])
     config = NodeConfig(
         device_id=v.integer(label, c.sub("device_id"), c.raw("device_id", 0), lo=0, hi=63),
+        # the service refuses 0: it bounds what one request may allocate (and the body it reads)
         memory_limit_mb=v.integer(
-            label, c.sub("memory_limit_mb"), c.raw("memory_limit_mb", 0), lo=0, hi=10_000_000
+            label, c.sub("memory_limit_mb"), c.raw("memory_limit_mb", 4096), lo=1, hi=10_000_000
         ),
         log_level=v.choice(label, c.sub("log_level"), c.raw("log_level", "info"), LOG_LEVELS),
         timeout_ms=v.integer(label, c.sub("timeout_ms"), c.raw("timeout_ms", 60_000), lo=1, hi=86_400_000),

@@ -25,6 +25,7 @@ from fleet import validate as v
 from fleet.errors import SpecError, UsageError
 from fleet.policy import Gates, Rollout, Timeouts, parse_gates, parse_rollout, parse_timeouts
 from fleet.provision_spec import Provision, parse_provision, runtime_python
+from fleet.service_spec import ServiceSpec, check_port_overlap, parse_service
 from fleet.stack import (
     DEFAULT_PLATFORM,
     PIN_KEYS,
@@ -56,6 +57,7 @@ NODE_KEYS = [
     "gpu",
     "python",
     "ssh",
+    "service",
 ]
 DEFAULT_KEYS = [k for k in NODE_KEYS if k not in ("name", "host")]
 STACK_KEYS = [*PIN_KEYS, "requirements", "platform"]
@@ -92,6 +94,7 @@ class Node:
     gpu: Gpu | None
     python: str
     ssh: SshOptions
+    service: ServiceSpec = ServiceSpec()  # the operator service (fleet/service_spec.py)
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,13 @@ def parse_spec(data: object, *, source: Path, label: str, work_dir: Path) -> Fle
         seen[node.name] = i
         nodes.append(node)
     _check_shared_roots(label, nodes)
+    check_port_overlap(
+        label,
+        {
+            i: ("local" if n.connection is Connection.LOCAL else n.host, n.service)
+            for i, n in enumerate(nodes)
+        },
+    )
     rollout = parse_rollout(top, label, nodes)
     gates = parse_gates(top, label)
     timeouts = parse_timeouts(top, label)
@@ -314,6 +324,14 @@ def _node(
     python = _python(label, f, val, variables)
     f, val = _pick(n, "ssh", defaults, None)
     ssh = _ssh(label, f, val, variables, base)
+    service = parse_service(
+        label,
+        f"nodes[{i}]",
+        n.raw("service"),
+        defaults.get("service", ("", None))[1],
+        gpu_count=None if gpu is None else gpu.count,
+        simulated=simulated,
+    )
     n.done(NODE_KEYS)
     return Node(
         name=name,
@@ -327,6 +345,7 @@ def _node(
         gpu=gpu,
         python=python,
         ssh=ssh,
+        service=service,
     )
 
 

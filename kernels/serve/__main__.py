@@ -17,6 +17,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device-id", type=int, help="GPU of this instance (overrides device_id)")
     p.add_argument("--instance", help="systemd instance name <device_id>[-<slot>] (sets --device-id)")
     p.add_argument("--port", type=int, help="base port (overrides service.port; the instance adds device_id)")
+    # the role passes both from the fleet spec, so a node's service follows the spec even where config.yaml
+    # predates the last spec change (the unit's stop timeout is derived from the same value)
+    p.add_argument(
+        "--exit-timeout-s", type=float, help="longest SIGTERM drain (overrides service.exit_timeout_s)"
+    )
     return p
 
 
@@ -36,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         device_id = int(head)
     try:
-        cfg = load(args.config, device_id=device_id, port=args.port)
+        cfg = load(args.config, device_id=device_id, port=args.port, exit_timeout_s=args.exit_timeout_s)
     except ConfigError as e:
         print(f"solfleet serve: config: {e}", file=sys.stderr)
         return 2

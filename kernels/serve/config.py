@@ -238,9 +238,15 @@ def from_mapping(raw: Any, *, path: str = "") -> Config:
     )
 
 
-def load(path: str | Path | None, *, device_id: int | None = None, port: int | None = None) -> Config:
-    """Read and validate `path` (None: defaults); `device_id` / `port` override the file (the systemd unit
-    passes its instance's GPU)."""
+def load(
+    path: str | Path | None,
+    *,
+    device_id: int | None = None,
+    port: int | None = None,
+    exit_timeout_s: float | None = None,
+) -> Config:
+    """Read and validate `path` (None: defaults); `device_id` / `port` / `exit_timeout_s` override the file
+    (the systemd unit passes its instance's GPU, the role the spec's port and exit timeout)."""
     raw: Any = None
     if path is not None:
         p = Path(path)
@@ -257,5 +263,8 @@ def load(path: str | Path | None, *, device_id: int | None = None, port: int | N
         cfg = dataclasses.replace(cfg, device_id=_int("--device-id", device_id, 0, 255))
     if port is not None:
         svc = dataclasses.replace(cfg.service, port=_int("--port", port, 1, 65535))
+        cfg = dataclasses.replace(cfg, service=svc)
+    if exit_timeout_s is not None:
+        svc = dataclasses.replace(cfg.service, exit_timeout_s=_num("--exit-timeout-s", exit_timeout_s, 0.0))
         cfg = dataclasses.replace(cfg, service=svc)
     return cfg

@@ -18,6 +18,7 @@ import logging.handlers
 import os
 import signal
 import socket
+import struct
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,12 @@ from kernels.serve.config import Config
 
 log = logging.getLogger("solfleet.serve")
 EXIT_DRAINED, EXIT_CUT, EXIT_CONFIG, EXIT_SELF_TEST, EXIT_BIND = 0, 1, 2, 3, 4
+# Linux drops (resets) the connections waiting in a listening socket's accept queue when it is closed, even
+# with another SO_REUSEPORT listener on the port. So a successor first steers every new connection to itself
+# (a one-instruction classic BPF program on the port's reuseport group), and the instance it replaces keeps
+# accepting for LISTEN_GRACE_S, long enough to take what was already queued for it, before it closes.
+SO_ATTACH_REUSEPORT_CBPF = 51
+LISTEN_GRACE_S = 0.5
 
 
 def setup_logging(cfg: Config) -> None:
@@ -112,12 +119,18 @@ class Server(uvicorn.Server):
         self.drain_at: float | None = None
         self.idle_since: float | None = None
         self.exit_code = EXIT_DRAINED
+        self.successor = False
         self._textfile_at = 0.0
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # not recorded in _captured_signals: uvicorn would re-raise it at exit, and the exit status must be 0
         if self.drain_at is None:
             self.drain_at = time.monotonic()
+            # a successor (the state file names another live instance) steers new connections away from
+            # this one: keep accepting for LISTEN_GRACE_S so none queued here is reset
+            st = read_state(self.svc.cfg.state_file) or {}
+            pid = st.get("pid")
+            self.successor = isinstance(pid, int) and pid != os.getpid() and is_instance(pid)
             self.svc.set_state(State.DRAINING, f"signal {signal.Signals(sig).name}")
             log.info(
                 "%s: draining (exit timeout %.1f s)",
@@ -141,7 +154,8 @@ class Server(uvicorn.Server):
             self.svc.cfg.listen_port,
             os.getpid(),
         )
-        take_over(self.svc.cfg, self.svc)
+        sock = sockets[0] if sockets else None
+        take_over(self.svc.cfg, self.svc, sock)
 
     async def on_tick(self, counter: int) -> bool:
         stop = await super().on_tick(counter)
@@ -153,9 +167,11 @@ class Server(uvicorn.Server):
                 svc.metrics.write_textfile(tf)
         if self.drain_at is None:
             return stop
+        now = time.monotonic()
+        if self.successor and now - self.drain_at <= LISTEN_GRACE_S:
+            return stop  # still accepting (and serving) what was queued here before the steering
         for server in self.servers:  # stop accepting; idempotent
             server.close()
-        now = time.monotonic()
         busy = svc.admission.running + svc.admission.queued
         if busy == 0:
             self.idle_since = self.idle_since or now
@@ -178,7 +194,23 @@ class Server(uvicorn.Server):
         return self.should_exit
 
 
-def take_over(cfg: Config, svc: Service) -> None:
+def steer_to_newest(sock: socket.socket) -> bool:
+    """Send every new connection on this port to the newest listener. Sockets join the reuseport group in
+    listen() order, so with the predecessor at index 0 this one is 1; once the predecessor has closed, index
+    1 no longer exists and the kernel falls back to its hash over the one that is left."""
+    import ctypes
+
+    insn = ctypes.create_string_buffer(struct.pack("=HBBI", 0x06, 0, 0, 1))  # BPF_RET|BPF_K 1
+    prog = struct.pack("HxxxxxxP", 1, ctypes.addressof(insn))  # struct sock_fprog {len, *filter}
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, prog)
+    except OSError as e:
+        log.warning("cannot steer new connections to this instance (%s): the handoff may reset a few", e)
+        return False
+    return True
+
+
+def take_over(cfg: Config, svc: Service, sock: socket.socket | None = None) -> None:
     """Record this instance as the device's, and tell the one it replaces to drain."""
     path = cfg.state_file
     old = read_state(path)
@@ -195,6 +227,8 @@ def take_over(cfg: Config, svc: Service) -> None:
         return
     pid = old.get("pid")
     if isinstance(pid, int) and pid != os.getpid() and is_instance(pid):
+        if sock is not None:
+            steer_to_newest(sock)
         log.info("handoff: %s (pid %d) drains now", old.get("version"), pid)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

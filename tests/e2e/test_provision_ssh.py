@@ -143,8 +143,8 @@ def test_provision_twice_then_deploy_on_the_provisioned_runtime(fleet: SshdFleet
     for node in fleet.nodes:
         runtime = str(node.root / "runtimes" / stack_id / "bin" / "python")
         assert (
-            f'solfleet_python: "{runtime}"' in inventory
-            and f'ansible_python_interpreter: "{runtime}"' in inventory
+            f'solfleet_python: !unsafe "{runtime}"' in inventory
+            and f'ansible_python_interpreter: !unsafe "{runtime}"' in inventory
         )
         assert os.readlink(node.root / "current") == "releases/1.0.0"
         assert (

@@ -102,7 +102,8 @@ def test_provision_section_defaults_and_runtime_python(make_spec) -> None:
     p = spec.provision
     assert p is not None and p.mode is RuntimeMode.LAYERED and p.carry == ("numpy",)
     assert p.driver_policy.value == "refuse" and p.max_parallel_reboots == 1
-    assert p.config.as_dict()["device_id"] == 0 and p.config.service.port == 8000
+    assert p.config.as_dict()["device_id"] == 0 and p.config.service.max_queue == 32
+    assert p.config.memory_limit_mb == 4096  # the service refuses 0
     # a provisioned node's python is its runtime unless the spec names one
     assert spec.nodes[0].python == runtime_python(spec.nodes[0].root, spec.stack_id)
     assert spec.nodes[0].python == f"/srv/a/runtimes/{spec.stack_id}/bin/python"
@@ -122,7 +123,10 @@ def test_provision_section_defaults_and_runtime_python(make_spec) -> None:
         ({"driver": {"policy": "install"}}, "provision.driver.policy"),
         ({"max_parallel_reboots": 0}, "provision.max_parallel_reboots"),
         ({"config": {"log_level": "loud"}}, "provision.config.log_level"),
-        ({"config": {"service": {"port": 0}}}, "provision.config.service.port"),
+        ({"config": {"service": {"max_queue": -1}}}, "provision.config.service.max_queue"),
+        # per node now (the node's `service` field): refused here with where to put it
+        ({"config": {"service": {"port": 8000}}}, "provision.config.service.port"),
+        ({"config": {"memory_limit_mb": 0}}, "provision.config.memory_limit_mb"),
         ({"config": {"gpu": 1}}, "provision.config.gpu"),
         ({"base_python": "python3"}, "provision.base_python"),
     ],

@@ -218,8 +218,24 @@ def test_handoff_between_releases_loses_no_request(tmp_path: Path) -> None:
                 errors.append(f"{type(e).__name__}: {e}")
         client.close()
 
-    t = threading.Thread(target=loop)
-    t.start()
+    def fresh() -> None:
+        # a new connection per request meets the listening sockets themselves while both instances share
+        # the port: the predecessor's close must not reset what the kernel had queued for it
+        while not stop.is_set():
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                conn.request("GET", "/v2/health/live")
+                r = conn.getresponse()
+                r.read()
+                conn.close()
+                if r.status != 200:
+                    errors.append(f"new connection: status {r.status}")
+            except Exception as e:  # noqa: BLE001
+                errors.append(f"new connection: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=loop), *(threading.Thread(target=fresh) for _ in range(3))]
+    for t in threads:
+        t.start()
     try:
         time.sleep(1.0)
         new = start(cfg, port, pythonpath=rel2, wait=False)
@@ -229,7 +245,8 @@ def test_handoff_between_releases_loses_no_request(tmp_path: Path) -> None:
         time.sleep(1.0)
     finally:
         stop.set()
-        t.join(timeout=30)
+        for t in threads:
+            t.join(timeout=30)
     assert errors == []
     assert seen[0] == "1.0.0" and set(seen) == {"1.0.0", "2.0.0"}
     assert seen[n:] and set(seen[n:]) == {"2.0.0"}  # after the handoff, only the new release answers
