@@ -2,8 +2,9 @@
 
 attn [B, S, K] (or [M, K]), W [K, N], bias [N] (optional), residual [B, S, N] (or [M, N]); all float32,
 all float16 or all bfloat16; out has residual's shape and the input dtype (it is the next residual stream).
-The product is accumulated in fp32, bias and residual are added to the accumulator while it is still in registers, and the
-sum is rounded once to the output dtype: the [M, N] product never goes through device memory.
+The product is accumulated in fp32, bias and residual are added to the accumulator while it is still in
+registers, and the sum is rounded once to the output dtype:
+the [M, N] product never goes through device memory.
 
 Floors at the bench shape (attn [16, 512, 2560], W [2560, 2560] -> M = 8192, N = K = 2560): 107.4 GFLOP;
 bytes fp32 = 4 * (M*K + K*N + 2*M*N) = 277 MB (fp16: 138 MB). Compute-bound: 1.6 ms at the fp32 FMA peak

@@ -89,8 +89,8 @@ def compile_one(fn: Any, sig: str, cc: tuple[Any, ...]) -> str:
 def compile_all(cc: tuple[int, int], ops: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
     """kernel name -> {"op", "signature", "cc", "arch", "ptx", "registers", "shared_bytes", "spill_bytes",
     "ptxas", "link", "error"}. A kernel that does not compile gets "ptx": None and "error" (one line): the
-    caller (the artifact builder) decides whether that stops the build; one op's failure never hides the others'.
-    `ops`: only these ops' kernels (default: every op)."""
+    caller (the artifact builder) decides whether that stops the build; one op's failure never hides the
+    others'. `ops`: only these ops' kernels (default: every op)."""
     out: dict[str, dict[str, Any]] = {}
     for spec in all_ops().values():
         if ops is not None and spec.name not in ops:

@@ -105,7 +105,8 @@ def select_path(*, path: str, dtype: np.dtype, cc: tuple[int, int] | None, simul
     if path == "wgmma" and (dt == F32 or not wgmma.supported(cc)):
         where = "" if wgmma.supported(cc) else f" on a device of cc {cc}"
         raise ValueError(
-            f"path: 'wgmma' needs float16 or bfloat16 inputs and a cc 9.0 (sm_90a) GPU; got {dt} inputs{where}"
+            f"path: 'wgmma' needs float16 or bfloat16 inputs and a cc 9.0 (sm_90a) GPU; "
+            f"got {dt} inputs{where}"
         )
     return path
 
