@@ -251,8 +251,9 @@ def table() -> str:
     lines = [head]
     for r in ROWS:
         lines.append(
-            f"{r['op']:13} {r['dtype']:18} {r['shape']:15} {r['path']:9} {r['ours_us']:9.1f} {r['ref_us']:9.1f} "
-            f"{r['ratio']:6.3f} {r.get('sol', float('nan')):6.3f} {r['ours_tflops']:6.0f} {r['ours_gbs']:7.0f} "
+            f"{r['op']:13} {r['dtype']:18} {r['shape']:15} {r['path']:9} "
+            f"{r['ours_us']:9.1f} {r['ref_us']:9.1f} {r['ratio']:6.3f} {r.get('sol', float('nan')):6.3f} "
+            f"{r['ours_tflops']:6.0f} {r['ours_gbs']:7.0f} "
             f"{r['rel_err']:9.2e} {'ok' if r['ok'] else 'FAIL'} {r['ref']}"
         )
     return "\n".join(lines)
