@@ -97,7 +97,8 @@ def cast(x: Any, out: Any = None, *, stream: int = 0, dtype: Any = None) -> Any:
     if out is not None:
         target = arrays.operand("out", out).dtype if dtype is None else target
     if target not in (F16, BF16):
-        raise TypeError(f"dtype: {target} is not a cast target; expected float16 or bfloat16")
+        what = "dtype" if dtype is not None else "out"
+        raise TypeError(f"{what}: dtype {target} is not allowed; expected float16 or bfloat16")
     oo = arrays.output("out", out, sync, xo.shape, target)
     k = _BF16_KERNEL if target == BF16 else _KERNEL
     n = xo.size
