@@ -168,7 +168,7 @@ def _make_problem_bf16(case: Case, rng: np.random.Generator) -> Problem:
     if case.params.get(SPECIALS):
         x = poison(x, case.params[SPECIALS])
         # past bf16's largest finite (3.3895e38) by more than half an ulp: inf; a subnormal; a tie to even
-        x[1, :4] = [3.3999e38, -3.3e38, 1e-40, np.float32(1.00390625)]
+        x[1, :4] = np.array([3.3999e38, -3.3e38, 1e-40, 1.00390625], dtype=np.float32)
     return Problem(
         inputs={"x": x},
         outputs={"out": (shape, BF16)},

@@ -71,12 +71,12 @@ else:
 
 @cuda.jit(device=True, inline="always")
 def bf16_to_f32(w):  # type: ignore[no-untyped-def]
-    return bits_f32(uint32(w) << uint32(16))
+    return bits_f32(uint32(w) << uint32(16))  # type: ignore[no-untyped-call]
 
 
 @cuda.jit(device=True, inline="always")
 def f32_to_bf16(x):  # type: ignore[no-untyped-def]
-    u = f32_bits(float32(x))
+    u = f32_bits(float32(x))  # type: ignore[no-untyped-call]
     if (u & uint32(0x7FFFFFFF)) > uint32(0x7F800000):
         return uint16((u >> uint32(16)) | uint32(0x40))
     return uint16((u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1))) >> uint32(16))

@@ -47,9 +47,11 @@ def to_device(host: np.ndarray) -> Any:
 def to_host(dev: Any, host: np.ndarray | None = None) -> np.ndarray:
     """dev.copy_to_host([host]), bf16 included."""
     if np.dtype(dev.dtype) != BF16:
-        return dev.copy_to_host() if host is None else dev.copy_to_host(host)
+        got: np.ndarray = dev.copy_to_host() if host is None else dev.copy_to_host(host)
+        return got
     if host is None:
-        return dev.view(_U16).copy_to_host().view(BF16)
+        words16: np.ndarray = dev.view(_U16).copy_to_host()
+        return words16.view(BF16)
     dev.view(_U16).copy_to_host(host.view(_U16))
     return host
 
