@@ -45,12 +45,14 @@ def _bitcast_intrinsics() -> tuple[Any, Any]:
 
     @intrinsic
     def bits_f32(typingctx, u):  # type: ignore[no-untyped-def]
-        if u != types.uint32:
-            raise TypeError(f"bits_f32 needs a uint32, got {u}")
-        sig = types.float32(types.uint32)
+        # numba widens unsigned shifts and sums to 64 bits: take any integer, keep its low 32 bits
+        if not isinstance(u, types.Integer):
+            raise TypeError(f"bits_f32 needs an integer, got {u}")
+        sig = types.float32(u)
 
         def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            return builder.bitcast(args[0], ir.FloatType())
+            low = context.cast(builder, args[0], sig.args[0], types.uint32)
+            return builder.bitcast(low, ir.FloatType())
 
         return sig, codegen
 
