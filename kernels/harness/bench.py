@@ -30,7 +30,7 @@ from numba import cuda
 
 from kernels.harness.verify import rel_error, stage
 from kernels.registry import Case, OpSpec
-from kernels.runtime import device
+from kernels.runtime import arrays, device
 from kernels.runtime.arrays import SIMULATED
 
 SETS = 3
@@ -51,7 +51,7 @@ def _clone(args: dict[str, Any]) -> dict[str, Any]:
     for k, v in args.items():
         if cuda.is_cuda_array(v):
             c = cuda.device_array(v.shape, dtype=v.dtype)
-            c.copy_to_device(v)
+            arrays.words(c).copy_to_device(arrays.words(v))  # bf16 through its uint16 view
             out[k] = c
         else:
             out[k] = v
@@ -140,7 +140,7 @@ def _check(problem_ref: dict[str, np.ndarray], args: dict[str, Any]) -> float | 
     """Worst relative error of the outputs in `args` (None when some are unwritten)."""
     worst = 0.0
     for name, ref in problem_ref.items():
-        err, why = rel_error(args[name].copy_to_host(), ref)
+        err, why = rel_error(arrays.to_host(args[name]), ref)
         if why is not None:
             return None
         worst = max(worst, err)
@@ -180,7 +180,7 @@ def bench_case(
 
     def restore(args: dict[str, Any]) -> None:
         for name, src in pristine.items():
-            args[name].copy_to_device(src)
+            arrays.words(args[name]).copy_to_device(arrays.words(src))
 
     rest = restore if problem.inplace else None
     cupy_us: list[float] | None = None
@@ -230,14 +230,15 @@ def _sol(spec: OpSpec, row: dict[str, Any], peaks: dict[str, Any]) -> float | No
     if spec.bound == "memory":
         return round(row["gbs"] / peaks["mem_gbs"], 3) if peaks.get("mem_gbs") else None
     # tensor-core cases are scored against the tensor-core peak: against the fp32 FMA peak they would read > 1
-    key = "fp16_tensor_tflops" if row.get("path") == "mma" else "fp32_tflops"
+    key = "fp16_tensor_tflops" if row.get("path") in ("mma", "wgmma") else "fp32_tflops"
     return round(row["tflops"] / peaks[key], 3) if peaks.get(key) else None
 
 
 def _repoison(args: dict[str, Any], ref: dict[str, np.ndarray], pristine: dict[str, Any]) -> None:
     for name in ref:
         if name not in pristine:
-            args[name].copy_to_device(np.full(args[name].shape, np.nan, dtype=args[name].dtype))
+            nan = np.full(args[name].shape, np.nan, dtype=args[name].dtype)
+            arrays.words(args[name]).copy_to_device(nan.view(np.uint16) if nan.dtype == arrays.BF16 else nan)
 
 
 def _interleave_cupy(
@@ -252,6 +253,9 @@ def _interleave_cupy(
         import cupy as cp
     except ImportError as e:
         return _time_calls(spec.launch, sets, rest, iters), None, {"error": f"cupy not importable: {e}"}
+    if any(cuda.is_cuda_array(v) and np.dtype(v.dtype) == arrays.BF16 for v in sets[0].values()):
+        # (benchmarks/h200_bf16.py compares the bf16 cases with torch instead)
+        return _time_calls(spec.launch, sets, rest, iters), None, {"error": "CuPy has no bfloat16"}
     wrap = [{k: cp.asarray(v) if cuda.is_cuda_array(v) else v for k, v in s.items()} for s in sets]
 
     def cp_restore(args: dict[str, Any]) -> None:

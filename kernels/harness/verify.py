@@ -25,7 +25,7 @@ import numpy as np
 from numba import cuda
 
 from kernels.registry import SPECIALS, Case, OpSpec, Problem
-from kernels.runtime import device
+from kernels.runtime import arrays, device
 from kernels.runtime.arrays import SIMULATED
 
 SHAPES = ("verify", "bench", "all")
@@ -67,9 +67,9 @@ class CaseResult:
 
 def stage(problem: Problem) -> dict[str, Any]:
     """Device arguments of one problem: inputs copied, outputs NaN-poisoned, scalars passed through."""
-    args: dict[str, Any] = {k: cuda.to_device(v) for k, v in problem.inputs.items()}
+    args: dict[str, Any] = {k: arrays.to_device(v) for k, v in problem.inputs.items()}
     for name, (shape, dtype) in problem.outputs.items():
-        args[name] = cuda.to_device(np.full(shape, np.nan, dtype=dtype))
+        args[name] = arrays.to_device(np.full(shape, np.nan, dtype=dtype))
     args.update(problem.scalars)
     return args
 
@@ -169,7 +169,7 @@ def _check_case(spec: OpSpec, case: Case, rng: np.random.Generator) -> CaseResul
         etol = spec.elem_tolerance_of(case.dtype)
         worst = worst_elem = 0.0
         for name, ref in problem.reference.items():
-            e = errors(args[name].copy_to_host(), ref)
+            e = errors(arrays.to_host(args[name]), ref)
             if e.why is not None:
                 return CaseResult(spec.name, case.dtype, case.label, False, None, tol,
                                   time.perf_counter() - t0, f"{name}: {e.why}", elem_tol=etol)  # fmt: skip

@@ -1,9 +1,10 @@
 """o_proj: out = attn @ W (+ bias) + residual, the attention output projection, fused in ONE kernel.
 
-attn [B, S, K] (or [M, K]), W [K, N], bias [N] (optional), residual [B, S, N] (or [M, N]); all float32 or
-all float16; out has residual's shape and the input dtype (it is the next residual stream). The product is
-accumulated in fp32, bias and residual are added to the accumulator while it is still in registers, and the
-sum is rounded once to the output dtype: the [M, N] product never goes through device memory.
+attn [B, S, K] (or [M, K]), W [K, N], bias [N] (optional), residual [B, S, N] (or [M, N]); all float32,
+all float16 or all bfloat16; out has residual's shape and the input dtype (it is the next residual stream).
+The product is accumulated in fp32, bias and residual are added to the accumulator while it is still in
+registers, and the sum is rounded once to the output dtype:
+the [M, N] product never goes through device memory.
 
 Floors at the bench shape (attn [16, 512, 2560], W [2560, 2560] -> M = 8192, N = K = 2560): 107.4 GFLOP;
 bytes fp32 = 4 * (M*K + K*N + 2*M*N) = 277 MB (fp16: 138 MB). Compute-bound: 1.6 ms at the fp32 FMA peak
@@ -11,8 +12,8 @@ vs 0.07 ms of memory traffic. The unfused baseline (cuBLAS GEMM, then a CuPy add
 [M, N] product: +168 MB fp32.
 
 Kernels and paths are gemm's (kernels/ops/gemm/): "portable", "simt" (fp32 auto:
-0.953x cuBLAS matmul + CuPy add on the H200), "mma" (fp16 tensor cores). Calls on device arrays with `out`
-replay validated launches from a FastCache (host time ~8.5 us per call).
+0.953x cuBLAS matmul + CuPy add on the H200), "mma" (fp16 tensor cores), "wgmma" (fp16 / bf16 on cc 9.0).
+Calls on device arrays with `out` replay validated launches from a FastCache (host time ~8.5 us per call).
 """
 
 from __future__ import annotations
@@ -135,27 +136,29 @@ def _bytes(c: Case) -> float:
 
 def path_for(case: Case) -> str:
     """The path "auto" takes for `case` on this machine (reported by verify/bench)."""
-    return _gemm.resolve_path("auto", np.dtype(case.dtype))
+    dt = np.dtype(case.dtype)
+    return _gemm.shape_path(_gemm.resolve_path("auto", dt), dt, case.params["N"], case.params["K"])
 
 
 def _cases(shapes: list[tuple[str, int, int, int, int, int]], **extra: int) -> tuple[Case, ...]:
     return tuple(
         Case(label, {"B": b, "S": s, "K": k, "N": n, "bias": bias, **extra}, dt)
         for label, b, s, k, n, bias in shapes
-        for dt in ("float32", "float16")
+        for dt in ("float32", "float16", "bfloat16")
     )
 
 
 SPEC = register(
     OpSpec(
         name="o_proj",
-        dtypes=("float32", "float16"),
+        dtypes=("float32", "float16", "bfloat16"),
         make_problem=_make_problem,
         launch=_spec_launch,
         flops=_flops,
         bytes=_bytes,
         # fp16: the output is rounded once to fp16 (2^-11 relative per element)
-        tolerance={"float32": 2e-5, "float16": 1e-3},
+        # bf16: the same single rounding with 8 bits of mantissa (2^-9 relative per element)
+        tolerance={"float32": 2e-5, "float16": 1e-3, "bfloat16": 8e-3},
         sim_cases=_cases([("tiny-odd+bias", 2, 5, 17, 23, 1)]),
         verify_cases=_cases([("odd+bias", 2, 37, 67, 129, 1), ("edge8", 3, 67, 136, 200, 0)]),
         special_cases=_cases([("specials+bias", 1, 24, 32, 40, 1)], **{SPECIALS: 1}),

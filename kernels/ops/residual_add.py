@@ -1,4 +1,4 @@
-"""residual_add: out = x + r, elementwise, any shape (C-contiguous), fp32 or fp16 I/O.
+"""residual_add: out = x + r, elementwise, any shape (C-contiguous), fp32, fp16 or bf16 I/O.
 
 Floors per element: 1 FLOP; bytes = 3 * itemsize (two reads, one write). Pure bandwidth.
 Kernels: the arrays are seen as flat; one block per contiguous tile.
@@ -8,6 +8,8 @@ Kernels: the arrays are seen as flat; one block per contiguous tile.
     16-byte aligned pointers (device allocations are 256-aligned); the last partial tile is done in scalar.
 `path="auto"` takes the vector kernel for fp16 on a GPU when aligned (kernels.primitives.vector.choose);
 both stay selectable so they can be timed side by side. fp16 adds in fp32 and rounds once.
+  - bf16: the scalar kernel's tiling on the raw 16-bit words (kernels.primitives.bf16): widened to fp32
+    exactly, added, rounded to nearest even once. Integer conversions: the simulator runs the same body.
 """
 
 from __future__ import annotations
@@ -17,16 +19,17 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32
 
+from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
 from kernels.primitives.reductions import BLOCK
 from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_from, vector_ok
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
-from kernels.runtime.arrays import FLOAT_IO, HostSync, Operand
+from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, HostSync, Operand
 from kernels.runtime.launch import FastCache, Kernel, kernel
 
 THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.primitives.reductions)
 # elements per thread: fp16 loads carry half the bytes, so twice as many are kept in flight
-UNROLL = {np.dtype(np.float32): 4, np.dtype(np.float16): 8}
+UNROLL = {np.dtype(np.float32): 4, np.dtype(np.float16): 8, BF16: 8}
 # 16-byte vectors per operand per thread in the vector kernel: 2 x 16 B x 2 inputs = 64 B in flight per
 # thread, twice the scalar kernels' 32 B (Little's law at 4.1 TB/s x ~1 us wants ~30 KB per SM: 8 blocks of
 # 256 threads hold 128 KB, so latency is covered with room to spare)
@@ -60,6 +63,36 @@ def _make_kernel(unroll: int):  # type: ignore[no-untyped-def]
                     i = base + u * THREADS
                     if i < n:
                         out[i] = float32(x[i]) + float32(r[i])
+            chunk += cuda.gridDim.x
+
+    return k
+
+
+def _make_words_kernel(unroll: int):  # type: ignore[no-untyped-def]
+    """`_make_kernel`'s tiles for bf16 words: same loads in flight, conversions on the way in and out."""
+
+    @cuda.jit
+    def k(x, r, out):  # type: ignore[no-untyped-def]
+        a = cuda.local.array(unroll, float32)
+        b = cuda.local.array(unroll, float32)
+        n = x.shape[0]
+        tid = cuda.threadIdx.x
+        tile = THREADS * unroll
+        chunk = cuda.blockIdx.x
+        while chunk * tile < n:
+            base = chunk * tile + tid
+            if base + (unroll - 1) * THREADS < n:
+                for u in range(unroll):
+                    a[u] = bf16_to_f32(x[base + u * THREADS])
+                for u in range(unroll):
+                    b[u] = bf16_to_f32(r[base + u * THREADS])
+                for u in range(unroll):
+                    out[base + u * THREADS] = f32_to_bf16(a[u] + b[u])
+            else:
+                for u in range(unroll):
+                    i = base + u * THREADS
+                    if i < n:
+                        out[i] = f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(r[i]))
             chunk += cuda.gridDim.x
 
     return k
@@ -107,6 +140,9 @@ _DISPATCHERS = {dt: _make_kernel(UNROLL[dt]) for dt in _SIGS}
 _KERNELS = {dt: kernel(_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 _VEC_DISPATCHERS = {dt: _make_vec_kernel(WIDTH[dt], VEC_UNROLL) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
+_WORDS_SIG = "void(uint16[::1], uint16[::1], uint16[::1])"
+_WORDS_DISPATCHER = _make_words_kernel(UNROLL[BF16])
+_WORDS = kernel(_WORDS_DISPATCHER, _WORDS_SIG)
 MAX_GRID = 2**31 - 1
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
@@ -129,7 +165,7 @@ def residual_add(x: Any, r: Any, out: Any = None, *, stream: int = 0, path: str 
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     ro = arrays.operand("r", r, sync)
-    arrays.check_dtype(xo, FLOAT_IO)
+    arrays.check_dtype(xo, FLOAT_IO_BF16)
     arrays.check_contiguous(xo)
     arrays.check_nonempty(xo)
     arrays.check_like(ro, xo, "same as x")
@@ -145,6 +181,13 @@ def residual_add(x: Any, r: Any, out: Any = None, *, stream: int = 0, path: str 
 def _plan(xo: Operand, ro: Operand, oo: Operand, path: str) -> tuple[Kernel, int]:
     """The kernel and grid for these operands (1-d kernel slots take the N-d operands as flat)."""
     dt = xo.dtype
+    if dt == BF16:
+        if path == "vector":
+            raise ValueError(
+                "path: 'vector' has no bf16 kernel; use 'auto' or 'scalar' for bfloat16 operands"
+            )
+        choose(path, dt, False)  # the same check of the path's name
+        return _WORDS, grid_for(xo.size, UNROLL[BF16])
     if choose(path, dt, vector_ok((xo.ptr, ro.ptr, oo.ptr), 0)):
         return _VEC[dt], grid_for(xo.size, VEC_UNROLL * WIDTH[dt])
     return _KERNELS[dt], grid_for(xo.size, UNROLL[dt])
@@ -190,19 +233,20 @@ def _cases(shapes: list[tuple[str, int, int]], **extra: int) -> tuple[Case, ...]
     return tuple(
         Case(label, {"rows": m, "cols": n, **extra}, dt)
         for label, m, n in shapes
-        for dt in ("float32", "float16")
+        for dt in ("float32", "float16", "bfloat16")
     )
 
 
 SPEC = register(
     OpSpec(
         name="residual_add",
-        dtypes=("float32", "float16"),
+        dtypes=("float32", "float16", "bfloat16"),
         make_problem=_make_problem,
         launch=_spec_launch,
         flops=lambda c: float(_elems(c)),
         bytes=lambda c: float(3 * _elems(c) * np.dtype(c.dtype).itemsize),
-        tolerance={"float32": 1e-6, "float16": 1e-3},
+        # bf16: one rounding of the fp32 sum, 2^-9 relative at most (rms ~1.1e-3 of the values)
+        tolerance={"float32": 1e-6, "float16": 1e-3, "bfloat16": 4e-3},
         sim_cases=_cases([("tiny-odd", 3, 37)]),
         verify_cases=_cases([("odd", 37, 1001), ("tall", 4099, 257)]),
         special_cases=_cases([("specials", 4, 136)], specials=1),
@@ -213,6 +257,7 @@ SPEC = register(
         ptx_kernels=(
             *((f"residual_add_{dt.name}", _DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
             *((f"residual_add_vec_{dt.name}", _VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
+            ("residual_add_bfloat16", _WORDS_DISPATCHER, _WORDS_SIG),
         ),
         path=lambda c: "vector" if not arrays.SIMULATED and np.dtype(c.dtype) in AUTO_VECTOR else "scalar",
     )

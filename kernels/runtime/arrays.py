@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from numba import cuda
 
@@ -26,6 +27,39 @@ SIMULATED: bool = bool(cuda.config.ENABLE_CUDASIM)
 
 # dtypes with fp32 accumulation inside the kernels; fp16 I/O halves the bytes of memory-bound ops
 FLOAT_IO: tuple[np.dtype, ...] = (np.dtype(np.float32), np.dtype(np.float16))
+# bfloat16 (numpy has none: ml_dtypes' type, which numba-cuda maps). Its kernels take the raw 16-bit words
+# (kernels.primitives.bf16), and host copies go through a uint16 view: numba copies host memory through the
+# buffer protocol, which refuses ml_dtypes' types ("cannot include dtype 'E' in a buffer").
+BF16: np.dtype = np.dtype(ml_dtypes.bfloat16)
+FLOAT_IO_BF16: tuple[np.dtype, ...] = (*FLOAT_IO, BF16)
+_U16 = np.dtype(np.uint16)
+
+
+def to_device(host: np.ndarray) -> Any:
+    """cuda.to_device, bf16 included (a bf16 device array filled through its uint16 view)."""
+    if host.dtype != BF16:
+        return cuda.to_device(host)
+    dev = cuda.device_array(host.shape, dtype=BF16)
+    dev.view(_U16).copy_to_device(np.ascontiguousarray(host).view(_U16))
+    return dev
+
+
+def to_host(dev: Any, host: np.ndarray | None = None) -> np.ndarray:
+    """dev.copy_to_host([host]), bf16 included."""
+    if np.dtype(dev.dtype) != BF16:
+        got: np.ndarray = dev.copy_to_host() if host is None else dev.copy_to_host(host)
+        return got
+    if host is None:
+        words16: np.ndarray = dev.view(_U16).copy_to_host()
+        return words16.view(BF16)
+    dev.view(_U16).copy_to_host(host.view(_U16))
+    return host
+
+
+def words(dev: Any) -> Any:
+    """The uint16 view of a bf16 device array (what numba's dispatcher gets for a bf16 operand); other
+    arrays as they are."""
+    return dev.view(_U16) if np.dtype(dev.dtype) == BF16 else dev
 
 
 class Operand:
@@ -185,7 +219,7 @@ def operand(name: str, obj: Any, sync: HostSync | None = None, *, writeback: boo
             raise ValueError(
                 f"{name}: expected a C-contiguous array, got strides {obj.strides} for shape {obj.shape}"
             )
-        dev = cuda.to_device(obj)
+        dev = to_device(obj)
         ptr, shape, strides, dtype = (0, obj.shape, obj.strides, obj.dtype) if SIMULATED else _from_numba(dev)
         op = Operand(name, ptr, tuple(shape), tuple(strides), dtype, dev, obj, dev)
         if writeback:
@@ -220,7 +254,7 @@ class HostSync:
     def finish(self) -> None:
         for op in self._ops:
             assert op.host is not None
-            op.dev.copy_to_host(op.host)
+            to_host(op.dev, op.host)
 
 
 # --- checks -----------------------------------------------------------------------------------------------
@@ -304,7 +338,7 @@ def finish(sync: HostSync, result: Operand, out: Any, first: Operand) -> Any:
     """The value a launcher returns: numpy in -> numpy out (copied back), device in -> device out."""
     sync.finish()
     if out is None:
-        return result.dev.copy_to_host() if first.host is not None else result.src
+        return to_host(result.dev) if first.host is not None else result.src
     return out
 
 

@@ -56,6 +56,21 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+_CC: dict[int, tuple[int, int] | None] = {}
+
+
+def compute_capability() -> tuple[int, int] | None:
+    """The current device's (major, minor), asked once per process; None under the simulator or without a
+    usable GPU. Kernel selection reads it on every first call of an op (gemm's select_path)."""
+    if 0 not in _CC:
+        cc = None
+        if not SIMULATED and cuda.is_available():
+            major, minor = cuda.get_current_device().compute_capability
+            cc = (int(major), int(minor))
+        _CC[0] = cc
+    return _CC[0]
+
+
 def require_device() -> None:
     """Raise NoDevice when there is neither a GPU nor a declared simulator."""
     if SIMULATED:

@@ -434,8 +434,8 @@ def _dispatchable(a: Any, t: Any) -> Any:
     if not isinstance(a, Operand):
         return a
     if isinstance(t, types.Array) and t.ndim == 1 and len(a.shape) != 1:
-        return a.flat().dev
-    return a.dev
+        return arrays.words(a.flat().dev)
+    return arrays.words(a.dev)  # bf16 operands fill uint16 slots (kernels.primitives.bf16)
 
 
 def _stream_handle(stream: Any) -> int:

@@ -4,7 +4,11 @@ register use ptxas reports for each kernel.
 
 ptx_kernels entries are (name, dispatcher or Python function, signature) or, for kernels that link CUDA C
 device functions, (name, function, signature, link files): those compile to PTX with unresolved externs, so
-ptxas runs in relocatable mode (-c) and the link files are listed in the entry.
+ptxas runs in relocatable mode (-c) and the link files are listed in the entry. An arch-specific kernel adds
+a 5th item, its one target, e.g. (9, 0, "a") for wgmma: it is listed only for that compute capability,
+compiled for that target (`.target sm_90a` in its PTX) and recorded with "arch": "sm_90a"; every other entry
+has "arch": None (PTX for the plain target, which later GPUs can JIT). Like every kernel linking CUDA C, its
+CUDA C half is compiled by NVRTC on the node ("link"); numba-cuda picks the sm_90a target there by itself.
 ptxas is optional: where it is missing or fails, "registers" is None and "ptxas" says why; never an error.
 """
 
@@ -27,7 +31,11 @@ _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _TOO_NEW = re.compile(r"Unsupported \.version (\d+\.\d+); current version is '(\d+\.\d+)'")
 
 
-def _ptxas(ptx: str, cc: tuple[int, int], relocatable: bool) -> dict[str, Any]:
+def _sm(cc: tuple[Any, ...]) -> str:
+    return f"sm_{cc[0]}{cc[1]}{cc[2] if len(cc) > 2 else ''}"
+
+
+def _ptxas(ptx: str, cc: tuple[Any, ...], relocatable: bool) -> dict[str, Any]:
     """Register report of one PTX module. NVVM from newer CUDA wheels may stamp a PTX ISA version the local
     ptxas does not know (here 9.5 against ptxas 13.0's 9.0); these kernels use nothing newer, so the report
     is taken from a copy with the older version line, and says so ("ptx_version_lowered")."""
@@ -39,14 +47,14 @@ def _ptxas(ptx: str, cc: tuple[int, int], relocatable: bool) -> dict[str, Any]:
     return res
 
 
-def _ptxas_once(ptx: str, cc: tuple[int, int], relocatable: bool) -> dict[str, Any]:
+def _ptxas_once(ptx: str, cc: tuple[Any, ...], relocatable: bool) -> dict[str, Any]:
     exe = shutil.which("ptxas")
     if exe is None:
         return {"registers": None, "ptxas": "ptxas not found on PATH"}
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx)
-        cmd = [exe, "-v", f"-arch=sm_{cc[0]}{cc[1]}", str(src), "-o", str(Path(tmp) / "k.cubin")]
+        cmd = [exe, "-v", f"-arch={_sm(cc)}", str(src), "-o", str(Path(tmp) / "k.cubin")]
         if relocatable:
             cmd.insert(1, "-c")
         try:
@@ -68,7 +76,7 @@ def _ptxas_once(ptx: str, cc: tuple[int, int], relocatable: bool) -> dict[str, A
     }
 
 
-def compile_one(fn: Any, sig: str, cc: tuple[int, int]) -> str:
+def compile_one(fn: Any, sig: str, cc: tuple[Any, ...]) -> str:
     py = getattr(fn, "py_func", fn)
     # a dispatcher's launch_bounds change register allocation: compile with the same ones
     opts = getattr(fn, "targetoptions", {})
@@ -78,18 +86,25 @@ def compile_one(fn: Any, sig: str, cc: tuple[int, int]) -> str:
     return str(ptx)
 
 
-def compile_all(cc: tuple[int, int]) -> dict[str, dict[str, Any]]:
-    """kernel name -> {"op", "signature", "cc", "ptx", "registers", "shared_bytes", "spill_bytes", "ptxas",
-    "link", "error"}. A kernel that does not compile gets "ptx": None and "error" (one line): the caller (the
-    artifact builder) decides whether that stops the build; one op's failure never hides the others'."""
+def compile_all(cc: tuple[int, int], ops: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+    """kernel name -> {"op", "signature", "cc", "arch", "ptx", "registers", "shared_bytes", "spill_bytes",
+    "ptxas", "link", "error"}. A kernel that does not compile gets "ptx": None and "error" (one line): the
+    caller (the artifact builder) decides whether that stops the build; one op's failure never hides the
+    others'. `ops`: only these ops' kernels (default: every op)."""
     out: dict[str, dict[str, Any]] = {}
     for spec in all_ops().values():
+        if ops is not None and spec.name not in ops:
+            continue
         for entry in spec.ptx_kernels:
             name, fn, sig = entry[0], entry[1], entry[2]
             link = [str(p) for p in entry[3]] if len(entry) > 3 else []
-            info: dict[str, Any] = {"op": spec.name, "signature": sig, "cc": f"{cc[0]}.{cc[1]}", "link": link}
+            target = tuple(entry[4]) if len(entry) > 4 else tuple(cc)
+            if target[:2] != tuple(cc[:2]):
+                continue  # arch-specific code for another GPU: never shipped to, or loaded on, this one
+            info: dict[str, Any] = {"op": spec.name, "signature": sig, "cc": f"{cc[0]}.{cc[1]}", "link": link,
+                                    "arch": _sm(target) if len(entry) > 4 else None}  # fmt: skip
             try:
-                ptx = compile_one(fn, sig, cc)
+                ptx = compile_one(fn, sig, target)
             except Exception as e:  # noqa: BLE001
                 last = str(e).strip().splitlines()
                 info.update(ptx=None, registers=None, error=f"{type(e).__name__}: {last[0] if last else ''}")
@@ -97,6 +112,6 @@ def compile_all(cc: tuple[int, int]) -> dict[str, dict[str, Any]]:
                 continue
             info["ptx"] = ptx
             info["error"] = None
-            info.update(_ptxas(ptx, cc, relocatable=bool(link)))
+            info.update(_ptxas(ptx, target, relocatable=bool(link)))
             out[name] = info
     return out

@@ -1,4 +1,4 @@
-"""gemm: C = A @ B with fp32 accumulation; A [M, K], B [K, N] fp32 or fp16 (row-major), C [M, N] fp32.
+"""gemm: C = A @ B with fp32 accumulation; A [M, K], B [K, N] fp32, fp16 or bf16 (row-major), C [M, N] fp32.
 
 This package owns the matmul kernels; `o_proj` reuses them with its fused epilogue (bias, residual).
 
@@ -6,13 +6,18 @@ Floors (H200): FLOPs 2*M*N*K; bytes (M*K + K*N) * itemsize + 4*M*N. 4096^3: 137 
 2.05 ms at the 66.9 TFLOP/s fp32 FMA peak vs 0.05 ms at 4.1 TB/s: compute-bound by ~40x. fp16 inputs on
 tensor cores are compute-bound too. Measured figures: benchmarks/notes-matmul.md, benchmarks/notes-mma.md.
 
-Three strategies, one contract (`PATHS`):
-  - "portable" (gemm/portable.py): shared-memory tiles, one output per thread; the simulator, and fp16 on
-    GPUs without tensor cores.
+Four strategies, one contract (`PATHS`):
+  - "portable" (gemm/portable.py): shared-memory tiles, one output per thread; the simulator, fp16 on GPUs
+    without tensor cores, and bf16 on GPUs other than cc 9.0.
   - "simt" (gemm/simt.py, fp32): generated register-blocked CUDA-core kernel.
   - "mma" (gemm/mma.py + mma.cu, fp16): tensor cores (mma.sync m16n8k16, fp32 accumulate) through linked
-    CUDA C. Not available under the simulator, which cannot link CUDA C.
-"auto" picks portable under the simulator, mma for fp16 where tensor cores exist, simt for fp32 otherwise.
+    CUDA C, cc >= 8.0. Not available under the simulator, which cannot link CUDA C.
+  - "wgmma" (gemm/wgmma.py + wgmma.cu, fp16 and bf16): Hopper's warpgroup tensor-core instructions, sm_90a
+    code, so cc 9.0 only. Operands it cannot take (K or N not a multiple of 8, unaligned pointers) run on the
+    path auto would take without it (mma for fp16, portable for bf16): `fallback_path`.
+"auto" (`select_path`, a pure function of the device's compute capability and the input dtype): portable
+under the simulator; wgmma for fp16 / bf16 on cc 9.0; mma for fp16 on other cc >= 8.0; portable for fp16
+below that and for bf16 off cc 9.0; simt for fp32. An sm_90a kernel is never compiled or loaded elsewhere.
 
 Host overhead: a launcher call with `out` on device arrays whose layout (shapes, strides, dtypes, 16-byte
 alignment) and path were validated before replays that launch from a `kernels.runtime.launch.FastCache`.
@@ -25,17 +30,18 @@ from typing import Any
 
 import numpy as np
 
-from kernels.ops.gemm import mma, portable, simt
+from kernels.ops.gemm import mma, portable, simt, wgmma
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
-from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
+from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync, Operand
+from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import FastCache, kernel
 
-PATHS = ("auto", "portable", "simt", "mma")
+PATHS = ("auto", "portable", "simt", "mma", "wgmma")
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
 
-_NB = {F32: "float32", F16: "float16"}
+_NB = {F32: "float32", F16: "float16", BF16: "uint16"}  # bf16 kernels take the raw words
 
 
 def _sig(in_dt: np.dtype, out_dt: np.dtype) -> str:
@@ -45,6 +51,8 @@ def _sig(in_dt: np.dtype, out_dt: np.dtype) -> str:
 
 @cache
 def _portable(has_bias: bool, has_res: bool, in_dt: np.dtype, out_dt: np.dtype) -> Any:
+    if in_dt == BF16:
+        return kernel(portable.make_words_kernel(has_bias, has_res, out_dt == BF16), _sig(in_dt, out_dt))
     return kernel(portable.make_kernel(has_bias, has_res), _sig(in_dt, out_dt))
 
 
@@ -52,35 +60,60 @@ _RESOLVED: dict[tuple[str, np.dtype], str] = {}  # (path, input dtype) -> path, 
 
 
 def resolve_path(path: str, in_dtype: np.dtype) -> str:
-    """The path `path` means here: "auto" -> portable under the simulator, mma for fp16 on tensor cores
-    (portable without them), simt for fp32. An explicit path that cannot run here raises ValueError."""
+    """The path `path` means on this device (`select_path` with its compute capability). An explicit path
+    that cannot run here raises ValueError."""
     hit = _RESOLVED.get((path, in_dtype))
     if hit is not None:
         return hit
-    resolved = _resolve_path(path, in_dtype)
+    cc = None if SIMULATED else compute_capability()
+    resolved = select_path(path=path, dtype=in_dtype, cc=cc, simulated=SIMULATED)
     _RESOLVED[(path, in_dtype)] = resolved
     return resolved
 
 
-def _resolve_path(path: str, in_dtype: np.dtype) -> str:
+def select_path(*, path: str, dtype: np.dtype, cc: tuple[int, int] | None, simulated: bool) -> str:
+    """The kernel family `path` means for `dtype` inputs on a device of compute capability `cc` (None: no
+    GPU), or under the simulator: the whole of gemm's selection rule, no device queried. "auto": portable
+    under the simulator; wgmma for fp16 / bf16 on cc 9.0 (sm_90a code runs nowhere else); mma for fp16 on
+    other cc >= 8.0; portable for fp16 below 8.0 and for bf16 off 9.0; simt for fp32. An explicit path that
+    cannot run there raises ValueError naming what it needs."""
     if path not in PATHS:
         raise ValueError(f"path: {path!r} is not a gemm path; allowed: {', '.join(PATHS)}")
+    dt = np.dtype(dtype)
+    if dt not in (F32, F16, BF16):
+        raise TypeError(f"dtype {dt} is not supported; expected one of: float32, float16, bfloat16")
+    tensor_cores = not simulated and cc is not None and tuple(cc) >= (8, 0)
     if path == "auto":
-        if SIMULATED:
+        if simulated:
             return "portable"
-        if in_dtype == F16:
-            return "mma" if mma.available() else "portable"
-        return "simt"
-    if path == "simt" and in_dtype != F32:
-        raise ValueError(f"path: 'simt' needs float32 inputs; got {in_dtype} inputs")
-    if SIMULATED and path == "mma":
-        raise ValueError("path: 'mma' needs a real GPU; under the simulator only 'portable' and 'simt' run")
-    if path == "mma" and (in_dtype != F16 or not mma.available()):
+        if dt == F32:
+            return "simt"
+        if wgmma.supported(cc):
+            return "wgmma"
+        return "mma" if dt == F16 and tensor_cores else "portable"
+    if path == "simt" and dt != F32:
+        raise ValueError(f"path: 'simt' needs float32 inputs; got {dt} inputs")
+    if simulated and path in ("mma", "wgmma"):
         raise ValueError(
-            f"path: 'mma' needs float16 inputs and tensor cores (cc >= 8.0); got {in_dtype} inputs"
-            + ("" if mma.available() else " on a device without them")
+            f"path: {path!r} needs a real GPU; under the simulator only 'portable' and 'simt' run"
+        )
+    if path == "mma" and (dt != F16 or not tensor_cores):
+        raise ValueError(
+            f"path: 'mma' needs float16 inputs and tensor cores (cc >= 8.0); got {dt} inputs"
+            + ("" if tensor_cores else " on a device without them")
+        )
+    if path == "wgmma" and (dt == F32 or not wgmma.supported(cc)):
+        where = "" if wgmma.supported(cc) else f" on a device of cc {cc}"
+        raise ValueError(
+            f"path: 'wgmma' needs float16 or bfloat16 inputs and a cc 9.0 (sm_90a) GPU; "
+            f"got {dt} inputs{where}"
         )
     return path
+
+
+def fallback_path(dtype: np.dtype, cc: tuple[int, int] | None) -> str:
+    """Where operands go that the wgmma tile cannot take (`wgmma.fits`): what auto would pick without it."""
+    return "mma" if np.dtype(dtype) == F16 and cc is not None and tuple(cc) >= (8, 0) else "portable"
 
 
 def run_matmul(
@@ -97,6 +130,16 @@ def run_matmul(
     returns the same launch as a `Replay` for the launcher's FastCache (device operands only)."""
     m, k = a.shape
     n = b.shape[1]
+    if path == "wgmma":
+        ptrs = (a.ptr, b.ptr, out.ptr) + ((bias.ptr,) if bias else ()) + ((res.ptr,) if res else ())
+        if wgmma.fits(m, n, k, ptrs):
+            key = wgmma.key_of(a.dtype, out.dtype != F32, bias is not None, res is not None)
+            wgmma.launch(
+                a=a.ptr, b=b.ptr, bias=bias.ptr if bias else 0, res=res.ptr if res else 0, out=out.ptr,
+                m=m, n=n, k=k, key=key, stream=stream,
+            )  # fmt: skip
+            return _wgmma_replay(a, b, bias, res, out, key) if replay else None
+        path = fallback_path(a.dtype, (9, 0))  # wgmma runs on cc 9.0 only
     if path == "mma":
         mma.launch(
             a=a.ptr, b=b.ptr, bias=bias.ptr if bias else 0, res=res.ptr if res else 0, out=out.ptr,
@@ -149,6 +192,20 @@ def _kernel_replay(bound: Any, bias_ph: int, has_res: bool, has_bias: bool) -> R
     return Replay(lambda p, s=0: go((p[0], p[1], bias_ph, p[2], p[2]), s))
 
 
+def _wgmma_replay(a: Operand, b: Operand, bias: Operand | None, res: Operand | None, out: Operand,
+                  key: wgmma.Key) -> Replay:  # fmt: skip
+    """The wgmma launch packed once. `fits` depends on the shapes and on the pointers' 16-byte alignment,
+    both in the FastCache key, so a replay takes the same kernel."""
+    m, k = a.shape
+    n = b.shape[1]
+    order = (0, 1, 4) + ((3,) if res is not None else ()) + ((2,) if bias is not None else ())
+    bound = wgmma.bind(
+        a=a.ptr, b=b.ptr, bias=bias.ptr if bias else 0, res=res.ptr if res else 0, out=out.ptr,
+        m=m, n=n, k=k, key=key, ptr_args=order,
+    )  # fmt: skip
+    return Replay(bound.launch)
+
+
 def _mma_replay(a: Operand, b: Operand, bias: Operand | None, res: Operand | None, out: Operand) -> Replay:
     """The mma launch as a Replay. With the production tile's `epi` the kernel choice depends on the shapes
     and on whether all five pointers are 16-byte aligned, which the FastCache key holds (shapes, pointers
@@ -187,7 +244,7 @@ def check_matmul_operands(a: Operand, b: Operand, a_name: str = "a", b_name: str
     One comparison chain on the hot path (host overhead); the detailed checks and messages on a miss."""
     dt = a.dtype
     if (
-        (dt is F32 or dt is F16)
+        (dt is F32 or dt is F16 or dt is BF16)
         and b.dtype is dt
         and len(b.shape) == 2
         and a.shape[-1] == b.shape[0]
@@ -197,7 +254,7 @@ def check_matmul_operands(a: Operand, b: Operand, a_name: str = "a", b_name: str
         and b.strides == arrays.c_strides(b.shape, dt.itemsize)
     ):
         return
-    arrays.check_dtype(a, FLOAT_IO)
+    arrays.check_dtype(a, FLOAT_IO_BF16)
     arrays.check_same_dtype(b, a)
     arrays.check_ndim(b, (2,))
     arrays.check_contiguous(a)
@@ -212,7 +269,8 @@ def check_matmul_operands(a: Operand, b: Operand, a_name: str = "a", b_name: str
 
 
 def gemm(a: Any, b: Any, out: Any = None, *, path: str = "auto", stream: int = 0) -> Any:
-    """C = a @ b, fp32 output. a [M, K], b [K, N], both float32 or both float16, C-contiguous.
+    """C = a @ b, fp32 output. a [M, K], b [K, N], both float32, float16 or bfloat16 (ml_dtypes),
+    C-contiguous.
     Returns `out` (a new device array when None; numpy when the inputs are numpy)."""
     if (
         out is not None
@@ -290,7 +348,7 @@ def cublas_gemm_f16_f32(a: Any, b: Any, c: Any) -> None:
 
 
 def _cases(shapes: list[tuple[str, int, int, int]], **extra: int) -> tuple[Case, ...]:
-    dts = ("float32", "float16")
+    dts = ("float32", "float16", "bfloat16")
     return tuple(
         Case(label, {"M": m, "N": n, "K": k, **extra}, dt) for label, m, n, k in shapes for dt in dts
     )
@@ -298,7 +356,15 @@ def _cases(shapes: list[tuple[str, int, int, int]], **extra: int) -> tuple[Case,
 
 def path_for(case: Case) -> str:
     """The path "auto" takes for `case` on this machine (reported by verify/bench)."""
-    return resolve_path("auto", np.dtype(case.dtype))
+    return shape_path(resolve_path("auto", np.dtype(case.dtype)), np.dtype(case.dtype),
+                      case.params["N"], case.params["K"])  # fmt: skip
+
+
+def shape_path(path: str, dtype: np.dtype, n: int, k: int) -> str:
+    """`path` after the wgmma tile's shape rule (device allocations are aligned: only N and K decide)."""
+    if path == "wgmma" and not wgmma.fits(1, n, k, ()):
+        return fallback_path(dtype, (9, 0))
+    return path
 
 
 def _flops(c: Case) -> float:
@@ -323,19 +389,27 @@ def ptx_kernels(op: str, has_bias: bool, has_res: bool, out_same_dtype: bool) ->
     out.append(
         (f"{op}_mma_unaligned_float16", kernels[(out_same_dtype, False)], mma.KERNEL_SIG, (mma.CU_FILE,))
     )
+    # sm_90a kernels: the 5th item is the one target they compile for (kernels.runtime.ptx lists them only
+    # for cc 9.0, compiled for sm_90a, and records them as arch-specific); the name says so too
+    for dt, tag in ((F16, "float16"), (BF16, "bfloat16")):
+        key = wgmma.key_of(dt, out_same_dtype, has_bias, has_res)
+        out.append((f"{op}_wgmma_sm90a_{tag}", wgmma.dispatcher(key), wgmma.KERNEL_SIG, (wgmma.CU_FILE,),
+                    wgmma.ARCH))  # fmt: skip
     return tuple(out)
 
 
 SPEC = register(
     OpSpec(
         name="gemm",
-        dtypes=("float32", "float16"),
+        dtypes=("float32", "float16", "bfloat16"),
         make_problem=_make_problem,
         launch=_spec_launch,
         flops=_flops,
         bytes=_bytes,
         # fp32 accumulation over K <= 4096 lands near 1e-6; TF32 (3e-4) or a wrong tile fails
-        tolerance={"float32": 2e-5, "float16": 1e-4},
+        # bf16: rounded inputs, fp32 accumulation and output: the same error as fp16 (measured ~1e-6)
+        tolerance={"float32": 2e-5, "float16": 1e-4, "bfloat16": 1e-4},
+        elem_tolerance={"bfloat16": 4e-3},
         sim_cases=_cases([("tiny-odd", 19, 23, 17)]),
         # odd (unaligned: scalar-load path of mma) and multiple-of-8 but not of the tile (cp.async zero-fill)
         verify_cases=_cases([("odd", 257, 129, 67), ("edge8", 520, 392, 264)]),

@@ -1,5 +1,5 @@
 """gemm's portable kernel: 16 x 16 shared-memory tiles, one output per thread. Pure numba: it runs under the
-CUDA simulator and on any GPU (fp32 or fp16 inputs)."""
+CUDA simulator and on any GPU (fp32 or fp16 inputs; bf16 through `make_words_kernel`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from functools import cache
 from typing import Any
 
 from numba import cuda, float32
+
+from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
 
 PT = 16  # tile edge; block = PT x PT threads
 PT1 = PT + 1  # padded row (shared-array shapes must be literal constants for numba-cuda on a GPU)
@@ -44,3 +46,40 @@ def make_kernel(has_bias: bool, has_res: bool) -> Any:
             out[row, col] = acc
 
     return portable
+
+
+@cache
+def make_words_kernel(has_bias: bool, has_res: bool, out_words: bool) -> Any:
+    """`make_kernel`'s tile for bf16 operands, which arrive as uint16 words (kernels.primitives.bf16): A, B,
+    bias and res are converted on load; the fp32 sum is rounded to bf16 on store when `out_words` (o_proj),
+    else stored as fp32 (gemm). A separate body, so that the fp32 / fp16 kernels' code stays as it is."""
+
+    @cuda.jit
+    def portable_bf16(a, b, bias, res, out, m, n, k):  # type: ignore[no-untyped-def]
+        sa = cuda.shared.array((PT, PT), float32)
+        sb = cuda.shared.array((PT, PT1), float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        row = cuda.blockIdx.y * PT + ty
+        col = cuda.blockIdx.x * PT + tx
+        acc = float32(0.0)
+        for k0 in range(0, k, PT):
+            ka = k0 + tx
+            sa[ty, tx] = bf16_to_f32(a[row, ka]) if (row < m and ka < k) else float32(0.0)
+            kb = k0 + ty
+            sb[ty, tx] = bf16_to_f32(b[kb, col]) if (kb < k and col < n) else float32(0.0)
+            cuda.syncthreads()
+            for i in range(PT):
+                acc += sa[ty, i] * sb[i, tx]
+            cuda.syncthreads()
+        if row < m and col < n:
+            if has_bias:
+                acc += bf16_to_f32(bias[col])
+            if has_res:
+                acc += bf16_to_f32(res[row, col])
+            if out_words:
+                out[row, col] = f32_to_bf16(acc)
+            else:
+                out[row, col] = acc
+
+    return portable_bf16

@@ -1,0 +1,302 @@
+"""bf16 / wgmma on the H200, side by side with torch in one process: every timed output checked against
+float64 (gemm / o_proj on 64 sampled rows), then a short table last and the full results in $OUT.
+
+    python benchmarks/h200_bf16.py --out DIR      (benchmarks/h200_bf16.sh sets up the stack first)
+
+Anchors: cuBLAS through torch (mm with fp32 output for gemm, addmm for o_proj) and torch eager for the
+memory-bound ops. Timing: CUDA events around each call, ours and torch's interleaved call by call, medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from kernels.ops import cast as cast_op
+from kernels.ops import gemm as gemm_op
+from kernels.ops import o_proj as o_proj_op
+from kernels.ops import residual_add as radd_op
+from kernels.runtime import arrays, device
+from kernels.runtime.arrays import BF16
+
+F16 = np.dtype(np.float16)
+CALLS = 30
+T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
+
+
+def torch_of(host: np.ndarray) -> torch.Tensor:
+    if host.dtype in (BF16, F16):
+        t = torch.from_numpy(np.ascontiguousarray(host).view(np.int16)).cuda()
+        return t.view(torch.bfloat16 if host.dtype == BF16 else torch.float16)
+    return torch.from_numpy(host).cuda()
+
+
+def host_of(t: torch.Tensor) -> np.ndarray:
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).cpu().numpy().view(BF16)
+    return t.cpu().numpy()
+
+
+def timed(fns: dict[str, Callable[[], None]]) -> dict[str, float]:
+    """Median microseconds per call of each fn, the fns interleaved call by call."""
+    ev = {
+        k: [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(CALLS)
+        ]
+        for k in fns
+    }
+    for f in fns.values():
+        f()
+        f()
+    torch.cuda.synchronize()
+    for i in range(CALLS):
+        for k, f in fns.items():
+            ev[k][i][0].record()
+            f()
+            ev[k][i][1].record()
+    torch.cuda.synchronize()
+    return {k: float(np.median([a.elapsed_time(b) * 1e3 for a, b in v])) for k, v in ev.items()}
+
+
+def rel(out: np.ndarray, ref: np.ndarray) -> float:
+    d = out.astype(np.float64) - ref
+    fin = np.isfinite(ref)
+    if not np.isfinite(out.astype(np.float64)[fin]).all():
+        return float("inf")
+    return float(np.linalg.norm(d[fin]) / max(np.linalg.norm(ref[fin]), 1e-300))
+
+
+ROWS: list[dict[str, Any]] = []
+
+
+def record(
+    op: str,
+    dt: str,
+    shape: str,
+    path: str,
+    us: dict[str, float],
+    ref_name: str,
+    flops: float,
+    nbytes: float,
+    errs: dict[str, float],
+    tol: float,
+    peak: float | None,
+    bound: str,
+) -> None:
+    ours = us["ours"]
+    row = {
+        "op": op,
+        "dtype": dt,
+        "shape": shape,
+        "path": path,
+        "ours_us": round(ours, 2),
+        "ref": ref_name,
+        "ref_us": round(us["ref"], 2),
+        "ratio": round(us["ref"] / ours, 3),
+        "ours_tflops": round(flops / ours / 1e6, 1),
+        "ours_gbs": round(nbytes / ours / 1e3, 1),
+        "rel_err": errs["ours"],
+        "ref_rel_err": errs["ref"],
+        "tol": tol,
+        "ok": errs["ours"] <= tol,
+    }
+    if peak:
+        row["sol"] = round((row["ours_tflops"] * 1e3 if bound == "compute" else row["ours_gbs"]) / peak, 3)
+    ROWS.append(row)
+    log(json.dumps(row))
+
+
+def bench_gemm(rng: np.random.Generator, m: int, n: int, k: int, dt: np.dtype, peaks: dict[str, Any]) -> None:
+    a = rng.standard_normal((m, k), dtype=np.float32).astype(dt)
+    b = rng.standard_normal((k, n), dtype=np.float32).astype(dt)
+    da, db = arrays.to_device(a), arrays.to_device(b)
+    dc = arrays.to_device(np.full((m, n), np.nan, np.float32))
+    ta, tb = torch_of(a), torch_of(b)
+    held: dict[str, torch.Tensor] = {}
+    ref_name = "torch.mm(out_dtype=fp32) (cuBLAS)"
+    try:  # the same computation as ours: 16-bit inputs, fp32 accumulate and output
+        torch.mm(ta[:8], tb[:, :8], out_dtype=torch.float32)
+
+        def theirs() -> None:
+            held["c"] = torch.mm(ta, tb, out_dtype=torch.float32)
+    except (TypeError, RuntimeError):  # older torch: 16-bit output (less to write than ours)
+        ref_name = "torch.mm (cuBLAS, 16-bit out)"
+
+        def theirs() -> None:
+            held["c"] = torch.mm(ta, tb)
+
+    fns = {"ours": lambda: gemm_op.gemm(da, db, dc), "ref": theirs}
+    us = timed(fns)
+    rows = rng.choice(m, 64, replace=False)
+    ref = a[rows].astype(np.float64) @ b.astype(np.float64)
+    errs = {"ours": rel(arrays.to_host(dc)[rows], ref), "ref": rel(host_of(held["c"].float())[rows], ref)}
+    path = gemm_op.shape_path(gemm_op.resolve_path("auto", dt), dt, n, k)
+    shape = "4096^3" if m == n == k == 4096 else f"{m}x{n}x{k}"
+    record(
+        "gemm",
+        str(dt),
+        shape,
+        path,
+        us,
+        ref_name,
+        2.0 * m * n * k,
+        (m * k + k * n) * 2 + 4 * m * n,
+        errs,
+        1e-4,
+        peaks.get("fp16_tensor_tflops"),
+        "compute",
+    )
+
+
+def bench_o_proj(
+    rng: np.random.Generator, bs: int, s: int, k: int, n: int, dt: np.dtype, peaks: dict[str, Any]
+) -> None:
+    m = bs * s
+    attn = rng.standard_normal((m, k), dtype=np.float32).astype(dt)
+    w = (rng.standard_normal((k, n), dtype=np.float32) / np.sqrt(k)).astype(dt)
+    res = rng.standard_normal((m, n), dtype=np.float32).astype(dt)
+    d = [arrays.to_device(x) for x in (attn, w, res)]
+    dout = arrays.to_device(np.full((m, n), np.nan, dt))
+    ta, tw, tr = torch_of(attn), torch_of(w), torch_of(res)
+    tout = torch.empty_like(tr)
+    fns = {
+        "ours": lambda: o_proj_op.o_proj(d[0], d[1], d[2], None, dout),
+        "ref": lambda: torch.addmm(tr, ta, tw, out=tout),
+    }
+    us = timed(fns)
+    rows = rng.choice(m, 64, replace=False)
+    ref = attn[rows].astype(np.float64) @ w.astype(np.float64) + res[rows].astype(np.float64)
+    errs = {"ours": rel(arrays.to_host(dout)[rows], ref), "ref": rel(host_of(tout)[rows], ref)}
+    path = gemm_op.shape_path(gemm_op.resolve_path("auto", dt), dt, n, k)
+    record(
+        "o_proj",
+        str(dt),
+        f"{bs}x{s}x{k}",
+        path,
+        us,
+        "torch.addmm (cuBLAS)",
+        2.0 * m * n * k + m * n,
+        (m * k + k * n + 2 * m * n) * 2,
+        errs,
+        1e-3 if dt == F16 else 8e-3,
+        peaks.get("fp16_tensor_tflops"),
+        "compute",
+    )
+
+
+def bench_memory(rng: np.random.Generator, peaks: dict[str, Any]) -> None:
+    shape = (16384, 4096)
+    n = shape[0] * shape[1]
+    x = rng.standard_normal(shape, dtype=np.float32).astype(BF16)
+    r = rng.standard_normal(shape, dtype=np.float32).astype(BF16)
+    dx, dr = arrays.to_device(x), arrays.to_device(r)
+    dout = arrays.to_device(np.full(shape, np.nan, BF16))
+    tx, tr = torch_of(x), torch_of(r)
+    tout = torch.empty_like(tx)
+    us = timed(
+        {"ours": lambda: radd_op.residual_add(dx, dr, dout), "ref": lambda: torch.add(tx, tr, out=tout)}
+    )
+    ref = x.astype(np.float64) + r.astype(np.float64)
+    errs = {"ours": rel(arrays.to_host(dout), ref), "ref": rel(host_of(tout), ref)}
+    record(
+        "residual_add",
+        "bfloat16",
+        "16384x4096",
+        "scalar",
+        us,
+        "torch.add",
+        n,
+        6 * n,
+        errs,
+        4e-3,
+        peaks.get("mem_gbs"),
+        "memory",
+    )
+
+    xf = rng.standard_normal(shape, dtype=np.float32) * np.exp(rng.uniform(-40, 40, shape).astype(np.float32))
+    dxf = arrays.to_device(xf)
+    dcast = arrays.to_device(np.full(shape, np.nan, BF16))
+    txf = torch.from_numpy(xf).cuda()
+    tcast = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+    us = timed({"ours": lambda: cast_op.cast(dxf, dcast), "ref": lambda: tcast.copy_(txf)})
+    ref = xf.astype(BF16).astype(np.float64)
+    ours_h = arrays.to_host(dcast)
+    errs = {"ours": rel(ours_h, ref), "ref": rel(host_of(tcast), ref)}
+    exact = bool(np.array_equal(ours_h.view(np.uint16), xf.astype(BF16).view(np.uint16)))
+    log(f"cast fp32->bf16 bit-exact vs ml_dtypes: {exact}")
+    record(
+        "cast",
+        "float32->bfloat16",
+        "16384x4096",
+        "scalar",
+        us,
+        "tensor.copy_ (to bf16)",
+        n,
+        6 * n,
+        errs,
+        0.0,
+        peaks.get("mem_gbs"),
+        "memory",
+    )
+    ROWS[-1]["ok"] = ROWS[-1]["ok"] and exact
+
+
+def table() -> str:
+    head = (
+        f"{'op':13} {'dtype':18} {'shape':15} {'path':9} {'ours us':>9} {'ref us':>9} {'ratio':>6} "
+        f"{'SOL':>6} {'TF/s':>6} {'GB/s':>7} {'err':>9} ok   reference"
+    )
+    lines = [head]
+    for r in ROWS:
+        lines.append(
+            f"{r['op']:13} {r['dtype']:18} {r['shape']:15} {r['path']:9} "
+            f"{r['ours_us']:9.1f} {r['ref_us']:9.1f} {r['ratio']:6.3f} {r.get('sol', float('nan')):6.3f} "
+            f"{r['ours_tflops']:6.0f} {r['ours_gbs']:7.0f} "
+            f"{r['rel_err']:9.2e} {'ok' if r['ok'] else 'FAIL'} {r['ref']}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(13)
+    peaks = device.peaks()
+    log(f"device {device.describe().get('name')} peaks {peaks}")
+    errors: list[str] = []
+    steps: list[tuple[str, Callable[[], None]]] = []
+    for dt in (BF16, F16):
+        steps += [
+            (f"gemm 4096^3 {dt}", lambda dt=dt: bench_gemm(rng, 4096, 4096, 4096, dt, peaks)),
+            (f"gemm 8192x2560x2560 {dt}", lambda dt=dt: bench_gemm(rng, 8192, 2560, 2560, dt, peaks)),
+            (f"o_proj {dt}", lambda dt=dt: bench_o_proj(rng, 16, 512, 2560, 2560, dt, peaks)),
+        ]
+    steps.append(("memory-bound bf16", lambda: bench_memory(rng, peaks)))
+    for name, fn in steps:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001  (one failure must not hide the other figures)
+            errors.append(f"{name}: {type(e).__name__}: {e}")
+            log(f"ERROR {errors[-1]}")
+    result = {"peaks": peaks, "rows": ROWS, "errors": errors, "device": device.describe()}
+    (args.out / "h200_bf16.json").write_text(json.dumps(result, indent=1, default=str))
+    print(table())
+    print(f"checks: {sum(r['ok'] for r in ROWS)}/{len(ROWS)} ok; errors: {errors}")
+    return 0 if not errors and all(r["ok"] for r in ROWS) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,341 @@
+// Hopper (sm_90a) GEMM on wgmma, linked into a numba kernel (kernels/ops/gemm/wgmma.py):
+//
+//   C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) (+ R[M, N]),   A, B row-major bf16 or fp16, fp32 accumulation,
+//   C fp32 (WG_OUT 0: gemm) or the input type (WG_OUT 1: o_proj); bias (WG_BIAS 1) and R (WG_RES 1) are of
+//   the input type and added in fp32 before the one final rounding.
+//
+// sm_90a only: wgmma exists on no other target (ptxas refuses it for plain sm_90), and the launcher never
+// compiles this file on another architecture. numba ABI: `int f(int* ret, args...)`, pointers as 64-bit
+// integers; no CUDA headers (bf16 / fp16 travel as raw 16-bit words, converted with cvt in inline PTX), so
+// NVRTC needs no include path.
+//
+// Tiling (one configuration per compile, set by #defines in front of this file; the defaults are the
+// production tile, benchmarks/PERF.md):
+//   - a block of 256 threads = 2 warpgroups computes a 128 x WG_BN tile of C; warpgroup g owns rows 64g..64g+63
+//     and issues wgmma.m64n{WG_BN}k16 (A and B both from shared memory), WG_BN / 2 fp32 accumulators per thread;
+//   - K walks in slices of 64 (one 128-byte row of 16-bit values): every slice of A (128 x 64) and B (64 x WG_BN)
+//     is copied global -> shared by all 256 threads with cp.async (16-byte chunks, zero-filled past the edges),
+//     WG_STAGES slices in shared memory, WG_STAGES - 1 - WG_INFLIGHT of them in flight ahead of the math;
+//   - shared memory holds the canonical 128-byte-swizzle layouts of the wgmma descriptors:
+//       A (K-major): row r of the slice at r * 128 bytes, its 16-byte chunk c at ((c ^ (r % 8)) * 16);
+//         8-row groups 1024 bytes apart (SBO = 1024); k-step kk of 16 starts 32 * kk bytes further;
+//       B (N-major): 1024-byte atoms of 8 k-rows x 64 n; atom (n / 64, k / 8) at ((n/64) * 8 + k/8) * 1024,
+//         inside it k-row (k % 8) at 128 bytes each, chunk ((n % 64) / 8) ^ (k % 8); so the stride between
+//         64-wide n blocks is 8 KB (LBO) and between 8-row k groups 1 KB (SBO); k-step kk starts 2 KB further;
+//     every tile starts on a 1024-byte boundary (the swizzle is a function of the address bits 4-9);
+//   - WG_INFLIGHT 1: a k-slice's wgmma group is still running while the next slice's copies are issued
+//     (wgmma.wait_group 1); the slot overwritten is the one read two slices ago;
+//   - epilogue straight from the accumulators: thread (warp w, lane l) of a warpgroup holds, for every n8
+//     column block j, rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1): one 4- or 8-byte store per pair.
+// Requirements (checked by the launcher): K and N multiples of 8, A / B / C / R / bias 16-byte aligned.
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+struct __align__(8) wg_f2 {  // two fp32 in one 8-byte store (no CUDA headers: no float2)
+    float x, y;
+};
+
+#ifndef WG_BN
+#define WG_BN 128
+#endif
+#ifndef WG_STAGES
+#define WG_STAGES 6
+#endif
+#ifndef WG_INFLIGHT
+#define WG_INFLIGHT 1
+#endif
+#ifndef WG_DT
+#define WG_DT 0  // 0: bf16 inputs, 1: fp16
+#endif
+#ifndef WG_OUT
+#define WG_OUT 0  // 0: fp32 output, 1: output in the input type
+#endif
+#ifndef WG_BT
+#define WG_BT 0  // 0: B is [K, N] (N-major in smem, wgmma trans-b 1), 1: B is [N, K] (K-major, a torch weight)
+#endif
+#ifndef WG_RES
+#define WG_RES 0  // 1: add R[M, N] (input type) in the epilogue
+#endif
+#ifndef WG_BIAS
+#define WG_BIAS 0  // 1: add bias[N] (input type) in the epilogue
+#endif
+#ifndef WG_GROUP_M
+#define WG_GROUP_M 8  // tile-rows walked before moving right: those blocks share their B columns in L2
+#endif
+#ifndef WG_NAME
+#define WG_NAME wg_gemm
+#endif
+
+#define WG_BM 128
+#define WG_BK 64
+#define WG_THREADS 256
+#define WG_A_BYTES (WG_BM * WG_BK * 2)
+#define WG_B_BYTES (WG_BK * WG_BN * 2)
+#define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)
+#define WG_ACC (WG_BN / 2)
+#define WG_A_ITERS (WG_BM * WG_BK / 8 / WG_THREADS)  // 16-byte chunks per thread per slice
+#define WG_B_ITERS (WG_BK * WG_BN / 8 / WG_THREADS)
+
+static_assert(WG_BN == 128 || WG_BN == 256, "WG_BN: 128 or 256");
+static_assert(WG_STAGES - 1 - WG_INFLIGHT >= 1, "need at least one slice in flight");
+static_assert(WG_INFLIGHT == 0 || WG_INFLIGHT == 1, "WG_INFLIGHT: 0 or 1");
+static_assert(WG_STAGE_BYTES % 1024 == 0, "stages must keep the 1024-byte alignment of the swizzle");
+
+// the wgmma wrappers: one asm statement each, every accumulator an in-out register operand
+// D[64 x 128] += A[64 x 16] * B[16 x 128], bf16 in, fp32 accumulate; TB 1: B N-major in smem
+template <int TB>
+__device__ __forceinline__ void wg_mma_n128_bf16(float* d, u64 da, u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(1), "n"(TB));
+}
+// D[64 x 128] += A[64 x 16] * B[16 x 128], f16 in, fp32 accumulate; TB 1: B N-major in smem
+template <int TB>
+__device__ __forceinline__ void wg_mma_n128_f16(float* d, u64 da, u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(1), "n"(TB));
+}
+// D[64 x 256] += A[64 x 16] * B[16 x 256], bf16 in, fp32 accumulate; TB 1: B N-major in smem
+template <int TB>
+__device__ __forceinline__ void wg_mma_n256_bf16(float* d, u64 da, u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, p, 1, 1, 0, %131;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(1), "n"(TB));
+}
+// D[64 x 256] += A[64 x 16] * B[16 x 256], f16 in, fp32 accumulate; TB 1: B N-major in smem
+template <int TB>
+__device__ __forceinline__ void wg_mma_n256_f16(float* d, u64 da, u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, p, 1, 1, 0, %131;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(1), "n"(TB));
+}
+
+#if WG_DT == 0
+#if WG_BN == 256
+#define WG_MMA wg_mma_n256_bf16<1 - WG_BT>
+#else
+#define WG_MMA wg_mma_n128_bf16<1 - WG_BT>
+#endif
+#else
+#if WG_BN == 256
+#define WG_MMA wg_mma_n256_f16<1 - WG_BT>
+#else
+#define WG_MMA wg_mma_n128_f16<1 - WG_BT>
+#endif
+#endif
+
+extern __shared__ __align__(1024) unsigned char wg_dyn[];
+
+__device__ __forceinline__ u32 wg_smem(const void* p) {
+    u64 a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (u32)a;
+}
+
+__device__ __forceinline__ void wg_cp16(u32 dst, const void* src, bool pred) {
+    int n = pred ? 16 : 0;  // src-size 0: write 16 zero bytes, read nothing
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ void wg_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void wg_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// cp.async writes through the generic proxy; wgmma reads shared memory through the async proxy
+__device__ __forceinline__ void wg_fence_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void wg_mma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_mma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// ties an accumulator to the program order of the volatile asm around it, so that no read or write of it
+// moves across a wgmma.wait_group (the compiler does not know the wgmma writes it asynchronously)
+__device__ __forceinline__ void wg_fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// shared-memory matrix descriptor: start, leading / stride byte offsets (all >> 4), 128-byte swizzle (1 << 62)
+__device__ __forceinline__ u64 wg_desc(u32 saddr, u32 lbo, u32 sbo) {
+    return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) |
+           ((u64)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ float wg_to_f32(u16 h) {
+#if WG_DT == 0
+    float f;
+    asm("mov.b32 %0, %1;" : "=f"(f) : "r"(((u32)h) << 16));
+    return f;
+#else
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#endif
+}
+
+// (lo, hi) -> one 32-bit word of two 16-bit values, lo in the low half (the lower column)
+__device__ __forceinline__ u32 wg_pack(float lo, float hi) {
+    u32 r;
+#if WG_DT == 0
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+    return r;
+}
+
+// copy K-slice starting at k0 into the stage at shared address `st` (A then B)
+__device__ __forceinline__ void wg_load(u32 st, const u16* A, const u16* B, int M, int N, int K, int m0, int n0,
+                                        int k0, int tid) {
+#pragma unroll
+    for (int j = 0; j < WG_A_ITERS; ++j) {
+        int i = tid + j * WG_THREADS;
+        int r = i >> 3, c = i & 7;
+        int gm = m0 + r, gk = k0 + c * 8;
+        bool ok = gm < M && gk < K;
+        const u16* src = ok ? A + (long long)gm * K + gk : A;
+        wg_cp16(st + r * 128 + ((c ^ (r & 7)) << 4), src, ok);
+    }
+    u32 sb = st + WG_A_BYTES;
+#pragma unroll
+    for (int j = 0; j < WG_B_ITERS; ++j) {
+        int i = tid + j * WG_THREADS;
+#if WG_BT == 0
+        // B[K, N]: k-row kr of the slice, 16-byte chunk cn of its WG_BN columns
+        int kr = i / (WG_BN / 8), cn = i % (WG_BN / 8);
+        int gk = k0 + kr, gn = n0 + cn * 8;
+        bool ok = gk < K && gn < N;
+        const u16* src = ok ? B + (long long)gk * N + gn : B;
+        u32 off = ((cn >> 3) * (WG_BK / 8) + (kr >> 3)) * 1024 + (kr & 7) * 128 + (((cn & 7) ^ (kr & 7)) << 4);
+#else
+        // B[N, K]: row nr of the tile, chunk c of its 64 k
+        int nr = i >> 3, c = i & 7;
+        int gn = n0 + nr, gk = k0 + c * 8;
+        bool ok = gn < N && gk < K;
+        const u16* src = ok ? B + (long long)gn * K + gk : B;
+        u32 off = nr * 128 + ((c ^ (nr & 7)) << 4);
+#endif
+        wg_cp16(sb + off, src, ok);
+    }
+}
+
+extern "C" __device__ int WG_NAME(int* ret, long long a, long long b, long long bias, long long res,
+                                  long long c, long long m, long long n, long long k) {
+    const u16* A = reinterpret_cast<const u16*>(a);
+    const u16* B = reinterpret_cast<const u16*>(b);
+    const int M = (int)m, N = (int)n, K = (int)k;
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;  // warpgroup: rows 64 wg .. 64 wg + 63 of the tile
+
+    // block -> tile, WG_GROUP_M tile-rows at a time
+    const int tiles_m = (M + WG_BM - 1) / WG_BM, tiles_n = (N + WG_BN - 1) / WG_BN;
+    const int pid = blockIdx.x, per_group = WG_GROUP_M * tiles_n;
+    const int first_m = (pid / per_group) * WG_GROUP_M;
+    const int gsz = tiles_m - first_m < WG_GROUP_M ? tiles_m - first_m : WG_GROUP_M;
+    const int tm = first_m + (pid % per_group) % gsz, tn = (pid % per_group) / gsz;
+    const int m0 = tm * WG_BM, n0 = tn * WG_BN;
+
+    const u32 base = (wg_smem(wg_dyn) + 1023u) & ~1023u;  // the launcher asks for 1 KB more than the stages
+    const int KT = (K + WG_BK - 1) / WG_BK;
+
+    float acc[WG_ACC];
+#pragma unroll
+    for (int i = 0; i < WG_ACC; ++i) acc[i] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < WG_STAGES - 1 - WG_INFLIGHT; ++s) {
+        if (s < KT) wg_load(base + s * WG_STAGE_BYTES, A, B, M, N, K, m0, n0, s * WG_BK, tid);
+        wg_cp_commit();
+    }
+
+    for (int kt = 0; kt < KT; ++kt) {
+        wg_cp_wait<WG_STAGES - 2 - WG_INFLIGHT>();  // this thread's copies of slice kt have landed
+        wg_fence_proxy();
+        __syncthreads();  // everyone's have; and every warpgroup is done with the slot refilled below
+        const int pf = kt + WG_STAGES - 1 - WG_INFLIGHT;
+        if (pf < KT) wg_load(base + (pf % WG_STAGES) * WG_STAGE_BYTES, A, B, M, N, K, m0, n0, pf * WG_BK, tid);
+        wg_cp_commit();
+
+        const u32 st = base + (kt % WG_STAGES) * WG_STAGE_BYTES;
+        const u32 sa = st + wg * (64 * 128);
+        const u32 sb = st + WG_A_BYTES;
+#pragma unroll
+        for (int i = 0; i < WG_ACC; ++i) wg_fence_reg(acc[i]);
+        wg_mma_fence();
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; ++kk) {
+            u64 da = wg_desc(sa + kk * 32, 16, 1024);
+#if WG_BT == 0
+            u64 db = wg_desc(sb + kk * 2048, (WG_BK / 8) * 1024, 1024);
+#else
+            u64 db = wg_desc(sb + kk * 32, 16, 1024);
+#endif
+            WG_MMA(acc, da, db);
+        }
+        wg_mma_commit();
+        wg_mma_wait<WG_INFLIGHT>();
+#pragma unroll
+        for (int i = 0; i < WG_ACC; ++i) wg_fence_reg(acc[i]);
+    }
+    wg_mma_wait<0>();
+    wg_cp_wait<0>();
+#pragma unroll
+    for (int i = 0; i < WG_ACC; ++i) wg_fence_reg(acc[i]);
+
+    const int lane = tid & 31, warp = (tid >> 5) & 3;
+    const int row0 = m0 + wg * 64 + warp * 16 + (lane >> 2);
+    const int colb = n0 + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < WG_BN / 8; ++j) {
+        const int col = colb + 8 * j;
+        if (col >= N) continue;  // N % 8 == 0: col < N implies col + 1 < N
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + 8 * h;
+            if (row >= M) continue;
+            float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
+            const long long at = (long long)row * N + col;
+#if WG_BIAS
+            u32 bw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(bias) + col);
+            x += wg_to_f32((u16)(bw & 0xFFFF));
+            y += wg_to_f32((u16)(bw >> 16));
+#endif
+#if WG_RES
+            u32 rw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(res) + at);
+            x += wg_to_f32((u16)(rw & 0xFFFF));
+            y += wg_to_f32((u16)(rw >> 16));
+#endif
+#if WG_OUT == 0
+            wg_f2 v;
+            v.x = x;
+            v.y = y;
+            *reinterpret_cast<wg_f2*>(reinterpret_cast<float*>(c) + at) = v;
+#else
+            *reinterpret_cast<u32*>(reinterpret_cast<u16*>(c) + at) = wg_pack(x, y);
+#endif
+        }
+    }
+    *ret = 0;
+    return 0;
+}
