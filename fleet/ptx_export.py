@@ -30,6 +30,8 @@ def _records(result: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "spill_bytes": info.get("spill_bytes"),
                 "ptxas": info.get("ptxas"),
                 "link": [Path(p).name for p in info.get("link") or []],
+                # "sm_90a" for a kernel that runs on that architecture alone (wgmma); None: any of its cc
+                "arch": info.get("arch"),
             }
         )
     return out

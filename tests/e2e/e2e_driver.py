@@ -3,11 +3,15 @@ controller's ledger (SQLite, read-only) and ansible-runner's kept run artifacts.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +22,30 @@ REPO = Path(__file__).resolve().parents[2]
 # about the fleet machinery, so they verify a small, real subset. Override with SOLFLEET_E2E_VERIFY_OPS.
 VERIFY_OPS = os.environ.get("SOLFLEET_E2E_VERIFY_OPS", "residual_add")
 CLI_TIMEOUT_S = 600
+
+
+def retag(src: Path, dst: Path, version: str, mutate: Callable[[Path], None] | None = None) -> Path:
+    """A copy of a real artifact with MANIFEST version `version` (and `mutate` applied, files re-hashed): a
+    valid artifact of another version without another `solfleet build` (which costs a PTX compile)."""
+    work = dst.with_suffix(".d")
+    shutil.rmtree(work, ignore_errors=True)
+    with tarfile.open(src, "r:gz") as archive:
+        archive.extractall(work, filter="data")
+    if mutate:
+        mutate(work)
+    manifest = json.loads((work / "MANIFEST.json").read_text())
+    manifest["version"] = version
+    manifest["files"] = {
+        str(p.relative_to(work)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(work.rglob("*"))
+        if p.is_file() and p.name != "MANIFEST.json"
+    }
+    (work / "MANIFEST.json").write_text(json.dumps(manifest, sort_keys=True))
+    with tarfile.open(dst, "w:gz") as archive:
+        for path in sorted(work.rglob("*")):
+            archive.add(path, str(path.relative_to(work)), recursive=False)
+    shutil.rmtree(work)
+    return dst
 
 
 @dataclass(frozen=True)

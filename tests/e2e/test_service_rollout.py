@@ -7,24 +7,21 @@ the release it had, whose service never stopped answering."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import signal
 import socket
-import tarfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from e2e_driver import E2EFleet
+from e2e_driver import E2EFleet, retag
 from sshd_fleet import SshdFleet, sshd_missing_reason
 
 th = pytest.importorskip("tritonclient.http")
@@ -39,29 +36,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def retag(src: Path, dst: Path, version: str, mutate: Callable[[Path], None] | None = None) -> Path:
-    """A copy of a real artifact with MANIFEST version `version` (and `mutate` applied, files re-hashed)."""
-    work = dst.with_suffix(".d")
-    shutil.rmtree(work, ignore_errors=True)
-    with tarfile.open(src, "r:gz") as archive:
-        archive.extractall(work, filter="data")
-    if mutate:
-        mutate(work)
-    manifest = json.loads((work / "MANIFEST.json").read_text())
-    manifest["version"] = version
-    manifest["files"] = {
-        str(p.relative_to(work)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(work.rglob("*"))
-        if p.is_file() and p.name != "MANIFEST.json"
-    }
-    (work / "MANIFEST.json").write_text(json.dumps(manifest, sort_keys=True))
-    with tarfile.open(dst, "w:gz") as archive:
-        for path in sorted(work.rglob("*")):
-            archive.add(path, str(path.relative_to(work)), recursive=False)
-    shutil.rmtree(work)
-    return dst
 
 
 def fail_self_test(d: Path) -> None:
