@@ -174,15 +174,24 @@ CATALOGUE: dict[str, dict[str, Any]] = {
 }
 
 
+# Ops deliberately not served yet, each with why: the service's codec has no BF16 tensors (KServe v2 names
+# the datatype, but host copies of bf16 need uint16 views end to end). Served dtypes are the declarations'.
+NOT_SERVED: dict[str, str] = {
+    "cast_bf16": "its output is bf16, which the service's tensor codec does not carry yet"
+}
+
+
 def catalogue(ops: Mapping[str, OpSpec]) -> dict[str, Model]:
-    """A Model for every registered op; an op with no declaration here is an error at start-up, not a
-    model that 500s on its first request."""
-    missing = sorted(set(ops) - set(CATALOGUE))
+    """A Model for every registered op but NOT_SERVED; an op with no declaration here is an error at
+    start-up, not a model that 500s on its first request."""
+    missing = sorted(set(ops) - set(CATALOGUE) - set(NOT_SERVED))
     if missing:
         raise RuntimeError(
             f"no serving declaration for op(s) {', '.join(missing)} in kernels/serve/models.py"
         )
-    return {name: Model(name=name, spec=ops[name], **CATALOGUE[name]) for name in sorted(ops)}
+    return {
+        name: Model(name=name, spec=ops[name], **CATALOGUE[name]) for name in sorted(ops) if name in CATALOGUE
+    }
 
 
 def nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:

@@ -23,14 +23,26 @@ def test_declaration_matches_make_problem(op: str) -> None:
     """For every registry case, the plan of the problem's inputs yields exactly the problem's outputs (and,
     for in-place ops, its modified inputs) with their shapes and dtypes."""
     spec = all_ops()[op]
+    checked = 0
     for case in spec.sim_cases:
         prob = spec.make_problem(case, np.random.default_rng(0))
+        if any(a.dtype not in V2_OF for a in prob.inputs.values()):
+            continue  # bf16 cases: the service's codec does not carry bf16 yet (models.NOT_SERVED says why)
+        checked += 1
         declared = {n: (a.shape, V2_OF[a.dtype]) for n, a in prob.inputs.items()}
         p = plan(MODELS[op], declared, prob.scalars, memory_limit=GIB)
         want = {n: (tuple(s), np.dtype(d)) for n, (s, d) in prob.outputs.items()}
         want.update({n: (prob.inputs[n].shape, prob.inputs[n].dtype) for n in prob.inplace})
         assert p.outputs == want
         assert set(p.scalars) == set(prob.scalars)
+    assert checked, f"no case of {op} in a dtype the service serves"
+
+
+def test_every_op_is_served_or_says_why_not() -> None:
+    from kernels.serve.models import NOT_SERVED
+
+    assert set(MODELS) | set(NOT_SERVED) == set(all_ops())
+    assert not set(MODELS) & set(NOT_SERVED)
 
 
 def test_shape_mismatch_names_the_dimension() -> None:
