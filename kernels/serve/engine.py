@@ -2,8 +2,9 @@
 device state (a device error makes the instance not ready until it is restarted).
 
 Compute runs on a pool of `max_concurrency` threads. Each binds the instance's device in its own context
-stack (numba keeps one per thread). Under the CUDA simulator launches are serialised: the simulator swaps
-module globals while a kernel runs and is not safe to enter from two threads.
+stack (numba keeps one per thread). Device calls are serialised per instance (`_device_lock`): the
+launchers are not safe to enter from two threads (shared parameter blocks, graph capture), and neither is
+the CUDA simulator, which swaps module globals while a kernel runs.
 
 Retry rule: only a transient failure before any result exists (the device was out of memory while the
 inputs were staged or the outputs allocated) is retried, after freeing numba's deferred deallocations, and
@@ -61,7 +62,12 @@ class Engine:
         self.testing = cfg.service.testing
         self._faults_left = {(f.op, f.kind): f.count for f in self.testing.faults}
         self._fault_lock = threading.Lock()
-        self._sim_lock = threading.Lock() if SIMULATED else None
+        # One device call at a time per instance, on a GPU as in the simulator. The launchers keep shared
+        # parameter blocks and capture CUDA graphs on repeat calls: two threads in them at once overwrite each
+        # other's arguments, and a capture in one thread makes another's cuCtxSynchronize fail with
+        # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (seen on the H200 at concurrency 8, benchmarks/PERF.md).
+        # Concurrency still overlaps decoding, admission and copies' host side; the device runs one op.
+        self._device_lock = threading.Lock()
         self.failed: str | None = None  # why the device is no longer trusted
         # called with (used, total) bytes at most once a second, from a compute thread
         self.memory_sink: Callable[[int, int], None] | None = None
@@ -104,10 +110,7 @@ class Engine:
         while True:
             t0 = time.perf_counter()
             try:
-                if self._sim_lock is not None:
-                    with self._sim_lock:
-                        outs = self._once(model.spec, plan, host)
-                else:
+                with self._device_lock:
                     outs = self._once(model.spec, plan, host)
                 dt = time.perf_counter() - t0
                 self._sample_memory()
