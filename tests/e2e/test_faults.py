@@ -270,10 +270,26 @@ def test_03_sigkill_leaves_no_orphan_and_reconcile_returns_the_baseline(ff: Faul
 
 
 # -- 4, 6, 10: a re-run after a kill, with a node-local fault (a full disk) ----------------------------
-def fill(ff: Faults, node: str) -> Path:
-    filler = ff.root(node) / "filler"
-    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1M"], capture_output=True, check=False)
-    return filler
+def align_journal(ff: Faults, node: str, page: int = 4096) -> None:
+    """Pad the node's journal with one well-formed line (an event nothing reads) so that it ends exactly on
+    a tmpfs page: an append then needs a new page, which a full disk cannot give. Without it a short append
+    lands in the last page's slack and a "full" disk still takes it."""
+    journal = ff.root(node) / "journal.jsonl"
+    empty = '{"event": "pad", "detail": ""}\n'
+    need = -journal.stat().st_size % page
+    if need < len(empty):
+        need += page
+    with journal.open("a") as fh:
+        fh.write(empty.replace('""', '"' + "x" * (need - len(empty)) + '"'))
+    assert journal.stat().st_size % page == 0
+
+
+def fill(ff: Faults, node: str) -> list[Path]:
+    """Fill `node`'s tmpfs to the last byte (a big file, then a small-block one for the rest)."""
+    fillers = [ff.root(node) / "filler-1M", ff.root(node) / "filler-4k"]
+    for filler, bs in zip(fillers, ("1M", "4k"), strict=True):
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", f"bs={bs}"], capture_output=True, check=False)
+    return fillers
 
 
 def test_04_06_kill_then_rerun_with_a_full_disk_returns_everyone_and_rollback_goes_back_once(
@@ -296,6 +312,10 @@ def test_04_06_kill_then_rerun_with_a_full_disk_returns_everyone_and_rollback_go
         assert_truthful(ff, ExitCode.OK)
         # 6: a plain rollback after the automatic undo goes one step back (to the baseline's previous),
         # never forward onto the release the policy just rejected; the full node refuses before switching
+        # the failed push freed what its temp file had taken: fill the disk again, to the last byte, with
+        # the journal ending on a page boundary, so its next line needs a page the disk no longer has
+        align_journal(ff, FULL)
+        fill(ff, FULL)
         journal_before = ff.journal(FULL)
         back = ff.cli("rollback", "--yes")
         assert back.rc == ExitCode.OPERATION_FAILED, back.output[-3000:]
@@ -315,7 +335,8 @@ def test_04_06_kill_then_rerun_with_a_full_disk_returns_everyone_and_rollback_go
             ).fetchone()
         assert tuple(row) == ("refused", before[FULL][0], before[FULL][0]), tuple(row)
     finally:
-        filler.unlink(missing_ok=True)
+        for path in filler:
+            path.unlink(missing_ok=True)
     assert_truthful(ff, ExitCode.SPLIT)  # the full node stayed, the others went back: as recorded
     ff.restore(before)
     assert_truthful(ff, ExitCode.OK)
