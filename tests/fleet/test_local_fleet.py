@@ -138,10 +138,12 @@ def test_failed_batch_policy(tmp_path: Path, two_versions: tuple[Path, Path], po
     assert current("n3") == "releases/1.0.0"  # never touched past its failure
     if policy == "rollback_fleet":
         assert op["status"] == "rolled_back"
-        assert outcomes[("undo to 1.0.0", "n1")] == ("rolled_back", "2.0.0", "1.0.0")
-        assert outcomes[("undo to 1.0.0", "n2")] == ("rolled_back", "2.0.0", "1.0.0")
+        # back to the baseline; n3, never moved, is left alone (no undo row for it)
+        assert outcomes[("undo", "n1")] == ("rolled_back", "2.0.0", "1.0.0")
+        assert outcomes[("undo", "n2")] == ("rolled_back", "2.0.0", "1.0.0")
+        assert ("undo", "n3") not in outcomes
         assert current("n1") == current("n2") == "releases/1.0.0"
     else:
-        assert op["status"] == "failed" and "on_failure=halt left 2 activated host(s)" in op["message"]
+        assert op["status"] == "failed" and "on_failure=halt: hosts left where they are" in op["message"]
         assert not any(step.startswith("undo") for step, _ in outcomes)
         assert current("n1") == current("n2") == "releases/2.0.0"
