@@ -39,6 +39,8 @@ class SpecError(UsageError):
     """A fleet spec field is wrong. Renders as `<file>: <field path>: <bad value> ...; allowed: ...`."""
 
     def __init__(self, field: str, value: object, allowed: str, *, source: str = "fleet spec") -> None:
+        # a field path is built from the spec's own keys, which may hold a newline: keep the error one line
+        field = field if field.isprintable() else repr(field)
         self.field = field
         self.value = value
         self.allowed = allowed

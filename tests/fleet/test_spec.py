@@ -138,7 +138,7 @@ MISTAKES = [
         "gates.min_sol",
         {"gemm": {"float8": 0.5}},
         "gates.min_sol.gemm.float8",
-        "gemm has dtypes float16, float32",
+        "gemm has dtypes bfloat16, float16, float32",
     ),  # fmt: skip
     (
         "min_sol per-dtype out of range",
