@@ -117,7 +117,9 @@ def wrap_health(d: Path, why: str, body: str) -> None:
     path = d / "kernels" / "harness" / "health.py"
     path.write_text(
         path.read_text()
-        + f"\n\n_real_run = run\n\n\ndef run():  # injected by test_node_module: {why}\n{body}"
+        + f"\n\n_original_run = run\n\n\ndef run(*args, **kwargs):  # injected by test_node_module: {why}\n"
+        + "    def _real_run():\n        return _original_run(*args, **kwargs)\n\n"
+        + body
     )
 
 
@@ -292,7 +294,9 @@ def test_health_failure_after_activation_restores_prior_release(
             "this release is unhealthy once activated",
             "    report = _real_run()\n"
             "    report['ok'] = False\n"
-            "    report['checks'].append({'name': 'injected', 'ok': False, 'detail': 'broken'})\n"
+            "    report['checks'].append(\n"
+            "        {'name': 'injected', 'status': 'failed', 'ok': False, 'detail': 'broken'}\n"
+            "    )\n"
             "    return report\n",
         )
 
@@ -341,9 +345,11 @@ def test_rollback_runs_health_and_an_unhealthy_node_stays_on_the_target(
             "unhealthy while <root>/unhealthy exists",
             "    from pathlib import Path\n"
             "    report = _real_run()\n"
-            "    if (Path(__file__).resolve().parents[3] / 'unhealthy').exists():\n"
+            "    if (Path(__file__).resolve().parents[4] / 'unhealthy').exists():\n"
             "        report['ok'] = False\n"
-            "        report['checks'].append({'name': 'injected', 'ok': False, 'detail': 'marker'})\n"
+            "        report['checks'].append(\n"
+            "            {'name': 'injected', 'status': 'failed', 'ok': False, 'detail': 'marker'}\n"
+            "        )\n"
             "    return report\n",
         )
 
@@ -424,10 +430,13 @@ def test_prune_keeps_current_previous_and_the_newest(tmp_path: Path, built: dict
             tmp_path, "deploy.yml", {"n1": root}, **deploy_vars(version, artifact, solfleet_keep_releases=2)
         )
         assert result.status == "successful", result.messages
-    assert sorted(p.name for p in (root / "releases").iterdir()) == ["3.2.0", "3.3.0"]
+    # keep_releases 2, plus the previous this last deploy found (3.1.0): the rollout's baseline previous,
+    # which an undo to the baseline restores, stays until a later deploy; 3.0.0 is gone
+    assert sorted(p.name for p in (root / "releases").iterdir()) == ["3.1.0", "3.2.0", "3.3.0"]
     assert os.readlink(root / "current") == "releases/3.3.0"
     assert os.readlink(root / "previous") == "releases/3.2.0"
     assert sorted(p.name for p in (root / "artifacts").iterdir()) == [
+        "solfleet-ops-3.1.0.tar.gz",
         "solfleet-ops-3.2.0.tar.gz",
         "solfleet-ops-3.3.0.tar.gz",
     ]
