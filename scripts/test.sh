@@ -9,4 +9,7 @@ echo "== ruff";          .venv/bin/ruff check kernels fleet tests playbooks benc
                           .venv/bin/ruff format --check kernels fleet tests playbooks benchmarks
 echo "== mypy";          .venv/bin/mypy
 echo "== ansible-lint";  (cd playbooks && ../.venv/bin/ansible-lint --offline -q .)
-echo "== pytest";        .venv/bin/pytest "$@"
+# Test files run on parallel workers, one file per worker at a time (its module-scoped sshd fleet stays on
+# it). Most of an e2e test's time is spent waiting on ssh and ansible-playbook processes, so more workers
+# than cores still pays; SOLFLEET_TEST_WORKERS=0 runs everything in this process.
+echo "== pytest";        .venv/bin/pytest -n "${SOLFLEET_TEST_WORKERS:-3}" --dist loadfile "$@"

@@ -102,13 +102,12 @@ def test_cli_unknown_op_is_one_line_exit_2():  # type: ignore[no-untyped-def]
     assert len(lines) == 1 and "unknown op(s) nope" in lines[0] and "allowed:" in lines[0]
 
 
-@pytest.mark.skipif(not SIMULATED, reason="times the simulator run the fleet does on every deploy")
-def test_full_simulated_verify_is_fast():  # type: ignore[no-untyped-def]
-    import time
-
-    t0 = time.perf_counter()
+@pytest.mark.skipif(not SIMULATED, reason="the simulator run the fleet does on every simulated deploy")
+def test_full_simulated_verify_passes_every_op():  # type: ignore[no-untyped-def]
+    # What a simulated node runs on every deploy: every op, every case. How long it takes is measured by
+    # benchmarks/bench.py, not asserted here (a timed assert fails on a busy machine, not on slow code).
     p = _cli("verify", "--json")
-    took = time.perf_counter() - t0
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    assert json.loads(p.stdout)["ok"] is True
-    assert took < 30, f"simulated verify of every op took {took:.1f} s"
+    report = json.loads(p.stdout)
+    assert report["ok"] is True
+    assert {r["op"] for r in report["results"]} >= {"residual_add", "rmsnorm", "gemm"}, report
