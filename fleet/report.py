@@ -18,7 +18,7 @@ from fleet.ledger import HostRecord, Operation
 from fleet.operation import FAILED_OUTCOMES, PHASES, OperationReport, ProgressFactory
 from fleet.plan import Plan
 from fleet.runner import HostProgress, HostStatus, ProgressSink
-from fleet.status import FleetStatus
+from fleet.status import FleetStatus, NodeStatus
 
 # Every string that comes from a spec, a node or the ledger goes through escape(): rich would read a `[/]`
 # in a node path or a message as markup and crash the report (and every later `history`).
@@ -164,9 +164,20 @@ def print_operation(out: Console, report: OperationReport) -> None:
         out.print(f"  run artifacts: {escape(str(report.artifacts))}")
 
 
+def _stack_cell(n: NodeStatus) -> str:
+    """current's stack id; marked when it is not the spec's (a deploy of another stack's artifact, or a spec
+    whose pins moved since), and when the node has no runtime provisioned for it."""
+    if not n.stack_id:
+        return "-"
+    cell = escape(n.stack_id[:12])
+    if n.spec_stack_id and n.stack_id != n.spec_stack_id:
+        cell += f" [yellow](spec {escape(n.spec_stack_id[:12])})[/]"
+    return cell
+
+
 def print_status(out: Console, fleet: FleetStatus) -> None:
     t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for col in ("node", "current", "sha", "previous", "releases", "last event", "desired", "drift"):
+    for col in ("node", "current", "sha", "stack", "previous", "releases", "last event", "desired", "drift"):
         t.add_column(col, overflow="fold")
     for n in fleet.nodes:
         ev = n.last_event or {}
@@ -184,6 +195,7 @@ def print_status(out: Console, fleet: FleetStatus) -> None:
             escape(n.name + sim),
             current,
             escape((n.current_sha or "-")[:12]),
+            _stack_cell(n),
             escape(n.previous or "-"),
             escape(", ".join(n.releases) or "-"),
             escape(last),

@@ -44,6 +44,9 @@ class NodeStatus:
     expected_sha: str | None = None  # the ledger's sha256 for that version
     suspect: str | None = None  # why current is suspect (a failed re-check)
     lease: Mapping[str, Any] | None = None  # the rollout lease the node holds now, if any
+    stack_id: str | None = None  # the stack current was built for (its MANIFEST); None when no answer
+    runtimes: list[str] | None = None  # stack ids of the runtimes provisioned on the node
+    spec_stack_id: str | None = None  # the spec's stack id, for comparison (informational: nodes check pins)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -181,6 +184,9 @@ def fleet_status(
                 expected_sha=expected,
                 suspect=sf.get("current_suspect") if ok else None,
                 lease=sf.get("lease") if ok else None,
+                stack_id=sf.get("current_stack_id") if ok else None,
+                runtimes=list(sf.get("runtimes") or []) if ok else None,
+                spec_stack_id=spec.stack_id,
             )
         )
     return FleetStatus(nodes=out, unfinished=unfinished)

@@ -211,6 +211,26 @@ class NodeLayout:
         record = read_json(self.lease_path)
         return record if isinstance(record, dict) else None
 
+    def release_stack_id(self, version: str | None) -> str | None:
+        """The stack id a release was built for (its MANIFEST.json `stack_id`), or None."""
+        if not version:
+            return None
+        try:
+            with open(os.path.join(self.release_dir(version), "MANIFEST.json"), encoding="utf-8") as fh:
+                sid = json.load(fh).get("stack_id")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return sid if isinstance(sid, str) else None
+
+    def runtime_stack_ids(self) -> list[str]:
+        """Stack ids of the runtimes provisioned under <root>/runtimes (each `runtimes/<id>/bin/python`)."""
+        base = os.path.join(self.root, "runtimes")
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return []
+        return sorted(n for n in names if os.path.exists(os.path.join(base, n, "bin", "python")))
+
     def release_names(self) -> list[str]:
         """Every complete (non-partial) release directory name, unsorted."""
         try:
@@ -342,6 +362,9 @@ class NodeLayout:
             "simulated": self.simulated,
             # sha256 of the artifact each complete release came from: one version, one artifact, fleet-wide
             "current_sha": self.release_sha(current),
+            # the stack current was built for, and the runtimes provisioned here (status shows both)
+            "current_stack_id": self.release_stack_id(current),
+            "runtimes": self.runtime_stack_ids(),
             "release_shas": {n: self.release_sha(n) for n in sorted(self.release_names())},
             "current_suspect": (self.suspect() or {}).get("reason"),
             "lease": self.lease(),

@@ -157,6 +157,9 @@ def test_status_json_agrees_with_node_filesystems(e2e: E2EFleet) -> None:
         current = record["current"]
         assert record["current_verified"] is bool(current and e2e.verified(node, current))
         assert record["drift"] != "unverified" or not record["current_verified"]
+        # the stack current was built for, as its MANIFEST on the node says
+        manifest = json.loads((e2e.root(node) / "releases" / current / "MANIFEST.json").read_text())
+        assert record["stack_id"] == manifest["stack_id"] and record["spec_stack_id"], record
         last = e2e.journal(node)[-1]
         assert record["last_event"]["event"] == last["event"]
         assert record["last_event"]["version"] == last["version"]
