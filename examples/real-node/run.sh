@@ -165,10 +165,16 @@ try:
     second = json.loads(again[again.index("{"):again.rindex("}") + 1])
 except ValueError:
     second = None
+import glob, os
+gates = []
+for path in sorted(glob.glob(f"{out}/rollouts/*/report.json")):
+    rep = json.load(open(path))
+    for g in rep.get("gates") or []:
+        gates.append({"rollout": rep.get("id"), "version": rep.get("version"), **g})
 status = json.load(open(f"{out}/status.json")) if open(f"{out}/status.json").read().strip() else None
 ok = all(s["rc"] == s["expected_rc"] for s in steps)
 report = {"ok": ok, "total_s": total, "steps": steps, "v3_refusal": reason, "health": health_json,
-          "fleet_health": fleet_health_json,
+          "fleet_health": fleet_health_json, "gates": gates,
           "second_provision": second, "status": status}
 json.dump(report, open(f"{out}/report.json", "w"), indent=1)
 journal = open(f"{out}/journal.jsonl").read()
@@ -178,6 +184,9 @@ with open(f"{out}/report.md", "w") as md:
     for s in steps:
         md.write(f"| {s['step']} | {s['rc']} | {s['expected_rc']} | {s['seconds']} |\n")
     md.write(f"\n## V3 refused because\n\n```\n{reason}\n```\n\n## health\n\n```json\n{json.dumps(health_json, indent=1)}\n```\n")
+    md.write("\n## performance gates (each rollout's report.json)\n\n| version | gate | op | dtype | case | verdict | detail |\n|---|---|---|---|---|---|---|\n")
+    for g in gates:
+        md.write("| " + " | ".join(str(g.get(k, "")) for k in ("version", "gate", "op", "dtype", "case", "verdict", "detail")) + " |\n")
     md.write(f"\n## second provision\n\n```json\n{json.dumps(second, indent=1)}\n```\n")
     md.write(f"\n## status\n\n```json\n{json.dumps(status, indent=1)}\n```\n\n## node journal\n\n```\n{journal}```\n")
 print(f"{'step':18} {'rc':>3} {'want':>4} {'s':>7}")
@@ -185,5 +194,7 @@ for s in steps:
     flag = "" if s["rc"] == s["expected_rc"] else "  <-- unexpected"
     print(f"{s['step']:18} {s['rc']:>3} {s['expected_rc']:>4} {s['seconds']:>7}{flag}")
 print(f"V3 refused: {reason[:200]}")
+for g in gates:
+    print(f"gate {g.get('version')} {g.get('gate')} {g.get('op')} {g.get('dtype')}: {g.get('verdict')} {str(g.get('detail', ''))[:90]}")
 print(f"total {total} s; all as expected: {ok}; report: {out}/report.md")
 PY
