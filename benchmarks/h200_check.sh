@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The H200 check after the kernels-tree refactor, from the repository root, in under 7 minutes (the step
-# timeouts: 30 + 110 + 140 + 30 + 200 = 510 s):
+# The H200 check after the kernels-tree refactor, from the repository root, in under 10 minutes (the step
+# timeouts: 30 + 200 + 140 + 30 + 200 = 600 s; H200_CHECK_VERIFY=0 skips step 2 when the real-node run has
+# just verified every op on this GPU):
 #   1. a venv over the image's packages with the carried numpy 2.4 (numpy 2.5 breaks numba-cuda: FACTS.md),
 #   2. verify at the GPU verification shapes (and the NaN / inf special cases), 3. pytest -m gpu tests/kernels,
 #   then tests/kernels/test_views.py (strided views refused, misaligned ones on the scalar kernels),
@@ -19,10 +20,13 @@ PY="$PWD/.venv-h200/bin/python"
 export PYTHONPATH="$PWD"
 $PY -c "import numpy, numba_cuda; print('numpy', numpy.__version__)" | tee "$OUT/versions.txt"
 echo "== verify (GPU verification shapes)"
-timeout 110 $PY -m kernels verify --shapes verify --json > "$OUT/verify.json"; v=$?
+v=skipped
+if [ "${H200_CHECK_VERIFY:-1}" != 0 ]; then
+timeout 200 $PY -m kernels verify --shapes verify --json > "$OUT/verify.json"; v=$?
 $PY -c "import json,sys; d=json.load(open('$OUT/verify.json')); bad=[r for r in d['results'] if not r['ok']]; \
 print('verify', 'PASS' if d['ok'] else 'FAIL', len(d['results']), 'cases'); [print('  ', r['op'], r['dtype'], r['case'], r.get('error')) for r in bad]; \
 print('   worst elem_err:', max((r.get('elem_err') or 0) for r in d['results']))"
+fi
 echo "== pytest -m gpu tests/kernels"
 timeout 140 $PY -m pytest -q -m gpu tests/kernels -p no:cacheprovider > "$OUT/pytest-gpu.txt" 2>&1; t=$?
 tail -n 3 "$OUT/pytest-gpu.txt"

@@ -133,6 +133,12 @@ step status 0 "${CLI[@]}" status --json
 
 "${CLI[@]}" status --json >"$OUT/status.json" 2>>"$LOG"
 "${CLI[@]}" status >"$OUT/status.txt" 2>&1
+# V1's verify (every op, GPU verification shapes, NaN/inf cases) and bench records, as the node kept them
+for v in 1.0.0 1.1.0; do
+  for f in verify bench; do
+    cp "$W/node/releases/$v/verify/$f.json" "$OUT/$f-$v.json" 2>/dev/null || true
+  done
+done
 # each rollout's own report (plan, batches, phase timings, gates with their figures, health, undo)
 for d in "$W"/work/fleets/*/runs/*/; do
   [ -f "$d/report.json" ] && mkdir -p "$OUT/rollouts/$(basename "$d")" && cp "$d"/report.* "$OUT/rollouts/$(basename "$d")/"
