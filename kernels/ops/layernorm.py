@@ -3,7 +3,7 @@
 Floors per row of n: 8n FLOP; bytes = 2 * n * itemsize (x read once, out written once; weight and bias are
 2n elements shared by every row). Bandwidth-bound.
 Kernels, one block of 256 threads per row, as rmsnorm:
-  - `_layernorm_reg` (rows of up to BLOCK * PER = 4096): the row sits in registers, so the variance is the
+  - `_make_reg` (rows of up to BLOCK * PER = 4096): the row sits in registers, so the variance is the
     exact two-pass E[(x - mean)^2] at the cost of one more block reduction, no extra memory traffic.
   - `_layernorm_vec` (same rows when x, weight, bias, out are 16-byte aligned and a row is a multiple of 16
     bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector).
@@ -11,10 +11,14 @@ Kernels, one block of 256 threads per row, as rmsnorm:
     row, one two-sum reduction of x - x[row, 0], and an output stage in packed halves whose weight / bias
     loads are batched ahead of the stores. fp32 takes the vector kernel on "auto" too. The measurements
     behind both choices, and the kernels that lost, are in benchmarks/notes-memory.md.
-  - `_layernorm_kernel` (longer rows): pass 1 accumulates the sum and the sum of squares of (x - k) with
+  - `_make_stream` (longer rows): pass 1 accumulates the sum and the sum of squares of (x - k) with
     k = x[i, 0]: shifting by a sample of the row keeps var = E[(x-k)^2] - E[x-k]^2 free of the catastrophic
     cancellation the unshifted formula suffers when |mean| >> std, in a single read of the row. Pass 2
     re-reads the row from L1/L2 and writes.
+  - bf16 (`ml_dtypes.bfloat16`, the same dtype as residual_add / cast): the register and streaming kernels
+    above, built from the same bodies with kernels.ops.rows.WORDS: uint16 words widened exactly to fp32,
+    fp32 arithmetic, one round to nearest even on the store (NaN stays NaN). No vector kernel yet: "auto"
+    takes the register kernel (streaming for rows past BLOCK * PER), "vector" is refused.
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from kernels.ops.rows import (
+    BF16_ELEM_TOL,
+    BF16_TOL,
     Half2Rows,
     RowConfig,
+    RowIO,
     RowKernels,
     VectorRows,
     row_cases,
@@ -56,104 +63,116 @@ from kernels.primitives.vector import (
 )
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
-from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
+from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync
 from kernels.runtime.launch import FastCache
 
 
-@cuda.jit
-def _layernorm_kernel(x, w, b, out, eps):  # type: ignore[no-untyped-def]
-    smem = cuda.shared.array(BLOCK, float32)
-    tid = cuda.threadIdx.x
-    rows = x.shape[0]
-    n = x.shape[1]
-    row = cuda.blockIdx.x
-    while row < rows:
-        k = float32(x[row, 0])
-        s0 = float32(0.0)
-        s1 = float32(0.0)
-        q0 = float32(0.0)
-        q1 = float32(0.0)
-        j = tid
-        while j + 3 * BLOCK < n:
-            v0 = float32(x[row, j]) - k
-            v1 = float32(x[row, j + BLOCK]) - k
-            v2 = float32(x[row, j + 2 * BLOCK]) - k
-            v3 = float32(x[row, j + 3 * BLOCK]) - k
-            s0 += v0 + v2
-            s1 += v1 + v3
-            q0 += v0 * v0 + v2 * v2
-            q1 += v1 * v1 + v3 * v3
-            j += 4 * BLOCK
-        while j < n:
-            v = float32(x[row, j]) - k
-            s0 += v
-            q0 += v * v
-            j += BLOCK
+def _make_stream(io: RowIO):  # type: ignore[no-untyped-def]
+    """The streaming kernel (rows longer than BLOCK * PER), reading and writing through `io`."""
+    load, store = io.load, io.store
+
+    @cuda.jit
+    def _layernorm_kernel(x, w, b, out, eps):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        row = cuda.blockIdx.x
+        while row < rows:
+            k = load(x[row, 0])
+            s0 = float32(0.0)
+            s1 = float32(0.0)
+            q0 = float32(0.0)
+            q1 = float32(0.0)
+            j = tid
+            while j + 3 * BLOCK < n:
+                v0 = load(x[row, j]) - k
+                v1 = load(x[row, j + BLOCK]) - k
+                v2 = load(x[row, j + 2 * BLOCK]) - k
+                v3 = load(x[row, j + 3 * BLOCK]) - k
+                s0 += v0 + v2
+                s1 += v1 + v3
+                q0 += v0 * v0 + v2 * v2
+                q1 += v1 * v1 + v3 * v3
+                j += 4 * BLOCK
+            while j < n:
+                v = load(x[row, j]) - k
+                s0 += v
+                q0 += v * v
+                j += BLOCK
+            fn = float32(n)
+            sm = block_sum(s0 + s1, smem) / fn
+            sq = block_sum(q0 + q1, smem) / fn
+            # abs, not max(., 0): a GPU max drops a NaN (max.f32), turning the NaN variance of a row holding
+            # an infinity into 0; the cancellation error abs folds back is as small as the one max would zero
+            var = abs(sq - sm * sm)
+            rstd = float32(1.0) / math.sqrt(var + eps)
+            mean = k + sm
+            j = tid
+            while j + 3 * BLOCK < n:
+                v0 = load(x[row, j])
+                v1 = load(x[row, j + BLOCK])
+                v2 = load(x[row, j + 2 * BLOCK])
+                v3 = load(x[row, j + 3 * BLOCK])
+                out[row, j] = store((v0 - mean) * rstd * load(w[j]) + load(b[j]))
+                j1 = j + BLOCK
+                out[row, j1] = store((v1 - mean) * rstd * load(w[j1]) + load(b[j1]))
+                j2 = j + 2 * BLOCK
+                out[row, j2] = store((v2 - mean) * rstd * load(w[j2]) + load(b[j2]))
+                j3 = j + 3 * BLOCK
+                out[row, j3] = store((v3 - mean) * rstd * load(w[j3]) + load(b[j3]))
+                j += 4 * BLOCK
+            while j < n:
+                out[row, j] = store((load(x[row, j]) - mean) * rstd * load(w[j]) + load(b[j]))
+                j += BLOCK
+            row += cuda.gridDim.x
+
+    return _layernorm_kernel
+
+
+def _make_reg(io: RowIO):  # type: ignore[no-untyped-def]
+    """The register kernel (rows of up to BLOCK * PER), reading and writing through `io`."""
+    load, store = io.load, io.store
+
+    @cuda.jit(**ROW_JIT)
+    def _layernorm_reg(x, w, b, out, eps):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        v = cuda.local.array(PER, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
         fn = float32(n)
-        sm = block_sum(s0 + s1, smem) / fn
-        sq = block_sum(q0 + q1, smem) / fn
-        # abs, not max(., 0): a GPU max drops a NaN (max.f32), turning the NaN variance of a row holding an
-        # infinity into 0; the cancellation error abs folds back is as small as the one max would zero
-        var = abs(sq - sm * sm)
-        rstd = float32(1.0) / math.sqrt(var + eps)
-        mean = k + sm
-        j = tid
-        while j + 3 * BLOCK < n:
-            v0 = float32(x[row, j])
-            v1 = float32(x[row, j + BLOCK])
-            v2 = float32(x[row, j + 2 * BLOCK])
-            v3 = float32(x[row, j + 3 * BLOCK])
-            out[row, j] = (v0 - mean) * rstd * float32(w[j]) + float32(b[j])
-            j1 = j + BLOCK
-            out[row, j1] = (v1 - mean) * rstd * float32(w[j1]) + float32(b[j1])
-            j2 = j + 2 * BLOCK
-            out[row, j2] = (v2 - mean) * rstd * float32(w[j2]) + float32(b[j2])
-            j3 = j + 3 * BLOCK
-            out[row, j3] = (v3 - mean) * rstd * float32(w[j3]) + float32(b[j3])
-            j += 4 * BLOCK
-        while j < n:
-            out[row, j] = (float32(x[row, j]) - mean) * rstd * float32(w[j]) + float32(b[j])
-            j += BLOCK
-        row += cuda.gridDim.x
-
-
-@cuda.jit(**ROW_JIT)
-def _layernorm_reg(x, w, b, out, eps):  # type: ignore[no-untyped-def]
-    smem = cuda.shared.array(BLOCK, float32)
-    v = cuda.local.array(PER, float32)
-    tid = cuda.threadIdx.x
-    rows = x.shape[0]
-    n = x.shape[1]
-    fn = float32(n)
-    full = n >= BLOCK * PER
-    row = cuda.blockIdx.x
-    while row < rows:
-        # 1-d row views and uint32 column indices: no negative-index wraparound code and one running
-        # address per array instead of PER precomputed 64-bit ones (171 -> 34 registers for rmsnorm)
-        xr = x[row]
-        orow = out[row]
-        if full:
+        full = n >= BLOCK * PER
+        row = cuda.blockIdx.x
+        while row < rows:
+            # 1-d row views and uint32 column indices: no negative-index wraparound code and one running
+            # address per array instead of PER precomputed 64-bit ones (171 -> 34 registers for rmsnorm)
+            xr = x[row]
+            orow = out[row]
+            if full:
+                for k in range(PER):
+                    v[k] = load(xr[uint32(tid + k * BLOCK)])
+            else:
+                for k in range(PER):
+                    j = uint32(tid + k * BLOCK)
+                    v[k] = load(xr[j]) if j < n else float32(0.0)
+            s = float32(0.0)
             for k in range(PER):
-                v[k] = float32(xr[uint32(tid + k * BLOCK)])
-        else:
+                s += v[k]
+            mean = block_sum(s, smem) / fn
+            q = float32(0.0)
+            for k in range(PER):
+                if tid + k * BLOCK < n:
+                    d = v[k] - mean
+                    q += d * d
+            rstd = float32(1.0) / math.sqrt(block_sum(q, smem) / fn + eps)
             for k in range(PER):
                 j = uint32(tid + k * BLOCK)
-                v[k] = float32(xr[j]) if j < n else float32(0.0)
-        s = float32(0.0)
-        for k in range(PER):
-            s += v[k]
-        mean = block_sum(s, smem) / fn
-        q = float32(0.0)
-        for k in range(PER):
-            if tid + k * BLOCK < n:
-                d = v[k] - mean
-                q += d * d
-        rstd = float32(1.0) / math.sqrt(block_sum(q, smem) / fn + eps)
-        for k in range(PER):
-            j = uint32(tid + k * BLOCK)
-            if j < n:
-                orow[j] = (v[k] - mean) * rstd * float32(w[j]) + float32(b[j])
-        row += cuda.gridDim.x
+                if j < n:
+                    orow[j] = store((v[k] - mean) * rstd * load(w[j]) + load(b[j]))
+            row += cuda.gridDim.x
+
+    return _layernorm_reg
 
 
 def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-def]
@@ -457,6 +476,7 @@ def make_rows_half2(  # type: ignore[no-untyped-def]
 _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[::1], float16[:, ::1], float32)",
+    BF16: "void(uint16[:, ::1], uint16[::1], uint16[::1], uint16[:, ::1], float32)",  # words (rows.WORDS)
 }
 
 
@@ -479,8 +499,8 @@ def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
 _K = RowKernels(
     "layernorm",
     _SIGS,
-    stream=_layernorm_kernel,
-    reg=_layernorm_reg,
+    stream=_make_stream,
+    reg=_make_reg,
     make_vec=_make_vec,
     row_kernel=_row_kernel,
 )
@@ -512,7 +532,7 @@ def layernorm(
     xo = arrays.operand("x", x, sync)
     wo = arrays.operand("weight", weight, sync)
     bo = arrays.operand("bias", bias, sync)
-    arrays.check_dtype(xo, FLOAT_IO)
+    arrays.check_dtype(xo, FLOAT_IO_BF16)
     arrays.check_nonempty(xo)
     arrays.check_contiguous(xo)
     arrays.check_vector(wo, xo, xo.shape[-1], "x's last dimension")
@@ -581,12 +601,15 @@ def _bytes(c: Case) -> float:
 SPEC = register(
     OpSpec(
         name="layernorm",
-        dtypes=("float32", "float16"),
+        dtypes=("float32", "float16", "bfloat16"),
         make_problem=_make_problem,
         launch=_spec_launch,
         flops=lambda c: 8.0 * c.params["rows"] * c.params["cols"],
         bytes=_bytes,
-        tolerance={"float32": 1e-5, "float16": 2e-3},
+        # bf16: one rounding to 8 significant bits, at most 2^-8 = 3.9e-3 relative per element (and so in the
+        # norm); kernels.ops.rows.BF16_TOL says what was measured
+        tolerance={"float32": 1e-5, "float16": 2e-3, "bfloat16": BF16_TOL},
+        elem_tolerance={"bfloat16": BF16_ELEM_TOL},
         **row_cases(),
         cupy=_cupy,
         bound="memory",

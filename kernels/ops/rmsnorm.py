@@ -3,14 +3,18 @@
 Floors per row of n: 4n FLOP (square+add, scale, weight); bytes = 2 * n * itemsize (x read once, out written
 once; weight is n elements shared by every row). Bandwidth-bound.
 Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one slot per warp):
-  - `_rmsnorm_reg` (rows of up to BLOCK * PER = 4096): each thread loads its PER elements into registers
+  - `_make_reg` (rows of up to BLOCK * PER = 4096): each thread loads its PER elements into registers
     with every load in flight at once, reduces, and writes from registers: one read, one write.
   - `_rmsnorm_vec` (same rows when x, weight, out are 16-byte aligned and a row is a multiple of 16
     bytes): the register kernel with 16-byte loads and stores (kernels.primitives.vector), 8 halves per
     instruction. kernels/ops/rows.py ROW_KERNELS sends fp32 "auto" calls to it as well (it was faster than the
     register kernel on the H200: benchmarks/notes-memory.md).
-  - `_rmsnorm_kernel` (longer rows): pass 1 streams the row with four loads in flight per thread; pass 2
+  - `_make_stream` (longer rows): pass 1 streams the row with four loads in flight per thread; pass 2
     reads it again, from L1/L2 (the same block read it microseconds before), not device memory.
+  - bf16 (`ml_dtypes.bfloat16`, the same dtype as residual_add / cast): the register and streaming kernels
+    above, built from the same bodies with kernels.ops.rows.WORDS: uint16 words widened exactly to fp32,
+    fp32 arithmetic, one round to nearest even on the store (NaN stays NaN). No vector kernel yet: "auto"
+    takes the register kernel (streaming for rows past BLOCK * PER), "vector" is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from kernels.ops.rows import (
+    BF16_ELEM_TOL,
+    BF16_TOL,
     RowConfig,
+    RowIO,
     RowKernels,
     VectorRows,
     row_cases,
@@ -32,87 +39,99 @@ from kernels.primitives.reductions import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, bloc
 from kernels.primitives.vector import ldg_into, make_row_io, stg_from, vector_ok
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
-from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
+from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync
 from kernels.runtime.launch import FastCache
 
 
-@cuda.jit
-def _rmsnorm_kernel(x, w, out, eps):  # type: ignore[no-untyped-def]
-    smem = cuda.shared.array(BLOCK, float32)
-    tid = cuda.threadIdx.x
-    rows = x.shape[0]
-    n = x.shape[1]
-    row = cuda.blockIdx.x
-    while row < rows:
-        a0 = float32(0.0)
-        a1 = float32(0.0)
-        a2 = float32(0.0)
-        a3 = float32(0.0)
-        j = tid
-        while j + 3 * BLOCK < n:
-            v0 = float32(x[row, j])
-            v1 = float32(x[row, j + BLOCK])
-            v2 = float32(x[row, j + 2 * BLOCK])
-            v3 = float32(x[row, j + 3 * BLOCK])
-            a0 += v0 * v0
-            a1 += v1 * v1
-            a2 += v2 * v2
-            a3 += v3 * v3
-            j += 4 * BLOCK
-        while j < n:
-            v = float32(x[row, j])
-            a0 += v * v
-            j += BLOCK
-        total = block_sum((a0 + a1) + (a2 + a3), smem)
-        inv = float32(1.0) / math.sqrt(total / float32(n) + eps)
-        j = tid
-        while j + 3 * BLOCK < n:
-            v0 = float32(x[row, j])
-            v1 = float32(x[row, j + BLOCK])
-            v2 = float32(x[row, j + 2 * BLOCK])
-            v3 = float32(x[row, j + 3 * BLOCK])
-            out[row, j] = v0 * inv * float32(w[j])
-            out[row, j + BLOCK] = v1 * inv * float32(w[j + BLOCK])
-            out[row, j + 2 * BLOCK] = v2 * inv * float32(w[j + 2 * BLOCK])
-            out[row, j + 3 * BLOCK] = v3 * inv * float32(w[j + 3 * BLOCK])
-            j += 4 * BLOCK
-        while j < n:
-            out[row, j] = float32(x[row, j]) * inv * float32(w[j])
-            j += BLOCK
-        row += cuda.gridDim.x
+def _make_stream(io: RowIO):  # type: ignore[no-untyped-def]
+    """The streaming kernel (rows longer than BLOCK * PER), reading and writing through `io`."""
+    load, store = io.load, io.store
+
+    @cuda.jit
+    def _rmsnorm_kernel(x, w, out, eps):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        row = cuda.blockIdx.x
+        while row < rows:
+            a0 = float32(0.0)
+            a1 = float32(0.0)
+            a2 = float32(0.0)
+            a3 = float32(0.0)
+            j = tid
+            while j + 3 * BLOCK < n:
+                v0 = load(x[row, j])
+                v1 = load(x[row, j + BLOCK])
+                v2 = load(x[row, j + 2 * BLOCK])
+                v3 = load(x[row, j + 3 * BLOCK])
+                a0 += v0 * v0
+                a1 += v1 * v1
+                a2 += v2 * v2
+                a3 += v3 * v3
+                j += 4 * BLOCK
+            while j < n:
+                v = load(x[row, j])
+                a0 += v * v
+                j += BLOCK
+            total = block_sum((a0 + a1) + (a2 + a3), smem)
+            inv = float32(1.0) / math.sqrt(total / float32(n) + eps)
+            j = tid
+            while j + 3 * BLOCK < n:
+                v0 = load(x[row, j])
+                v1 = load(x[row, j + BLOCK])
+                v2 = load(x[row, j + 2 * BLOCK])
+                v3 = load(x[row, j + 3 * BLOCK])
+                out[row, j] = store(v0 * inv * load(w[j]))
+                out[row, j + BLOCK] = store(v1 * inv * load(w[j + BLOCK]))
+                out[row, j + 2 * BLOCK] = store(v2 * inv * load(w[j + 2 * BLOCK]))
+                out[row, j + 3 * BLOCK] = store(v3 * inv * load(w[j + 3 * BLOCK]))
+                j += 4 * BLOCK
+            while j < n:
+                out[row, j] = store(load(x[row, j]) * inv * load(w[j]))
+                j += BLOCK
+            row += cuda.gridDim.x
+
+    return _rmsnorm_kernel
 
 
-@cuda.jit(**ROW_JIT)
-def _rmsnorm_reg(x, w, out, eps):  # type: ignore[no-untyped-def]
-    smem = cuda.shared.array(BLOCK, float32)
-    v = cuda.local.array(PER, float32)
-    tid = cuda.threadIdx.x
-    rows = x.shape[0]
-    n = x.shape[1]
-    full = n >= BLOCK * PER
-    row = cuda.blockIdx.x
-    while row < rows:
-        # 1-d row views and uint32 column indices: no negative-index wraparound code and one running
-        # address per array instead of PER precomputed 64-bit ones (171 -> 34 registers for rmsnorm)
-        xr = x[row]
-        orow = out[row]
-        acc = float32(0.0)
-        if full:  # no bounds checks: PER independent loads issue back to back
+def _make_reg(io: RowIO):  # type: ignore[no-untyped-def]
+    """The register kernel (rows of up to BLOCK * PER), reading and writing through `io`."""
+    load, store = io.load, io.store
+
+    @cuda.jit(**ROW_JIT)
+    def _rmsnorm_reg(x, w, out, eps):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        v = cuda.local.array(PER, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        full = n >= BLOCK * PER
+        row = cuda.blockIdx.x
+        while row < rows:
+            # 1-d row views and uint32 column indices: no negative-index wraparound code and one running
+            # address per array instead of PER precomputed 64-bit ones (171 -> 34 registers for rmsnorm)
+            xr = x[row]
+            orow = out[row]
+            acc = float32(0.0)
+            if full:  # no bounds checks: PER independent loads issue back to back
+                for k in range(PER):
+                    v[k] = load(xr[uint32(tid + k * BLOCK)])
+            else:
+                for k in range(PER):
+                    j = uint32(tid + k * BLOCK)
+                    v[k] = load(xr[j]) if j < n else float32(0.0)
             for k in range(PER):
-                v[k] = float32(xr[uint32(tid + k * BLOCK)])
-        else:
+                acc += v[k] * v[k]
+            total = block_sum(acc, smem)
+            inv = float32(1.0) / math.sqrt(total / float32(n) + eps)
             for k in range(PER):
                 j = uint32(tid + k * BLOCK)
-                v[k] = float32(xr[j]) if j < n else float32(0.0)
-        for k in range(PER):
-            acc += v[k] * v[k]
-        total = block_sum(acc, smem)
-        inv = float32(1.0) / math.sqrt(total / float32(n) + eps)
-        for k in range(PER):
-            j = uint32(tid + k * BLOCK)
-            if j < n:
-                orow[j] = v[k] * inv * float32(w[j])
-        row += cuda.gridDim.x
+                if j < n:
+                    orow[j] = store(v[k] * inv * load(w[j]))
+            row += cuda.gridDim.x
+
+    return _rmsnorm_reg
 
 
 def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-def]
@@ -149,6 +168,7 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
 _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[:, ::1], float32)",
+    BF16: "void(uint16[:, ::1], uint16[::1], uint16[:, ::1], float32)",  # bf16 as words (rows.WORDS)
 }
 
 
@@ -160,7 +180,7 @@ def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
 
 
 _K = RowKernels(
-    "rmsnorm", _SIGS, stream=_rmsnorm_kernel, reg=_rmsnorm_reg, make_vec=_make_vec, row_kernel=_row_kernel
+    "rmsnorm", _SIGS, stream=_make_stream, reg=_make_reg, make_vec=_make_vec, row_kernel=_row_kernel
 )
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
@@ -179,7 +199,7 @@ def rmsnorm(
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     wo = arrays.operand("weight", weight, sync)
-    arrays.check_dtype(xo, FLOAT_IO)
+    arrays.check_dtype(xo, FLOAT_IO_BF16)
     arrays.check_nonempty(xo)
     arrays.check_contiguous(xo)
     arrays.check_vector(wo, xo, xo.shape[-1], "x's last dimension")
@@ -240,12 +260,15 @@ def _bytes(c: Case) -> float:
 SPEC = register(
     OpSpec(
         name="rmsnorm",
-        dtypes=("float32", "float16"),
+        dtypes=("float32", "float16", "bfloat16"),
         make_problem=_make_problem,
         launch=_spec_launch,
         flops=lambda c: 4.0 * c.params["rows"] * c.params["cols"],
         bytes=_bytes,
-        tolerance={"float32": 1e-5, "float16": 2e-3},
+        # bf16: one rounding to 8 significant bits, at most 2^-8 = 3.9e-3 relative per element (and so in the
+        # norm); kernels.ops.rows.BF16_TOL says what was measured
+        tolerance={"float32": 1e-5, "float16": 2e-3, "bfloat16": BF16_TOL},
+        elem_tolerance={"bfloat16": BF16_ELEM_TOL},
         **row_cases(),
         cupy=_cupy,
         bound="memory",

@@ -1,4 +1,13 @@
-"""Shapes shared by the row operators (rmsnorm, layernorm, softmax): one table, so they stay comparable."""
+"""What the row operators (rmsnorm, layernorm, softmax) share: one table of shapes, so they stay comparable,
+the kernel set per dtype (`RowKernels`), and how a kernel body reads and writes its elements (`RowIO`).
+
+A row kernel body is written once, as a factory over a `RowIO`: `io.load(x[i])` widens an element to fp32,
+`out[i] = io.store(y)` narrows an fp32 result to the element type. fp32 and fp16 take `NATIVE` (numba's own
+`float32` cast both ways: a no-op on fp32, a conversion on fp16 loads, and the array store rounds fp16 to
+nearest even as before), so their generated code is what the hand-written bodies compiled to. bf16 takes
+`WORDS`: the arrays are raw uint16 words (kernels.primitives.bf16), widened exactly and stored with integer
+round-to-nearest-even, NaN kept NaN; the simulator runs the same bodies.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +16,44 @@ from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 import numpy as np
+from numba import float32
 
+from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
 from kernels.primitives.reductions import BLOCK, PER
 from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose
 from kernels.registry import SPECIALS, Case
-from kernels.runtime.arrays import SIMULATED
+from kernels.runtime.arrays import BF16, SIMULATED
 from kernels.runtime.launch import Kernel, kernel, sm_count
 
-_DTYPES = ("float32", "float16")
+_DTYPES = ("float32", "float16", "bfloat16")
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 MAX_GRID = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class RowIO:
+    """How a row kernel body converts its elements: `load(e)` -> fp32, `store(f)` -> the element type (the
+    value assigned into the output array). Both are numba-callable (a type or an inline device function)."""
+
+    name: str
+    load: Any
+    store: Any
+
+
+NATIVE = RowIO("native", float32, float32)  # fp32 / fp16 arrays: numba's casts (fp16 store rounds RNE)
+WORDS = RowIO("bf16-words", bf16_to_f32, f32_to_bf16)  # bf16 as uint16 words (kernels.primitives.bf16)
+IO_OF: dict[np.dtype, RowIO] = {F32: NATIVE, F16: NATIVE, BF16: WORDS}
+
+# bf16 tolerances of the three row ops (norm ||out - ref|| / ||ref||, per element as kernels.harness.verify).
+# A correctly rounded bf16 result is within u = 2^-8 = 3.91e-3 of the float64 value, relatively, element by
+# element (8 significant bits), so neither error can pass u for a kernel whose fp32 result is right; both are
+# set just above it. Measured (lab/bf16_rows_error.py, simulator, every sim case, 12 seeds): norm <= 1.82e-3
+# (rmsnorm), 1.75e-3 (layernorm), 2.41e-3 (softmax: a few large outputs carry the norm); per element <=
+# 2.93e-3; the outputs are the round-to-nearest-even of the float64 result bit for bit in >= 99.9% of the
+# elements, one ulp off elsewhere. A store that truncates errs up to 2^-7 = 7.8e-3 per element: it fails the
+# per-element bound at GPU verify shapes, and tests/kernels/test_bf16.py's rounding check at any shape.
+BF16_TOL = 4e-3
+BF16_ELEM_TOL = 5e-3
 
 
 @dataclass(frozen=True)
@@ -95,26 +132,31 @@ def row_grid(k: Kernel, threads: int, persistent: bool, rows: int) -> int:
 
 class RowKernels:
     """One row op's kernels per dtype: `plain` (streaming, rows longer than BLOCK * PER), `reg` (the row in
-    registers), `vec` (`reg` with 16-byte loads and stores) and `row` / `row_k` (the ROW_KERNELS entry of the
-    dtype, where it has one: (function, threads per block, grid-stride?) and its launchable kernel).
-    `row_kernel(config, width)` builds an entry's function; `make_vec(width)` the vector kernel."""
+    registers), `vec` (`reg` with 16-byte loads and stores; dtypes with a vector width only, not bf16) and
+    `row` / `row_k` (the ROW_KERNELS entry of the dtype, where it has one: (function, threads per block,
+    grid-stride?) and its launchable kernel). `stream(io)` / `reg(io)` build the streaming / register kernel
+    for a RowIO (one dispatcher per RowIO: fp32 and fp16 share NATIVE's), `row_kernel(config, width)` an
+    entry's function, `make_vec(width)` the vector kernel."""
 
     def __init__(
         self,
         name: str,
         sigs: dict[np.dtype, str],
         *,
-        stream: Any,
-        reg: Any,
+        stream: Callable[[RowIO], Any],
+        reg: Callable[[RowIO], Any],
         make_vec: Callable[[int], Any],
         row_kernel: Callable[[RowConfig, int], tuple[Any, int, bool]],
     ) -> None:
         self.name, self.sigs = name, sigs
-        self._stream_fn, self._reg_fn = stream, reg
-        self.plain = {dt: kernel(stream, sig) for dt, sig in sigs.items()}
-        self.reg = {dt: kernel(reg, sig) for dt, sig in sigs.items()}
-        self.vec_fns = {dt: make_vec(WIDTH[dt]) for dt in sigs}
-        self.vec = {dt: kernel(self.vec_fns[dt], sig) for dt, sig in sigs.items()}
+        ios = {IO_OF[dt] for dt in sigs}
+        streams, regs = {io: stream(io) for io in ios}, {io: reg(io) for io in ios}
+        self.stream_fns = {dt: streams[IO_OF[dt]] for dt in sigs}
+        self.reg_fns = {dt: regs[IO_OF[dt]] for dt in sigs}
+        self.plain = {dt: kernel(self.stream_fns[dt], sig) for dt, sig in sigs.items()}
+        self.reg = {dt: kernel(self.reg_fns[dt], sig) for dt, sig in sigs.items()}
+        self.vec_fns = {dt: make_vec(WIDTH[dt]) for dt in sigs if dt in WIDTH}
+        self.vec = {dt: kernel(fn, sigs[dt]) for dt, fn in self.vec_fns.items()}
         self.row = {dt: row_kernel(for_machine(c), WIDTH[dt]) for dt, c in ROW_KERNELS[name].items()}
         self.row_k = {dt: kernel(fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()}
 
@@ -122,8 +164,14 @@ class RowKernels:
         """(kernel, threads per block, grid) for `path`: the vector kernel when `choose` takes it, or on
         "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`); else
         the register kernel for rows that fit a block, the streaming one beyond. `ok`: the vector path's
-        alignment and row-length conditions hold."""
-        if choose(path, dt, ok) or (ok and path == "auto" and dt in self.row and not SIMULATED):
+        alignment and row-length conditions hold. bf16 has no vector kernel: "vector" is refused for it."""
+        if dt not in self.vec:
+            if path == "vector":
+                raise ValueError(
+                    f"path: 'vector' has no {dt} kernel; use 'auto' or 'scalar' for {dt} operands"
+                )
+            choose(path, dt, False)  # the same check of the path's name
+        elif choose(path, dt, ok) or (ok and path == "auto" and dt in self.row and not SIMULATED):
             entry = self.row.get(dt)
             if entry is None:
                 return self.vec[dt], BLOCK, min(rows, MAX_GRID)
@@ -133,16 +181,15 @@ class RowKernels:
         return (self.reg if n <= BLOCK * PER else self.plain)[dt], BLOCK, min(rows, MAX_GRID)
 
     def ptx_kernels(self) -> tuple[tuple[str, Any, str], ...]:
-        """The offline-PTX list: the register, streaming and vector kernels for every dtype, and the
-        ROW_KERNELS kernels for the dtypes that have one."""
+        """The offline-PTX list: the register and streaming kernels for every dtype, the vector kernels for
+        the dtypes that have one, and the ROW_KERNELS kernels for the dtypes that list one."""
         sigs = self.sigs
-        kinds = (
-            ("reg", dict.fromkeys(sigs, self._reg_fn)),
-            ("stream", dict.fromkeys(sigs, self._stream_fn)),
-            ("vec", self.vec_fns),
-        )
+        kinds = (("reg", self.reg_fns), ("stream", self.stream_fns), ("vec", self.vec_fns))
         out = [
-            (f"{self.name}_{kind}_{dt.name}", fns[dt], sig) for kind, fns in kinds for dt, sig in sigs.items()
+            (f"{self.name}_{kind}_{dt.name}", fns[dt], sig)
+            for kind, fns in kinds
+            for dt, sig in sigs.items()
+            if dt in fns
         ]
         out += [(f"{self.name}_row_{dt.name}", fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()]
         return tuple(out)

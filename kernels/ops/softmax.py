@@ -3,7 +3,7 @@
 Floors per row of n: ~5n FLOP (counting each exp as one); bytes = 2 * n * itemsize. Bandwidth-bound on the
 H200 (2 exps per element through the SFUs cost ~1/4 of the memory time at fp32).
 Kernels, one block of 256 threads per row:
-  - `_softmax_reg` (rows of up to BLOCK * PER = 4096): the row sits in registers; block max, then each
+  - `_make_reg` (rows of up to BLOCK * PER = 4096): the row sits in registers; block max, then each
     element's exp(v - max) is computed once, kept in its register, summed, and scaled on the way out:
     one read, one write, one exp per element.
   - `_softmax_vec` (same rows when x and out are 16-byte aligned and a row is a multiple of 16 bytes): the
@@ -12,9 +12,13 @@ Kernels, one block of 256 threads per row:
     kernels/ops/rows.py ROW_KERNELS sends fp16 "auto" calls to it (exp as ex2.approx, 2 SASS instructions
     per element instead of 5). fp32 keeps the register kernel. The measurements, and the kernels that lost,
     are in benchmarks/notes-memory.md.
-  - `_softmax_kernel` (longer rows): pass 1 is the online softmax: each thread carries (max, sum of
+  - `_make_stream` (longer rows): pass 1 is the online softmax: each thread carries (max, sum of
     exp(v - max)) and rescales its sum when the max grows, so the row is read from memory once; the partials
     merge across the block with the same rule. Pass 2 re-reads the row from L1/L2 and writes.
+  - bf16 (`ml_dtypes.bfloat16`, the same dtype as residual_add / cast): the register and streaming kernels
+    above, built from the same bodies with kernels.ops.rows.WORDS: uint16 words widened exactly to fp32,
+    fp32 arithmetic, one round to nearest even on the store (NaN stays NaN). No vector kernel yet: "auto"
+    takes the register kernel (streaming for rows past BLOCK * PER), "vector" is refused.
 Rows that are entirely -inf give NaN, as the float64 reference does.
 """
 
@@ -27,8 +31,11 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from kernels.ops.rows import (
+    BF16_ELEM_TOL,
+    BF16_TOL,
     BlockedRows,
     RowConfig,
+    RowIO,
     RowKernels,
     VectorRows,
     row_cases,
@@ -50,7 +57,7 @@ from kernels.primitives.reductions import (
 from kernels.primitives.vector import make_row_io, stg_from, vector_ok
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
-from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync
+from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync
 from kernels.runtime.launch import FastCache
 
 NAN = float32(math.nan)
@@ -67,86 +74,98 @@ def _push(m, s, v):  # type: ignore[no-untyped-def]
     return m, s + math.exp(v - m)
 
 
-@cuda.jit
-def _softmax_kernel(x, out):  # type: ignore[no-untyped-def]
-    smem = cuda.shared.array(BLOCK, float32)
-    smem2 = cuda.shared.array(BLOCK, float32)
-    tid = cuda.threadIdx.x
-    rows = x.shape[0]
-    n = x.shape[1]
-    row = cuda.blockIdx.x
-    while row < rows:
-        m = NEG_INF
-        s = float32(0.0)
-        j = tid
-        while j + 3 * BLOCK < n:
-            v0 = float32(x[row, j])
-            v1 = float32(x[row, j + BLOCK])
-            v2 = float32(x[row, j + 2 * BLOCK])
-            v3 = float32(x[row, j + 3 * BLOCK])
-            m, s = _push(m, s, v0)
-            m, s = _push(m, s, v1)
-            m, s = _push(m, s, v2)
-            m, s = _push(m, s, v3)
-            j += 4 * BLOCK
-        while j < n:
-            m, s = _push(m, s, float32(x[row, j]))
-            j += BLOCK
-        m, s = block_max_sum(m, s, smem, smem2)
-        inv = float32(1.0) / s
-        j = tid
-        while j + 3 * BLOCK < n:
-            v0 = float32(x[row, j])
-            v1 = float32(x[row, j + BLOCK])
-            v2 = float32(x[row, j + 2 * BLOCK])
-            v3 = float32(x[row, j + 3 * BLOCK])
-            out[row, j] = math.exp(v0 - m) * inv
-            out[row, j + BLOCK] = math.exp(v1 - m) * inv
-            out[row, j + 2 * BLOCK] = math.exp(v2 - m) * inv
-            out[row, j + 3 * BLOCK] = math.exp(v3 - m) * inv
-            j += 4 * BLOCK
-        while j < n:
-            out[row, j] = math.exp(float32(x[row, j]) - m) * inv
-            j += BLOCK
-        row += cuda.gridDim.x
+def _make_stream(io: RowIO):  # type: ignore[no-untyped-def]
+    """The streaming kernel (rows longer than BLOCK * PER), reading and writing through `io`."""
+    load, store = io.load, io.store
+
+    @cuda.jit
+    def _softmax_kernel(x, out):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        smem2 = cuda.shared.array(BLOCK, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        row = cuda.blockIdx.x
+        while row < rows:
+            m = NEG_INF
+            s = float32(0.0)
+            j = tid
+            while j + 3 * BLOCK < n:
+                v0 = load(x[row, j])
+                v1 = load(x[row, j + BLOCK])
+                v2 = load(x[row, j + 2 * BLOCK])
+                v3 = load(x[row, j + 3 * BLOCK])
+                m, s = _push(m, s, v0)
+                m, s = _push(m, s, v1)
+                m, s = _push(m, s, v2)
+                m, s = _push(m, s, v3)
+                j += 4 * BLOCK
+            while j < n:
+                m, s = _push(m, s, load(x[row, j]))
+                j += BLOCK
+            m, s = block_max_sum(m, s, smem, smem2)
+            inv = float32(1.0) / s
+            j = tid
+            while j + 3 * BLOCK < n:
+                v0 = load(x[row, j])
+                v1 = load(x[row, j + BLOCK])
+                v2 = load(x[row, j + 2 * BLOCK])
+                v3 = load(x[row, j + 3 * BLOCK])
+                out[row, j] = store(math.exp(v0 - m) * inv)
+                out[row, j + BLOCK] = store(math.exp(v1 - m) * inv)
+                out[row, j + 2 * BLOCK] = store(math.exp(v2 - m) * inv)
+                out[row, j + 3 * BLOCK] = store(math.exp(v3 - m) * inv)
+                j += 4 * BLOCK
+            while j < n:
+                out[row, j] = store(math.exp(load(x[row, j]) - m) * inv)
+                j += BLOCK
+            row += cuda.gridDim.x
+
+    return _softmax_kernel
 
 
-@cuda.jit(**ROW_JIT)
-def _softmax_reg(x, out):  # type: ignore[no-untyped-def]
-    smem = cuda.shared.array(BLOCK, float32)
-    v = cuda.local.array(PER, float32)
-    tid = cuda.threadIdx.x
-    rows = x.shape[0]
-    n = x.shape[1]
-    full = n >= BLOCK * PER
-    row = cuda.blockIdx.x
-    while row < rows:
-        # 1-d row views and uint32 column indices: no negative-index wraparound code and one running
-        # address per array instead of PER precomputed 64-bit ones (171 -> 34 registers for rmsnorm)
-        xr = x[row]
-        orow = out[row]
-        if full:
+def _make_reg(io: RowIO):  # type: ignore[no-untyped-def]
+    """The register kernel (rows of up to BLOCK * PER), reading and writing through `io`."""
+    load, store = io.load, io.store
+
+    @cuda.jit(**ROW_JIT)
+    def _softmax_reg(x, out):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        v = cuda.local.array(PER, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        full = n >= BLOCK * PER
+        row = cuda.blockIdx.x
+        while row < rows:
+            # 1-d row views and uint32 column indices: no negative-index wraparound code and one running
+            # address per array instead of PER precomputed 64-bit ones (171 -> 34 registers for rmsnorm)
+            xr = x[row]
+            orow = out[row]
+            if full:
+                for k in range(PER):
+                    v[k] = load(xr[uint32(tid + k * BLOCK)])
+            else:
+                for k in range(PER):
+                    j = uint32(tid + k * BLOCK)
+                    v[k] = load(xr[j]) if j < n else NEG_INF
+            m = NEG_INF
             for k in range(PER):
-                v[k] = float32(xr[uint32(tid + k * BLOCK)])
-        else:
+                m = max(m, v[k])
+            m = block_max(m, smem)
+            s = float32(0.0)
+            for k in range(PER):
+                e = math.exp(v[k] - m) if tid + k * BLOCK < n else float32(0.0)
+                v[k] = e
+                s += e
+            inv = float32(1.0) / block_sum(s, smem)
             for k in range(PER):
                 j = uint32(tid + k * BLOCK)
-                v[k] = float32(xr[j]) if j < n else NEG_INF
-        m = NEG_INF
-        for k in range(PER):
-            m = max(m, v[k])
-        m = block_max(m, smem)
-        s = float32(0.0)
-        for k in range(PER):
-            e = math.exp(v[k] - m) if tid + k * BLOCK < n else float32(0.0)
-            v[k] = e
-            s += e
-        inv = float32(1.0) / block_sum(s, smem)
-        for k in range(PER):
-            j = uint32(tid + k * BLOCK)
-            if j < n:
-                orow[j] = v[k] * inv
-        row += cuda.gridDim.x
+                if j < n:
+                    orow[j] = store(v[k] * inv)
+            row += cuda.gridDim.x
+
+    return _softmax_reg
 
 
 def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-def]
@@ -242,6 +261,7 @@ def make_rows_blocked(  # type: ignore[no-untyped-def]
 _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[:, ::1])",
     np.dtype(np.float16): "void(float16[:, ::1], float16[:, ::1])",
+    BF16: "void(uint16[:, ::1], uint16[:, ::1])",  # bf16 as words (rows.WORDS)
 }
 
 
@@ -256,7 +276,7 @@ def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
 
 
 _K = RowKernels(
-    "softmax", _SIGS, stream=_softmax_kernel, reg=_softmax_reg, make_vec=_make_vec, row_kernel=_row_kernel
+    "softmax", _SIGS, stream=_make_stream, reg=_make_reg, make_vec=_make_vec, row_kernel=_row_kernel
 )
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
@@ -272,7 +292,7 @@ def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> 
             return out
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
-    arrays.check_dtype(xo, FLOAT_IO)
+    arrays.check_dtype(xo, FLOAT_IO_BF16)
     arrays.check_nonempty(xo)
     arrays.check_contiguous(xo)
     oo = arrays.output("out", out, sync, xo.shape, xo.dtype)
@@ -324,12 +344,15 @@ def _bytes(c: Case) -> float:
 SPEC = register(
     OpSpec(
         name="softmax",
-        dtypes=("float32", "float16"),
+        dtypes=("float32", "float16", "bfloat16"),
         make_problem=_make_problem,
         launch=_spec_launch,
         flops=lambda c: 5.0 * c.params["rows"] * c.params["cols"],
         bytes=_bytes,
-        tolerance={"float32": 1e-5, "float16": 2e-3},
+        # bf16: one rounding to 8 significant bits, at most 2^-8 = 3.9e-3 relative per element (and so in the
+        # norm); kernels.ops.rows.BF16_TOL says what was measured
+        tolerance={"float32": 1e-5, "float16": 2e-3, "bfloat16": BF16_TOL},
+        elem_tolerance={"bfloat16": BF16_ELEM_TOL},
         **row_cases(),
         cupy=_cupy,
         bound="memory",

@@ -1,16 +1,28 @@
 """bf16 as raw words (kernels.primitives.bf16) through the launchers, in the simulator and on a GPU alike:
 fp32 -> bf16 rounding bit-exact against ml_dtypes on ties, subnormals, overflow and NaN; residual_add and
-gemm on numpy bf16 arrays against float64."""
+gemm on numpy bf16 arrays against float64; the row ops (rmsnorm, layernorm, softmax) rounding their fp32
+results to nearest even, and a deliberately broken bf16 store (truncating, or swallowing NaN) failing."""
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
+import numpy as np
+import pytest
+from numba import cuda, uint16, uint32
+from opcheck import needs_device
+
+from kernels.harness import verify
+from kernels.ops import layernorm, rmsnorm, softmax
 from kernels.ops.cast import cast
 from kernels.ops.gemm import gemm
 from kernels.ops.o_proj import o_proj
 from kernels.ops.residual_add import residual_add
+from kernels.ops.rows import RowIO
+from kernels.primitives.bf16 import bf16_to_f32, f32_bits, f32_to_bf16
+from kernels.registry import Case
 from kernels.runtime.arrays import BF16
+from kernels.runtime.launch import kernel
 
 
 def test_cast_rounds_like_ml_dtypes_bit_for_bit():  # type: ignore[no-untyped-def]
@@ -53,3 +65,91 @@ def test_gemm_and_o_proj_bf16_match_float64():  # type: ignore[no-untyped-def]
     assert out.dtype == BF16
     want = ref + res.astype(np.float64)
     assert np.abs(out.astype(np.float64) - want).max() <= 2**-8 * np.abs(want).max()
+
+
+# --- the row ops ------------------------------------------------------------------------------------------
+
+ROW_OPS = {"rmsnorm": rmsnorm, "layernorm": layernorm, "softmax": softmax}
+
+
+def _row_problem(op: str, rows: int, cols: int, seed: int) -> tuple[tuple[Any, ...], np.ndarray]:
+    """(bf16 arguments, float64 reference) of the op's own registry problem."""
+    mod = ROW_OPS[op]
+    case = Case("odd", {"rows": rows, "cols": cols}, "bfloat16")
+    prob = mod.SPEC.make_problem(case, np.random.default_rng(seed))
+    return tuple(prob.inputs.values()), prob.reference["out"]
+
+
+def _call(op: str, args: tuple[Any, ...], **kw: Any) -> np.ndarray:
+    out: np.ndarray = getattr(ROW_OPS[op], op)(*args, **kw)
+    return out
+
+
+def _rounded_share(out: np.ndarray, ref: np.ndarray) -> float:
+    """The share of elements whose bf16 word is the round to nearest even of the float64 result."""
+    return float(np.mean(out.view(np.uint16) == ref.astype(BF16).view(np.uint16)))
+
+
+@needs_device
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
+@pytest.mark.parametrize(("rows", "cols"), [(3, 37), (2, 601)])  # registers; streaming in the simulator
+def test_row_ops_bf16_round_the_float64_result(op: str, rows: int, cols: int) -> None:
+    args, ref = _row_problem(op, rows, cols, seed=rows * cols)
+    out = _call(op, args)
+    assert out.dtype == BF16 and out.shape == ref.shape
+    o = out.astype(np.float64)
+    # fp32 arithmetic then one rounding: the nearest bf16 of the exact result, but for the rare element whose
+    # fp32 value sits on the other side of a rounding boundary (measured: >= 99.9% exact)
+    assert _rounded_share(out, ref) >= 0.99
+    assert np.linalg.norm(o - ref) / np.linalg.norm(ref) <= 2.0**-8
+    assert np.abs(o - ref).max() <= 2.0**-8 * np.abs(ref).max()
+    np.testing.assert_array_equal(_call(op, args, path="scalar").view(np.uint16), out.view(np.uint16))
+
+
+@needs_device
+def test_row_ops_bf16_refuse_the_vector_path() -> None:
+    args, _ = _row_problem("softmax", 2, 64, seed=0)
+    with pytest.raises(ValueError, match="path: 'vector' has no bfloat16 kernel"):
+        softmax.softmax(*args, path="vector")
+    with pytest.raises(TypeError, match="weight: dtype float16 must match x's dtype bfloat16"):
+        rmsnorm.rmsnorm(np.ones((2, 8), BF16), np.ones(8, np.float16))
+
+
+@cuda.jit(device=True, inline="always")
+def _truncate(x):  # type: ignore[no-untyped-def]
+    return uint16(f32_bits(x) >> uint32(16))  # type: ignore[no-untyped-call]
+
+
+@cuda.jit(device=True, inline="always")
+def _swallow_nan(x):  # type: ignore[no-untyped-def]
+    return f32_to_bf16(x) if x == x else uint16(0)
+
+
+def _break_store(monkeypatch: pytest.MonkeyPatch, op: str, store: Any) -> None:
+    """The op's bf16 register and streaming kernels rebuilt from their bodies with `store` as the store."""
+    mod = ROW_OPS[op]
+    io = RowIO("broken", bf16_to_f32, store)
+    ks = mod._K
+    monkeypatch.setitem(ks.reg, BF16, kernel(mod._make_reg(io), ks.sigs[BF16]))
+    monkeypatch.setitem(ks.plain, BF16, kernel(mod._make_stream(io), ks.sigs[BF16]))
+
+
+@needs_device
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
+def test_a_truncating_bf16_store_fails(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    args, ref = _row_problem(op, 3, 37, seed=1)
+    assert _rounded_share(_call(op, args), ref) >= 0.99
+    _break_store(monkeypatch, op, _truncate)
+    assert _rounded_share(_call(op, args), ref) < 0.8  # about half the elements round up
+
+
+@needs_device
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
+def test_a_bf16_store_swallowing_nan_fails_verify(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = ROW_OPS[op].SPEC
+    case = next(c for c in spec.special_cases if c.dtype == "bfloat16")
+    assert verify.check_case(spec, case, np.random.default_rng(2)).ok
+    _break_store(monkeypatch, op, _swallow_nan)
+    res = verify.check_case(spec, case, np.random.default_rng(2))
+    assert not res.ok and "NaN or infinite" in str(res.error)

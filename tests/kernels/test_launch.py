@@ -15,6 +15,8 @@ from opcheck import ON_GPU, fake_graph_class, needs_gpu
 from kernels.ops import cast, layernorm, residual_add, rmsnorm, softmax
 from kernels.runtime import arrays, launch
 
+F32 = np.dtype(np.float32)
+
 
 @pytest.mark.gpu
 @needs_gpu
@@ -24,10 +26,10 @@ def test_fast_path_matches_dispatcher():  # type: ignore[no-untyped-def]
     w = cuda.to_device(rng.standard_normal(1001, dtype=np.float32))
     a = cuda.device_array((37, 1001), np.float32)
     b = cuda.device_array((37, 1001), np.float32)
-    k = launch.kernel(rmsnorm._rmsnorm_kernel, rmsnorm._SIGS[np.dtype(np.float32)])
+    k = launch.kernel(rmsnorm._K.stream_fns[F32], rmsnorm._SIGS[np.dtype(np.float32)])
     ops = [arrays.operand(n, v) for n, v in (("x", x), ("w", w), ("a", a))]
     k.launch(37, 256, (*ops, 1e-3))
-    rmsnorm._rmsnorm_kernel[37, 256](x, w, b, np.float32(1e-3))
+    rmsnorm._K.stream_fns[F32][37, 256](x, w, b, np.float32(1e-3))
     cuda.synchronize()
     np.testing.assert_array_equal(a.copy_to_host(), b.copy_to_host())
 
@@ -50,14 +52,14 @@ def test_fast_path_host_overhead_below_dispatcher():  # type: ignore[no-untyped-
         return dt
 
     fast = per_call(lambda: rmsnorm.rmsnorm(x, w, out))
-    slow = per_call(lambda: rmsnorm._rmsnorm_kernel[4, 256](x, w, out, np.float32(1e-6)))
+    slow = per_call(lambda: rmsnorm._K.stream_fns[F32][4, 256](x, w, out, np.float32(1e-6)))
     assert fast < slow, (fast, slow)
 
 
 def test_parameter_block_follows_numba_abi():  # type: ignore[no-untyped-def]
     # numba-cuda's _Kernel._prepare_args flattens an array into meminfo, parent, nitems, itemsize, data,
     # shape..., strides...; scalars follow as their own parameters. Built and packed with no GPU.
-    k = launch.Kernel(rmsnorm._rmsnorm_kernel, "void(float16[:, ::1], float32[::1], float64, float32)")
+    k = launch.Kernel(rmsnorm._K.stream_fns[F32], "void(float16[:, ::1], float32[::1], float64, float32)")
     k.build_plan()
     x = arrays.Operand("x", 0xABC000, (3, 5), (10, 2), np.dtype(np.float16), None)
     w = arrays.Operand("w", 0xDEF000, (7,), (4,), np.dtype(np.float32), None)
@@ -89,7 +91,7 @@ def test_numba_device_arrays_take_the_direct_extractor():  # type: ignore[no-unt
 
 
 def test_one_d_slot_takes_nd_operand_flat():  # type: ignore[no-untyped-def]
-    k = launch.Kernel(rmsnorm._rmsnorm_kernel, "void(float32[::1])")
+    k = launch.Kernel(rmsnorm._K.stream_fns[F32], "void(float32[::1])")
     k.build_plan()
     x = arrays.Operand("x", 0x1000, (3, 5, 7), (140, 28, 4), np.dtype(np.float32), None)
     k.pack((x,))
@@ -154,7 +156,7 @@ def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
 
 def test_bound_launch_rewrites_only_the_pointers(stubbed):  # type: ignore[no-untyped-def]
     sig = "void(float32[:, ::1], float32[::1], float32[:, ::1], float32)"
-    k = launch.Kernel(rmsnorm._rmsnorm_kernel, sig)
+    k = launch.Kernel(rmsnorm._K.stream_fns[F32], sig)
     x = arrays.Operand("x", 0x1000, (3, 5), (20, 4), np.dtype(np.float32), None)
     w = arrays.Operand("w", 0x2000, (5,), (4,), np.dtype(np.float32), None)
     o = arrays.Operand("o", 0x3000, (3, 5), (20, 4), np.dtype(np.float32), None)
@@ -170,7 +172,7 @@ def test_bound_launch_rewrites_only_the_pointers(stubbed):  # type: ignore[no-un
 def test_bound_ptr_args_rewrite_int64_address_slots(stubbed):  # type: ignore[no-untyped-def]
     # the mma replay: every argument an int64 (addresses, then sizes); ptrs go to the slots ptr_args names
     sig = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
-    k = launch.Kernel(rmsnorm._rmsnorm_kernel, sig)
+    k = launch.Kernel(rmsnorm._K.stream_fns[F32], sig)
     b = k.bind(7, 128, (1, 2, 0, 3, 4, 64, 48, 32), shared=1024, ptr_args=(0, 1, 4, 3))
     b.launch((0xA0, 0xB0, 0xC0, 0xD0))
     k.pack((0xA0, 0xB0, 0, 0xD0, 0xC0, 64, 48, 32))
@@ -179,7 +181,7 @@ def test_bound_ptr_args_rewrite_int64_address_slots(stubbed):  # type: ignore[no
     with pytest.raises(ValueError):
         b.launch((1, 2, 3))  # one pointer per named argument
     with pytest.raises(launch.LaunchError):
-        launch.Kernel(rmsnorm._rmsnorm_kernel, "void(float32, int64)").bind(1, 32, (0.5, 1), ptr_args=(0,))
+        launch.Kernel(rmsnorm._K.stream_fns[F32], "void(float32, int64)").bind(1, 32, (0.5, 1), ptr_args=(0,))
 
 
 def test_bound_replays_a_graph_for_a_repeated_pointer_tuple(stubbed, monkeypatch):  # type: ignore[no-untyped-def]
@@ -192,7 +194,7 @@ def test_bound_replays_a_graph_for_a_repeated_pointer_tuple(stubbed, monkeypatch
     monkeypatch.setattr(launch, "LaunchGraph", FakeGraph)
     made = FakeGraph.made
     sig = "void(" + ", ".join(["int64"] * 9) + ")"  # 9 slots: the stub reads the first 9 of the block
-    b = launch.Kernel(rmsnorm._rmsnorm_kernel, sig).bind(5, 64, tuple(range(1, 10)), ptr_args=(0, 1))
+    b = launch.Kernel(rmsnorm._K.stream_fns[F32], sig).bind(5, 64, tuple(range(1, 10)), ptr_args=(0, 1))
     b.launch((0xA0, 0xB0))
     assert len(stubbed) == 1 and not made
     b.launch((0xA1, 0xB0))  # other pointers: direct
