@@ -46,7 +46,8 @@ class SimulatorRefused(RuntimeError):
     pass
 
 
-def _clone(args: dict[str, Any]) -> dict[str, Any]:
+def clone_args(args: dict[str, Any]) -> dict[str, Any]:
+    """A device-side copy of every device array in `args` (bf16 included); other values as they are."""
     out: dict[str, Any] = {}
     for k, v in args.items():
         if cuda.is_cuda_array(v):
@@ -96,11 +97,12 @@ def _time_calls(
     restore: Callable[[dict[str, Any]], None] | None,
     iters: int,
 ) -> list[float]:
-    return _time_interleaved([(fn, sets, restore)], iters)[0]
+    return time_interleaved([(fn, sets, restore)], iters)[0]
 
 
-def _time_interleaved(providers: list[Provider], iters: int) -> list[list[float]]:
-    """Per-call device times in microseconds, rotating over `sets`.
+def time_interleaved(providers: list[Provider], iters: int) -> list[list[float]]:
+    """Per-call device times in microseconds, rotating over `sets`, the providers' calls interleaved call by
+    call (ours, then a reference library's: benchmarks/h200_bf16_rows.py times torch this way).
 
     Calls of out-of-place ops run back to back, so each call's host work overlaps the previous call's kernels
     and the events measure the device. An in-place op's inputs are restored before every call by a few small
@@ -175,8 +177,8 @@ def bench_case(
 ) -> dict[str, Any]:  # fmt: skip
     problem = spec.make_problem(case, rng)
     base = stage(problem)
-    sets = [base] + [_clone(base) for _ in range(SETS - 1)]
-    pristine = {name: _clone({name: base[name]})[name] for name in problem.inplace}
+    sets = [base] + [clone_args(base) for _ in range(SETS - 1)]
+    pristine = {name: clone_args({name: base[name]})[name] for name in problem.inplace}
 
     def restore(args: dict[str, Any]) -> None:
         for name, src in pristine.items():
@@ -254,7 +256,7 @@ def _interleave_cupy(
     except ImportError as e:
         return _time_calls(spec.launch, sets, rest, iters), None, {"error": f"cupy not importable: {e}"}
     if any(cuda.is_cuda_array(v) and np.dtype(v.dtype) == arrays.BF16 for v in sets[0].values()):
-        # (benchmarks/h200_bf16.py compares the bf16 cases with torch instead)
+        # (benchmarks/h200_bf16.py and h200_bf16_rows.py compare the bf16 cases with torch instead)
         return _time_calls(spec.launch, sets, rest, iters), None, {"error": "CuPy has no bfloat16"}
     wrap = [{k: cp.asarray(v) if cuda.is_cuda_array(v) else v for k, v in s.items()} for s in sets]
 
@@ -264,7 +266,7 @@ def _interleave_cupy(
 
     cupy_rest = cp_restore if pristine else None
     try:
-        ours, theirs = _time_interleaved([(spec.launch, sets, rest), (spec.cupy, wrap, cupy_rest)], iters)
+        ours, theirs = time_interleaved([(spec.launch, sets, rest), (spec.cupy, wrap, cupy_rest)], iters)
     except Exception as e:  # noqa: BLE001  (a CuPy failure must not lose our figure)
         return _time_calls(spec.launch, sets, rest, iters), None, {"error": f"{type(e).__name__}: {e}"}
     _repoison(sets[0], ref, pristine)  # CuPy once more on poisoned outputs: only what it wrote is checked
