@@ -150,7 +150,9 @@ def _phase_of_task(task: str | None) -> str:
     if not task:
         return "unknown"
     name = task.split("|")[-1].strip().lower()
-    return "push" if "push" in name else re.sub(r"[^a-z0-9]+", "_", name).strip("_") or "unknown"
+    if name == "push artifact":  # the separate push task of runs recorded before the module took the push
+        return "push"
+    return re.sub(r"[^a-z0-9]+", "_", name).strip("_") or "unknown"
 
 
 class StepAborted(RunnerError):
