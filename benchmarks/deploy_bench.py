@@ -1,14 +1,20 @@
 """Deploy benchmark: N real sshd nodes on 127.0.0.1, driven through the `solfleet` CLI, per-phase timings.
 
-    .venv/bin/python benchmarks/deploy_bench.py --nodes 4 16
+    .venv/bin/python benchmarks/deploy_bench.py --nodes 4 16 64 [--ansistrano DIR] [--json OUT.jsonl]
 
 For each N it starts N sshd nodes (tests/e2e/sshd_fleet.py), builds two artifacts with `solfleet build`, and
 times three deploys: the first version onto empty nodes, a second version (push + activate, `previous` set),
-and a re-deploy of that version (idempotent no-op). Per phase it prints the median and max over hosts:
-push (the `solfleet | Push artifact` task's event duration), unpack+check, verify, activate, health (the node
+and a re-deploy of that version (idempotent no-op), then a rollback of the whole fleet (back to the first).
+Per phase it prints the median and max over hosts: push, unpack+check, verify, activate, health (the node
 module's `phases`). `runner` is the wall time ansible-runner spent (first to last event); `no-verify` is that
 minus the slowest host's verify+health, i.e. the push + unpack + check + activate path that ansistrano's
-50-task role covers (33 s for 4 nodes, 125 s for 16 on this kind of machine, FACTS.md).
+50-task role covers. `cpu/node` is the controller's CPU (user + sys of the CLI process and everything it ran:
+ansible-playbook, its forks, the ssh clients) divided by N; the sshd nodes' own work is not in it.
+
+`--ansistrano DIR` (a checkout of github.com/ansistrano/deploy; not part of this repository) also deploys the
+same artifact to the same nodes with ansistrano's deploy role (`copy_unarchive`, anonymous stats off: no
+traffic leaves loopback), with the same inventory and SSH settings (pipelining, ControlPersist), in the same
+run, and prints the ratio of solfleet's no-verify time to ansistrano's wall time.
 Not part of the test suite.
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,6 +38,12 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 from sshd_fleet import SshdFleet  # noqa: E402  (the fixture code, reused as a library)
 
 PHASES = ("push", "unpack_check", "verify", "activate", "health")
+
+
+def children_cpu_s() -> float:
+    """user + sys CPU of every finished child process of this one (and their reaped descendants)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def cli(work: Path, spec: Path, *args: str) -> float:
@@ -76,12 +89,12 @@ def phase_table(events: list[dict[str, object]]) -> tuple[dict[str, list[float]]
         if event.get("event") not in ("runner_on_ok", "runner_on_failed"):
             continue
         host = str(data.get("host"))
-        if str(data.get("task", "")).endswith("Push artifact"):
+        if str(data.get("task", "")).endswith("Push artifact"):  # before the node module took the push
             per_phase["push"].append(float(data.get("duration") or 0.0))
         solfleet = (data.get("res") or {}).get("solfleet")
         if isinstance(solfleet, dict) and "phases" in solfleet:
             phases = solfleet["phases"]
-            for name in PHASES[1:]:
+            for name in PHASES:
                 if name in phases:
                     per_phase[name].append(float(phases[name]))
             verify_health[host] = float(phases.get("verify", 0.0)) + float(phases.get("health", 0.0))
@@ -95,7 +108,56 @@ def fmt(values: list[float]) -> str:
     return f"{statistics.median(values):5.2f}/{max(values):5.2f}"
 
 
-def bench(n: int, verify_ops: str, base: Path) -> list[str]:
+ANSISTRANO_PLAY = """\
+- name: ansistrano deploy of the solfleet artifact (benchmark only)
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: {role}
+      vars:
+        ansistrano_deploy_via: copy_unarchive
+        ansistrano_deploy_from: {artifact}
+        ansistrano_deploy_to: "{{{{ solfleet_root }}}}/ansistrano"
+        ansistrano_keep_releases: 3
+        ansistrano_allow_anonymous_stats: false
+"""
+
+
+def ansistrano(role: Path, work: Path, spec: Path, artifact: Path, base: Path) -> tuple[float, float]:
+    """Wall time and controller CPU of one ansistrano deploy, through the inventory and SSH settings that
+    `solfleet render` writes for this fleet."""
+    rendered = base / "ansistrano-pdd"
+    cli(work, spec, "render", "--out", str(rendered))
+    play = base / "ansistrano-deploy.yml"
+    play.write_text(ANSISTRANO_PLAY.format(role=role.resolve(), artifact=artifact.resolve()))
+    import yaml
+
+    env = dict(os.environ) | {
+        k: str(v) for k, v in yaml.safe_load((rendered / "env" / "envvars").read_text()).items()
+    }
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    cpu0, start = children_cpu_s(), time.monotonic()
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(rendered / "inventory" / "hosts.yml"),
+            str(play),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall, cpu = time.monotonic() - start, children_cpu_s() - cpu0
+    if proc.returncode != 0:
+        sys.exit(f"ansistrano deploy failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return wall, cpu
+
+
+def bench(
+    n: int, verify_ops: str, base: Path, role: Path | None, records: list[dict[str, object]]
+) -> list[str]:
     fleet = SshdFleet(base / f"n{n}", count=n).start()
     rows = []
     try:
@@ -105,24 +167,60 @@ def bench(n: int, verify_ops: str, base: Path) -> list[str]:
             if not (dist / f"solfleet-ops-{version}.tar.gz").exists():
                 cli(work, spec, "build", "--version", version, "--out", str(dist))
         seen: set[Path] = set()
-        for label, version in (("first", "1.0.0"), ("second", "1.1.0"), ("re-deploy", "1.1.0")):
-            artifact = dist / f"solfleet-ops-{version}.tar.gz"
-            wall = cli(
-                work,
-                spec,
-                "deploy",
-                "--version",
-                version,
-                "--artifact",
-                str(artifact),
-                "--yes",
-                "--verify-ops",
-                verify_ops,
-            )
+        runs = (("first", "1.0.0"), ("second", "1.1.0"), ("re-deploy", "1.1.0"), ("rollback", None))
+        no_verify_of: dict[str, float] = {}
+        for label, version in runs:
+            if version is None:
+                args = ("rollback", "--yes")
+            else:
+                artifact = dist / f"solfleet-ops-{version}.tar.gz"
+                args = (
+                    "deploy",
+                    "--version",
+                    version,
+                    "--artifact",
+                    str(artifact),
+                    "--yes",
+                    "--verify-ops",
+                    verify_ops,
+                )
+            cpu0 = children_cpu_s()
+            wall = cli(work, spec, *args)
+            cpu = children_cpu_s() - cpu0
             per_phase, runner_wall, verify_health = phase_table(latest_events(work, seen))
             no_verify = runner_wall - max(verify_health.values(), default=0.0)
+            no_verify_of[label] = no_verify
             cells = "  ".join(fmt(per_phase[p]) for p in PHASES)
-            rows.append(f"{n:>3} {label:<9} {wall:6.1f} {runner_wall:6.1f} {no_verify:9.1f}  {cells}")
+            rows.append(
+                f"{n:>3} {label:<10} {wall:6.1f} {runner_wall:6.1f} {no_verify:9.1f} {cpu / n:8.2f}  {cells}"
+            )
+            records.append(
+                {
+                    "nodes": n,
+                    "run": label,
+                    "cli_s": round(wall, 2),
+                    "runner_s": round(runner_wall, 2),
+                    "no_verify_s": round(no_verify, 2),
+                    "cpu_per_node_s": round(cpu / n, 3),
+                    "phases": {p: per_phase[p] for p in PHASES},
+                }
+            )
+        if role is not None:
+            wall, cpu = ansistrano(role, work, spec, dist / "solfleet-ops-1.1.0.tar.gz", base / f"a{n}")
+            ratio = no_verify_of["second"] / wall
+            rows.append(
+                f"{n:>3} {'ansistrano':<10} {wall:6.1f} {'-':>6} {'-':>9} {cpu / n:8.2f}  "
+                f"solfleet second no-verify / ansistrano = {ratio:.3f}x"
+            )
+            records.append(
+                {
+                    "nodes": n,
+                    "run": "ansistrano",
+                    "cli_s": round(wall, 2),
+                    "cpu_per_node_s": round(cpu / n, 3),
+                    "ratio_solfleet_no_verify": round(ratio, 4),
+                }
+            )
     finally:
         fleet.stop()
     return rows
@@ -134,19 +232,29 @@ def main() -> int:
     )
     parser.add_argument("--nodes", type=int, nargs="+", default=[4, 16], help="fleet sizes (default 4 16)")
     parser.add_argument("--verify-ops", default="residual_add", help="ops verify runs on every node")
+    parser.add_argument("--ansistrano", type=Path, metavar="DIR", help="a checkout of ansistrano/deploy")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="append one JSON line per row to FILE")
     args = parser.parse_args()
+    if args.ansistrano is not None and not (args.ansistrano / "tasks" / "main.yml").is_file():
+        parser.error(f"--ansistrano {args.ansistrano}: not an ansistrano/deploy checkout (no tasks/main.yml)")
     if any(n < 1 or n > 64 for n in args.nodes):
         parser.error(f"--nodes {args.nodes}: each size must be 1..64")
     print(
         f"deploy benchmark: {os.cpu_count()} CPUs, verify ops: {args.verify_ops};"
         " phases in s as median/max over hosts"
     )
-    header = "  N run        cli  runner no-verify  " + "  ".join(f"{p:>11}" for p in PHASES)
+    header = "  N run         cli  runner no-verify cpu/node  " + "  ".join(f"{p:>11}" for p in PHASES)
     print(header)
+    records: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="solfleet-bench-") as tmp:
         for n in args.nodes:
-            for row in bench(n, args.verify_ops, Path(tmp)):
+            for row in bench(n, args.verify_ops, Path(tmp), args.ansistrano, records):
                 print(row, flush=True)
+    if args.json:
+        stamp = {"date": datetime.now().isoformat(timespec="seconds"), "cpus": os.cpu_count()}
+        with args.json.open("a") as fh:
+            for rec in records:
+                fh.write(json.dumps(stamp | rec) + "\n")
     return 0
 
 

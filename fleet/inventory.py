@@ -23,6 +23,7 @@ TEMPLATES = {
     "inventory/hosts.yml": "hosts.yml.j2",
     "env/envvars": "envvars.j2",
     "env/settings": "settings.j2",
+    "execution.yml": "execution.yml.j2",  # read by fleet/runner.py, not by ansible-runner
 }
 # OpenSSH control sockets live in a sockaddr_un (108 bytes incl. the ssh-appended temp suffix); Ansible names
 # them <dir>/<10-hex hash>, so a longer dir falls back to a short per-run dir under the system temp dir.
@@ -145,6 +146,7 @@ def context(spec: FleetSpec, *, run_dir: Path) -> dict[str, Any]:
         "job_timeout_s": spec.timeouts.run_s,
         # idle = no output at all; the slowest single task (verify) prints nothing until it ends
         "idle_timeout_s": spec.timeouts.task_s + 60,
+        "execution_mode": spec.execution.mode.value,
     }
 
 

@@ -68,6 +68,18 @@ class Connection(StrEnum):
     LOCAL = "local"
 
 
+class ExecutionMode(StrEnum):
+    """How fleet/runner.py runs each playbook (spec `execution.mode`, docs/fleet-spec.md)."""
+
+    LOCAL = "local"  # ansible-runner starts ansible-playbook from this process
+    STREAMING = "streaming"  # transmit -> an `ansible-runner worker` process -> process (Receptor's way)
+
+
+@dataclass(frozen=True)
+class Execution:
+    mode: ExecutionMode = ExecutionMode.LOCAL
+
+
 @dataclass(frozen=True)
 class Gpu:
     count: int
@@ -110,6 +122,7 @@ class FleetSpec:
     requirements: tuple[Requirement, ...] = ()  # the runtime's other locked requirements (stack.requirements)
     platform: str = DEFAULT_PLATFORM  # pip platform tag of the stack's wheelhouse
     provision: Provision | None = None  # None: the spec has no `provision` section
+    execution: Execution = Execution()
 
     @property
     def resolved_stack(self) -> Stack:
@@ -239,7 +252,10 @@ def parse_spec(data: object, *, source: Path, label: str, work_dir: Path) -> Fle
     rollout = parse_rollout(top, label, nodes)
     gates = parse_gates(top, label)
     timeouts = parse_timeouts(top, label)
-    top.done(["fleet", "defaults", "stack", "provision", "nodes", "rollout", "gates", "timeouts"])
+    execution = _execution(top, label)
+    top.done(
+        ["fleet", "defaults", "stack", "provision", "nodes", "rollout", "gates", "timeouts", "execution"]
+    )
     return FleetSpec(
         name=name,
         source=source.resolve(),
@@ -252,7 +268,16 @@ def parse_spec(data: object, *, source: Path, label: str, work_dir: Path) -> Fle
         requirements=stack.requirements,
         platform=stack.platform,
         provision=provision,
+        execution=execution,
     )
+
+
+def _execution(top: v.Fields, label: str) -> Execution:
+    raw = top.raw("execution", {})
+    e = v.Fields({} if raw is None else raw, "execution", label)
+    mode = v.choice(label, e.sub("mode"), e.raw("mode", "local"), [m.value for m in ExecutionMode])
+    e.done(["mode"])
+    return Execution(mode=ExecutionMode(mode))
 
 
 def _defaults(top: v.Fields, variables: Mapping[str, str], base: str) -> dict[str, tuple[str, Any]]:
