@@ -237,7 +237,10 @@ def test_artifact_sha256_mismatch_refused(tmp_path: Path, built: dict[str, Path]
         {"n1": node_on_v1},
         **deploy_vars(V2, built[V2], solfleet_artifact_sha256="0" * 64),
     )
-    assert_refused_and_unchanged(result, node_on_v1, "unpack_check", "differs from the controller's")
+    # the push itself refuses: the bytes that arrived are not the controller's artifact, so none are written
+    assert_refused_and_unchanged(result, node_on_v1, "push", "the controller's artifact")
+    assert not (node_on_v1 / "artifacts" / built[V2].name).exists()
+    assert not [p for p in (node_on_v1 / "artifacts").iterdir() if p.name.endswith(".tmp")]
 
 
 def test_file_not_in_manifest_refused(tmp_path: Path, built: dict[str, Path], node_on_v1: Path) -> None:
