@@ -505,17 +505,32 @@ def test_truncated_artifact_refused_when_no_sha256_was_given(
     assert result.results["n1"]["outcome"] == "refused"
 
 
+def _opened_elsewhere(path: Path) -> bool:
+    """Another process than this one holds `path` open (Linux: /proc/<pid>/fd links)."""
+    target = str(path)
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        if fd_dir.parent.name == str(os.getpid()):
+            continue
+        try:
+            if any(os.readlink(fd) == target for fd in fd_dir.iterdir()):
+                return True
+        except OSError:
+            continue  # gone, or not ours to read
+    return False
+
+
 def test_second_deploy_waits_for_the_node_lock(
     tmp_path: Path, built: dict[str, Path], node_on_v1: Path
 ) -> None:
-    fd = os.open(node_on_v1 / ".lock", os.O_RDWR)
+    lock = node_on_v1 / ".lock"
+    fd = os.open(lock, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    pushed = node_on_v1 / "artifacts" / built[V2].name
 
     def release_once_the_module_waits() -> None:
-        # The push lands just before the module starts and asks for the lock: hold it 1.5 s more, then let go.
+        # The module opens the lock file and polls for it: once another process has it open, hold the lock
+        # 1.5 s more, then let go.
         deadline = time.monotonic() + 120
-        while not pushed.exists() and time.monotonic() < deadline:
+        while not _opened_elsewhere(lock) and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(1.5)
         os.close(fd)

@@ -121,6 +121,23 @@ class _FakeDeviceArray:
 _FakeDeviceArray.__module__ = "numba.cuda.fake"
 
 
+def _kernels_in(values: list[object], depth: int = 2) -> list[launch.Kernel]:
+    found: list[launch.Kernel] = []
+    for v in values:
+        if isinstance(v, launch.Kernel):
+            found.append(v)
+        elif isinstance(v, dict):
+            found += _kernels_in(list(v.values()), depth)
+        elif (
+            depth
+            and hasattr(v, "__dict__")
+            and not isinstance(v, type)
+            and type(v).__module__.startswith("kernels.")
+        ):
+            found += _kernels_in(list(vars(v).values()), depth - 1)
+    return found
+
+
 @pytest.fixture
 def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
     """Fast-launch kernels whose cuLaunchKernel records (function, dims, parameter block) instead. Not on a
@@ -147,10 +164,9 @@ def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
     for mod in (rmsnorm, layernorm, softmax, residual_add, cast):
         monkeypatch.setattr(mod, "_FAST", launch.FastCache())
         # kernels an earlier simulator test made ready (dispatcher path, no parameter block) start over
-        for v in list(vars(mod).values()):
-            for k in v.values() if isinstance(v, dict) else [v]:
-                if isinstance(k, launch.Kernel):
-                    monkeypatch.setattr(k, "_ready", False)
+        # (module-level Kernels, dicts of them, and those an op's kernel table such as rows.RowKernels holds)
+        for k in _kernels_in(list(vars(mod).values())):
+            monkeypatch.setattr(k, "_ready", False)
     return calls
 
 
