@@ -355,6 +355,12 @@ class Ledger:
             for host, base in self.baseline(op.id).items():
                 if base.reachable and base.current is not None:
                     desired[host] = base.current
+        # A paused rollout's hosts beyond its canary wait on their baseline, which this ledger read from them
+        # even when no earlier operation of it put them there.
+        for op in self.paused():
+            for host, base in self.baseline(op.id).items():
+                if host not in desired and base.reachable and base.current is not None:
+                    desired[host] = base.current
         return desired
 
     # -- baselines, artifacts, recovery -------------------------------------------------------------------

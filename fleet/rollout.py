@@ -240,9 +240,10 @@ def conclude_pause(op: Operation, plan: Plan) -> None:
     canary, rest = plan.batches[0], plan.batches[1:]
     expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + lease_seconds(op)))
     report.status, report.exit_code = OpStatus.PAUSED, ExitCode.PAUSED
+    more = sum(len(b.hosts) for b in rest)
     report.message = (
         f"paused after the canary ({', '.join(canary.hosts)} on {plan.version}); `solfleet promote"
-        f" {op.op_id}` continues with {', '.join(b.name for b in rest)} ({sum(len(b.hosts) for b in rest)} host(s)),"
+        f" {op.op_id}` continues with {', '.join(b.name for b in rest)} ({more} host(s)),"
         f" `solfleet abort {op.op_id}` applies on_failure={plan.on_failure}; the nodes stay leased to"
         f" {op.op_id} until {expires}"
     )

@@ -183,10 +183,13 @@ def test_a_timed_out_batch_is_recorded_and_rolled_back(
     undo = {
         h: answered(h, "rolled_back", before="2.0.0", after="1.0.0", previous="0.9.0") for h in ("n1", "n2")
     }
+    # n3 was cut off mid-verify: its node module runs on under the node's lock and may still activate, so
+    # its undo runs too (it waits for that lock) and finds it on the baseline
+    undo["n3"] = answered("n3", "unchanged", before="1.0.0", after="1.0.0")
     script = {
         **CANARY_OK,
         ("deploy.yml", ("n2", "n3")): timed_out_batch_1(),
-        ("rollback.yml", ("n1", "n2")): undo,
+        ("rollback.yml", ("n1", "n2", "n3")): undo,
     }
     baseline = {h: ("1.0.0", "0.9.0") for h in ("n1", "n2", "n3")}
     result, op, rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script, links=baseline)
@@ -201,12 +204,14 @@ def test_a_timed_out_batch_is_recorded_and_rolled_back(
     # both hosts this rollout activated (canary n1, and n2 before the timeout) went back to the baseline:
     # current 1.0.0 AND previous 0.9.0, as the baseline read recorded them before the first push
     undo_call = next(c for c in scripted.calls if c[0] == "rollback.yml")
-    assert undo_call[1] == ("n1", "n2")
+    assert undo_call[1] == ("n1", "n2", "n3")
     assert undo_call[2]["solfleet_restore"] == {
         "n1": {"current": "1.0.0", "previous": "0.9.0"},
         "n2": {"current": "1.0.0", "previous": "0.9.0"},
+        "n3": {"current": "1.0.0", "previous": "0.9.0"},
     }
     assert rows[("undo", "n1")].outcome == rows[("undo", "n2")].outcome == "rolled_back"
+    assert rows[("undo", "n3")].outcome == "unchanged"
     assert scripted.links == baseline
     # leases: taken first (before any push), dropped last
     assert scripted.calls[0][0] == "lease.yml" and scripted.calls[-1][0] == "lease_end.yml"
