@@ -25,10 +25,24 @@ from typing import Any
 from fleet import artifact
 from fleet.errors import ExitCode, Interrupted, UsageError
 from fleet.ledger import Baseline, HostRecord, Ledger, OpStatus
-from fleet.operation import FAILED_OUTCOMES, Operation, OperationReport, ProgressFactory, StillPaused
+from fleet.operation import (
+    FAILED_OUTCOMES,
+    Operation,
+    OperationReport,
+    ProgressFactory,
+    StepAborted,
+    StillPaused,
+)
 from fleet.plan import Plan
 from fleet.policy import Gates
-from fleet.recovery import LeaseHeld, describe_where, end_leases, restore, take_baseline
+from fleet.recovery import (
+    LeaseHeld,
+    describe_where,
+    end_leases,
+    read_states,
+    restore,
+    take_baseline,
+)
 from fleet.rollout import conclude_deploy, run_batches, undo_targets
 from fleet.spec import FleetSpec
 from fleet.workdir import ledger_path
@@ -144,13 +158,17 @@ def misplaced(
     return out
 
 
-def _retake_leases(op: Operation, ledger: Ledger, command: str) -> dict[str, Baseline]:
-    """Renew the paused rollout's leases under this process and read every node (one node-side step).
-    A refusal leaves the rollout paused with its leases as they were."""
+def _before_any_move(op: Operation, ledger: Ledger, command: str, *, lease: bool) -> dict[str, Baseline]:
+    """Read every node (`lease`: and renew the paused rollout's leases under this process, in the same
+    node-side step). Whatever stops it leaves the rollout paused, its leases as they were."""
+    hosts = list(op.plan.hosts)
     try:
-        return take_baseline(
-            op, ledger, list(op.plan.hosts), take_over=[], record=False, drop_on_refusal=False
-        )
+        if lease:
+            return take_baseline(op, ledger, hosts, take_over=[], record=False, drop_on_refusal=False)
+        return {
+            h: Baseline(h, s.reachable, s.current, s.current_sha, s.previous)
+            for h, s in read_states(op, ledger, hosts).items()
+        }
     except Interrupted as exc:
         raise StillPaused(
             f"{command} {op.op_id} interrupted before anything moved; it is still paused ({exc})",
@@ -159,6 +177,11 @@ def _retake_leases(op: Operation, ledger: Ledger, command: str) -> dict[str, Bas
     except LeaseHeld as exc:
         raise StillPaused(
             f"{command} {op.op_id} refused, it stays paused: {exc}", exit_code=ExitCode.LOCKED
+        ) from None
+    except StepAborted as exc:
+        raise StillPaused(
+            f"{command} {op.op_id} could not read the nodes, it stays paused: {exc}",
+            exit_code=ExitCode.RUNNER,
         ) from None
 
 
@@ -186,11 +209,14 @@ def promote(
 
     def body(ledger: Ledger) -> None:
         hosts = list(plan.hosts)
-        now = _retake_leases(op, ledger, "promote")
-        bad = misplaced(paused, now, unreachable_ok=plan.unreachable == "skip")
-        if bad:
-            more = f"; and {len(bad) - 1} more" if len(bad) > 1 else ""
-            raise StillPaused(f"promote {paused.id} refused, nothing was changed: {bad[0]}{more}")
+        # first a plain read, so that a refusal changes nothing at all (not even a lease); then the same
+        # check again under the renewed leases, in case a node moved in between
+        for lease in (False, True):
+            now = _before_any_move(op, ledger, "promote", lease=lease)
+            bad = misplaced(paused, now, unreachable_ok=plan.unreachable == "skip")
+            if bad:
+                more = f"; and {len(bad) - 1} more" if len(bad) > 1 else ""
+                raise StillPaused(f"promote {paused.id} refused, nothing was changed: {bad[0]}{more}")
         try:
             run = run_batches(op, ledger, plan, paused.extravars, start=1)
             conclude_deploy(
@@ -217,7 +243,7 @@ def abort(
 
     def body(ledger: Ledger) -> None:
         hosts = list(plan.hosts)
-        _retake_leases(op, ledger, "abort")
+        _before_any_move(op, ledger, "abort", lease=True)
         report = op.report
         policy = plan.on_failure
         try:
