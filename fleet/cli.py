@@ -351,7 +351,7 @@ def _paused_step(args: argparse.Namespace) -> int:
     out = report.console()
     canary = ", ".join(paused.canary)
     if args.command == "promote":
-        rest = [b for b in plan.batches[1:]]
+        rest = list(plan.batches[1:])
         header = f"promote {paused.id}: deploy {plan.version}; the canary ({canary}) passed and is done"
         shown = replace(plan, batches=tuple(rest))
         report.print_plan(out, shown, fleet=spec.name, header=header, notes=notes)

@@ -9,7 +9,9 @@ its `max_failures` stops scheduling. `rollback_fleet` then returns every targete
 SIGHUP) applies the same policy before it exits 130; a deploy that died without it (SIGKILL, a lost
 machine) is returned to its baseline by the next deploy, rollback or `solfleet reconcile`. A batch that
 ansible-runner stops (job timeout) is recorded host by host and counts as failed, so the policy runs before
-the exit 4."""
+the exit 4; one still running at `rollout.batch_deadline_s` (its job timeout then) is failed the same way,
+exit 1. A plan that `pauses` stops after its passing canary with the leases kept (fleet/progressive.py
+continues or aborts it)."""
 
 from __future__ import annotations
 

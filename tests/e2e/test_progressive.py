@@ -113,9 +113,9 @@ def pf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Progressive]:
 
 
 def paused_id(result: CliResult) -> str:
-    """The id the pausing deploy names in its two next commands."""
+    """The id the pausing deploy names in its two next commands (its last lines; the plan says `ID`)."""
     assert result.rc == ExitCode.PAUSED, f"expected exit {int(ExitCode.PAUSED)}: {result.output[-3000:]}"
-    words = result.stdout.split("`solfleet promote ", 1)
+    words = result.stdout.rsplit("`solfleet promote ", 1)
     assert len(words) == 2, f"the paused deploy does not say how to promote: {result.stdout[-2000:]}"
     op_id = words[1].split("`", 1)[0]
     assert f"`solfleet abort {op_id}`" in result.stdout, result.stdout[-2000:]
