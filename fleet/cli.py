@@ -1,8 +1,9 @@
 """`solfleet`: parse, call the library, print. No behaviour lives here (see fleet/rollout.py and friends).
 
 Exit codes (docs/cli.md): 0 ok, 1 operation failed on a host, 2 usage/spec error (nothing touched),
-3 hosts unreachable, 4 ansible-runner could not run, 5 another rollout holds the nodes, 130 interrupted;
-`status` also 6 drift, 7 suspect, 8 split; `health` 9 unhealthy. SIGTERM and SIGHUP are handled like
+3 hosts unreachable, 4 ansible-runner could not run, 5 another rollout holds the nodes, 10 paused after
+the canary (deploy, and `status` while a rollout is paused), 130 interrupted; `status` also 6 drift,
+7 suspect, 8 split; `health` 9 unhealthy. SIGTERM and SIGHUP are handled like
 Ctrl-C."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import json
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -26,7 +28,16 @@ from fleet.inventory import write_private_data_dir
 from fleet.ledger import Ledger
 from fleet.operation import OperationReport
 from fleet.plan import Batch, Plan, plan_rollback, plan_rollout, select_nodes
-from fleet.rollout import ArtifactInfo, deploy, reconcile, rollback, unfinished_operations
+from fleet.progressive import abort, find_paused, promote
+from fleet.rollout import (
+    ArtifactInfo,
+    deploy,
+    reconcile,
+    refuse_if_paused,
+    rollback,
+    undo_targets,
+    unfinished_operations,
+)
 from fleet.spec import (
     FleetSpec,
     Node,
@@ -136,6 +147,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     rc.add_argument("--dry-run", action="store_true", help="say which rollouts are unfinished; touch nothing")
     rc.add_argument("--yes", action="store_true")
+
+    for name, what in (
+        ("promote", "continue a paused rollout with its remaining batches"),
+        ("abort", "end a paused rollout with its failure policy (on_failure)"),
+    ):
+        pa = sub.add_parser(name, parents=[common], help=what)
+        pa.add_argument("id", nargs="?", help="the paused rollout (default: the only one)")
+        pa.add_argument("--dry-run", action="store_true", help="print what it would do; touch nothing")
+        pa.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     w = sub.add_parser(
         "wheelhouse", parents=[common], help="download + lock the stack's wheels for the nodes"
@@ -268,6 +288,7 @@ def _render(args: argparse.Namespace) -> int:
 
 def _deploy(args: argparse.Namespace) -> int:
     spec = _spec(args)
+    _refuse_if_paused(spec)
     version = check_version(args.version)
     path = Path(args.artifact) if args.artifact else artifact.artifact_path(Path("dist"), version)
     manifest = artifact.read_manifest(path)
@@ -313,8 +334,56 @@ def _deploy(args: argparse.Namespace) -> int:
     return int(result.exit_code)
 
 
+def _refuse_if_paused(spec: FleetSpec) -> None:
+    path = ledger_path(spec)
+    if path.exists():
+        with Ledger(path) as ledger:
+            refuse_if_paused(ledger)
+
+
+def _paused_step(args: argparse.Namespace) -> int:
+    """`promote` and `abort`: find the paused rollout, say what will happen, then do it."""
+    spec = _spec(args)
+    paused = find_paused(spec, args.id, command=args.command)
+    plan = paused.plan
+    nodes = [n for n in spec.nodes if n.name in plan.hosts]
+    notes = _preflight(spec, nodes, dry_run=args.dry_run)
+    out = report.console()
+    canary = ", ".join(paused.canary)
+    if args.command == "promote":
+        rest = list(plan.batches[1:])
+        header = f"promote {paused.id}: deploy {plan.version}; the canary ({canary}) passed and is done"
+        shown = replace(plan, batches=tuple(rest))
+        report.print_plan(out, shown, fleet=spec.name, header=header, notes=notes)
+        what = f"promote {paused.id} to {sum(len(b.hosts) for b in rest)} more node(s)"
+    else:
+        targets = undo_targets(plan.on_failure, list(plan.hosts), plan.batches[0])
+        out.print(f"plan: abort {paused.id}: deploy {escape(plan.version or '')}; canary {escape(canary)}")
+        out.print(
+            f"  on_failure={plan.on_failure}: "
+            + (
+                f"return {escape(', '.join(targets))} to the baseline"
+                if targets
+                else "hosts stay where they are"
+            )
+        )
+        for note in notes:
+            out.print(f"  [yellow]note:[/] {escape(note)}")
+        what = f"abort {paused.id}"
+    if args.dry_run:
+        out.print("dry run: nothing was changed")
+        return 0
+    _confirm(args, what)
+    step = promote if args.command == "promote" else abort
+    result = step(spec, paused, progress=report.live_factory(sys.stderr.isatty()))
+    report.print_operation(out, result)
+    _write_report(spec, result.op_id, out)
+    return int(result.exit_code)
+
+
 def _rollback(args: argparse.Namespace) -> int:
     spec = _spec(args)
+    _refuse_if_paused(spec)
     to = check_version(args.to, field="--to") if args.to else None
     nodes = select_nodes(spec.nodes, args.limit)
     notes = _preflight(spec, nodes, dry_run=args.dry_run)
@@ -471,6 +540,8 @@ COMMANDS = {
     "report": _report,
     "history": _history,
     "reconcile": _reconcile,
+    "promote": _paused_step,
+    "abort": _paused_step,
     "wheelhouse": _wheelhouse,
     "provision": _provision,
 }

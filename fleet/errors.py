@@ -20,6 +20,9 @@ class ExitCode(IntEnum):
     SUSPECT = 7  # a node's current is unverified, tampered, failed a re-check, or its last move unconfirmed
     SPLIT = 8  # every node is where the ledger says, but they do not all run one release
     UNHEALTHY = 9  # `solfleet health` only: a node answered and a health check failed (or gave no report)
+    # a deploy stopped after its canary passed (rollout.pause_after_canary) and waits for `solfleet promote`
+    # or `solfleet abort`; `status` too while a rollout is paused (after 1, 7 and 6; before 8 and 3)
+    PAUSED = 10
     INTERRUPTED = 130  # Ctrl-C; the ledger row is marked `interrupted`
 
 
@@ -71,13 +74,15 @@ class HostsUnreachable(FleetError):
 class RunnerError(FleetError):
     """ansible-runner could not run the playbook, or stopped it (job timeout, runner error): not a host
     failure. `progress`: host -> the runner's HostProgress when the run had started (what each host had
-    answered by then), else empty."""
+    answered by then), else empty. `status`: ansible-runner's status when it stopped the run (`timeout`:
+    the job timeout passed), else empty."""
 
     exit_code = ExitCode.RUNNER
 
-    def __init__(self, message: str, *, progress: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, message: str, *, progress: Mapping[str, Any] | None = None, status: str = "") -> None:
         super().__init__(message)
         self.progress = progress or {}
+        self.status = status
 
 
 class Interrupted(FleetError):

@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS operations (
     started     TEXT NOT NULL,             -- UTC, ISO 8601; for records only
     finished    TEXT,
     status      TEXT NOT NULL,             -- running | succeeded | failed | rolled_back | interrupted
+                                           -- | paused | aborted
     message     TEXT NOT NULL DEFAULT '',
     plan        TEXT NOT NULL,             -- the printed plan, as JSON
     controller  TEXT NOT NULL,             -- hostname:pid, to tell a dead run from a live one
@@ -79,11 +80,16 @@ class OpStatus(StrEnum):
     FAILED = "failed"
     ROLLED_BACK = "rolled_back"  # failed, and the failure policy put the hosts back
     INTERRUPTED = "interrupted"
+    # stopped after a passing canary (rollout.pause_after_canary); `solfleet promote` continues it, `solfleet
+    # abort` applies its failure policy. Not unfinished: nothing is owed until one of them decides.
+    PAUSED = "paused"
+    ABORTED = "aborted"  # a paused rollout that `solfleet abort` ended with its failure policy
 
 
 # An operation that ended without finishing its failure policy: the next deploy, rollback or `reconcile`
-# returns its hosts to its baseline (and records which operation did, in `recovered_by`).
-UNFINISHED = (OpStatus.RUNNING.value, OpStatus.INTERRUPTED.value)
+# returns its hosts to its baseline (and records which operation did, in `recovered_by`). An abort that could
+# not return every host (one unreachable) is owed the same.
+UNFINISHED = (OpStatus.RUNNING.value, OpStatus.INTERRUPTED.value, OpStatus.ABORTED.value)
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,22 @@ class Operation:
     controller: str = ""
 
 
+def _operation(r: sqlite3.Row) -> Operation:
+    return Operation(
+        id=r["id"],
+        kind=r["kind"],
+        version=r["version"],
+        fleet=r["fleet"],
+        started=r["started"],
+        finished=r["finished"],
+        status=r["status"],
+        message=r["message"],
+        plan=json.loads(r["plan"]),
+        recovered_by=r["recovered_by"],
+        controller=r["controller"],
+    )
+
+
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -161,7 +183,13 @@ class Ledger:
         if "simulated" not in cols:
             self._db.execute("ALTER TABLE host_outcomes ADD COLUMN simulated INTEGER")
         op_cols = {r["name"] for r in self._db.execute("PRAGMA table_info(operations)").fetchall()}
-        for col, decl in (("recovered_by", "TEXT"), ("artifact_sha256", "TEXT"), ("dirty", "INTEGER")):
+        added = (
+            ("recovered_by", "TEXT"),
+            ("artifact_sha256", "TEXT"),
+            ("dirty", "INTEGER"),
+            ("resume", "TEXT"),
+        )
+        for col, decl in added:
             if col not in op_cols:
                 self._db.execute(f"ALTER TABLE operations ADD COLUMN {col} {decl}")
 
@@ -250,22 +278,50 @@ class Ledger:
         rows = self._db.execute(
             "SELECT * FROM operations ORDER BY started DESC, rowid DESC LIMIT ?", (limit,)
         )
-        return [
-            Operation(
-                id=r["id"],
-                kind=r["kind"],
-                version=r["version"],
-                fleet=r["fleet"],
-                started=r["started"],
-                finished=r["finished"],
-                status=r["status"],
-                message=r["message"],
-                plan=json.loads(r["plan"]),
-                recovered_by=r["recovered_by"],
-                controller=r["controller"],
+        return [_operation(r) for r in rows.fetchall()]
+
+    def operation(self, op_id: str) -> Operation | None:
+        row = self._db.execute("SELECT * FROM operations WHERE id = ?", (op_id,)).fetchone()
+        return None if row is None else _operation(row)
+
+    # -- paused rollouts (fleet/progressive.py) -----------------------------------------------------------
+    def paused(self) -> list[Operation]:
+        """Rollouts stopped after their canary, waiting for promote or abort; oldest first."""
+        rows = self._db.execute(
+            "SELECT * FROM operations WHERE status = ? ORDER BY started, rowid", (OpStatus.PAUSED.value,)
+        )
+        return [_operation(r) for r in rows.fetchall()]
+
+    def record_resume(self, op_id: str, data: Mapping[str, Any]) -> None:
+        """What a promote needs to continue exactly this rollout (its node variables and gates), kept with
+        the row before the first batch runs."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE operations SET resume = ? WHERE id = ?", (json.dumps(data, sort_keys=True), op_id)
             )
-            for r in rows.fetchall()
-        ]
+
+    def resume_data(self, op_id: str) -> dict[str, Any]:
+        row = self._db.execute("SELECT resume FROM operations WHERE id = ?", (op_id,)).fetchone()
+        data: dict[str, Any] = {} if row is None or row["resume"] is None else json.loads(row["resume"])
+        return data
+
+    def resume(self, op_id: str) -> None:
+        """A paused row becomes this process's running operation again (promote, abort): a SIGKILL from here
+        on leaves it `running`, which the next open marks interrupted, i.e. owed its baseline."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE operations SET status = ?, finished = NULL, controller = ?, pid = ?"
+                " WHERE id = ? AND status = ?",
+                (
+                    OpStatus.RUNNING.value,
+                    f"{socket.gethostname()}:{os.getpid()}",
+                    os.getpid(),
+                    op_id,
+                    OpStatus.PAUSED.value,
+                ),
+            )
+            if cur.rowcount != 1:
+                raise ValueError(f"{op_id} is not a paused operation of this ledger")
 
     def host_outcomes(self, op_id: str) -> list[HostRecord]:
         rows = self._db.execute("SELECT * FROM host_outcomes WHERE operation_id = ? ORDER BY id", (op_id,))
@@ -298,6 +354,12 @@ class Ledger:
         for op in self.unfinished():
             for host, base in self.baseline(op.id).items():
                 if base.reachable and base.current is not None:
+                    desired[host] = base.current
+        # A paused rollout's hosts beyond its canary wait on their baseline, which this ledger read from them
+        # even when no earlier operation of it put them there.
+        for op in self.paused():
+            for host, base in self.baseline(op.id).items():
+                if host not in desired and base.reachable and base.current is not None:
                     desired[host] = base.current
         return desired
 
@@ -352,7 +414,12 @@ class Ledger:
         """Ids of this ledger's recent operations that are not running now: a node lease one of them left
         behind (a dead controller, a node that could not be reached to drop it) is this controller's own and
         may be taken over. A lease of a rollout this ledger does not know stays a refusal."""
-        return [op.id for op in self.operations(limit=limit) if not self._is_live(op)]
+        return [
+            op.id
+            for op in self.operations(limit=limit)
+            # a paused rollout's leases are its own until promote or abort (or their expiry)
+            if not self._is_live(op) and op.status != OpStatus.PAUSED.value
+        ]
 
     def mark_recovered(self, op_id: str, *, by: str) -> None:
         with self._tx() as db:

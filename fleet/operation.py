@@ -14,7 +14,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -157,24 +157,61 @@ def _phase_of_task(task: str | None) -> str:
 
 class StepAborted(RunnerError):
     """ansible-runner stopped a step (job timeout, runner error): each host is already in the ledger, and
-    `step` holds those records so deploy can apply its failure policy to what did happen."""
+    `step` holds those records so deploy can apply its failure policy to what did happen. `deadline`: the
+    step's own deadline (rollout.batch_deadline_s) stopped it, not the runner's `timeouts.run_s`."""
 
-    def __init__(self, message: str, *, step: StepResult) -> None:
+    def __init__(self, message: str, *, step: StepResult, deadline: int | None = None) -> None:
         super().__init__(message)
         self.step = step
+        self.deadline = deadline
+
+
+class StillPaused(FleetError):
+    """A promote or abort refused before it moved anything (a node not where the pause left it, another
+    lease, an interrupt during the check): its paused row goes back to `paused`, as it was."""
+
+    def __init__(self, message: str, *, exit_code: ExitCode = ExitCode.USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _deadline_record(record: HostRecord, deadline_s: int) -> HostRecord:
+    """A host cut off by the batch deadline is a failed host, and its record says why."""
+    if record.outcome not in ("not_finished", "not_run"):
+        return record
+    where = f" ({record.message})" if record.message else ""
+    return replace(
+        record,
+        outcome="not_finished",
+        failed_phase=record.failed_phase or "not_started",
+        message=f"batch deadline {deadline_s} s passed{where}",
+    )
 
 
 class Operation:
     """One deploy/stage/rollback/reconcile: owns its run dir, its ledger row and the controller lock."""
 
-    def __init__(self, spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = None) -> None:
+    def __init__(
+        self,
+        spec: FleetSpec,
+        plan: Plan,
+        *,
+        progress: ProgressFactory | None = None,
+        resume_id: str | None = None,
+    ) -> None:
+        """`resume_id`: continue that paused operation (promote, abort) under its own id, run dir and row,
+        so its node journals and leases name one rollout from its canary to its end."""
         self.spec = spec
         self.plan = plan
         self.progress = progress or (lambda _name, _hosts: None)
-        self.op_id = new_operation_id()
+        self.resumed = resume_id is not None
+        self.op_id = resume_id or new_operation_id()
         # named in every node lease this operation takes, so a refused second operator learns who holds it
         self.controller = f"{getpass.getuser()}@{socket.gethostname()}:{os.getpid()}"
         self.pdd = run_dir(spec, self.op_id)
+        # a resumed run numbers its steps after the ones already kept in artifacts/
+        arts = self.pdd / "artifacts"
+        self._first_step = sum(1 for _ in arts.iterdir()) if self.resumed and arts.is_dir() else 0
         self.report = OperationReport(
             op_id=self.op_id, kind=plan.kind, version=plan.version, artifacts=self.pdd
         )
@@ -189,11 +226,22 @@ class Operation:
         *,
         record: bool = True,
         timeout_s: int | None = None,
+        deadline_s: int | None = None,
     ) -> StepResult:
         """One ansible-runner run over `hosts`. `record=False` for steps that read or lease and move no
         release (their answers land in the baselines table or nowhere, not in host_outcomes). `timeout_s`:
-        a short per-task limit for such reads (the run gets twice that plus the connect timeout)."""
-        ident = f"{len(self.report.steps):02d}-{re.sub(r'[^a-z0-9]+', '-', step.lower()).strip('-')}"
+        a short per-task limit for such reads (the run gets twice that plus the connect timeout).
+        `deadline_s`: a deploy batch's wall-clock bound (rollout.batch_deadline_s), enforced as the run's
+        job timeout when it is shorter than `timeouts.run_s`; hosts it cuts off are `not_finished` with the
+        reason "batch deadline N s passed", and StepAborted says `deadline`."""
+        number = self._first_step + len(self.report.steps)
+        ident = f"{number:02d}-{re.sub(r'[^a-z0-9]+', '-', step.lower()).strip('-')}"
+        job_timeout = (
+            (timeout_s * 2 + self.spec.timeouts.connect_s) if timeout_s else self.spec.timeouts.run_s
+        )
+        by_deadline = deadline_s is not None and deadline_s < job_timeout
+        if by_deadline and deadline_s is not None:
+            job_timeout = deadline_s
         started = time.monotonic()
         try:
             result = runner.run_playbook(
@@ -202,9 +250,7 @@ class Operation:
                 hosts=hosts,
                 extravars=extravars,
                 ident=ident,
-                timeout_s=(timeout_s * 2 + self.spec.timeouts.connect_s)
-                if timeout_s
-                else self.spec.timeouts.run_s,
+                timeout_s=job_timeout,
                 task_timeout_s=timeout_s,
                 progress=self.progress(f"{self.plan.kind} {self.plan.version or ''} {step}".strip(), hosts),
             )
@@ -222,12 +268,18 @@ class Operation:
             cut = tuple(
                 _interrupted_record(step, exc.progress.get(h), h, outcome="not_finished") for h in hosts
             )
+            deadline = deadline_s if by_deadline and exc.status == "timeout" else None
+            message = str(exc)
+            if deadline is not None:
+                cut = tuple(_deadline_record(r, deadline) for r in cut)
+                late = [r.host for r in cut if r.outcome == "not_finished"]
+                message = f"batch deadline {deadline} s passed; not finished: {', '.join(late) or 'none'}"
             if record:
                 ledger.record_hosts(self.op_id, list(cut))
             seconds = time.monotonic() - started
             aborted = StepResult(step=step, hosts=tuple(hosts), records=cut, seconds=seconds)
             self.report.steps.append(aborted)
-            raise StepAborted(str(exc), step=aborted) from exc
+            raise StepAborted(message, step=aborted, deadline=deadline) from exc
         records = tuple(host_record(step, result.hosts[h]) for h in hosts)
         if record:
             ledger.record_hosts(self.op_id, list(records))  # committed per step: a crash later loses nothing
@@ -251,15 +303,24 @@ class Operation:
             if precheck is not None:
                 precheck(ledger)
             write_private_data_dir(self.spec, self.pdd)
-            ledger.begin(
-                op_id=self.op_id,
-                kind=self.plan.kind,
-                version=self.plan.version,
-                fleet=self.spec.name,
-                plan=self.plan.to_json(),
-            )
+            paused_message = ""
+            if self.resumed:
+                row = ledger.operation(self.op_id)
+                paused_message = row.message if row is not None else ""
+                ledger.resume(self.op_id)
+            else:
+                ledger.begin(
+                    op_id=self.op_id,
+                    kind=self.plan.kind,
+                    version=self.plan.version,
+                    fleet=self.spec.name,
+                    plan=self.plan.to_json(),
+                )
             try:
                 body(ledger)
+            except StillPaused:
+                ledger.finish(self.op_id, OpStatus.PAUSED, paused_message)  # nothing moved: as it was
+                raise
             except Interrupted as exc:
                 ledger.finish(self.op_id, OpStatus.INTERRUPTED, str(exc))
                 raise

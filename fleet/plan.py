@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,15 +30,43 @@ class Plan:
     on_failure: str
     unreachable: str
     keep_releases: int
+    pause_after_canary: bool = False  # deploy: stop after a passing canary (fleet/progressive.py)
+    batch_deadline_s: int | None = None  # a batch still running after this long is a failed batch
 
     @property
     def hosts(self) -> tuple[str, ...]:
         return tuple(h for b in self.batches for h in b.hosts)
 
+    @property
+    def pauses(self) -> bool:
+        """A deploy with a canary and more batches after it stops once the canary has passed."""
+        return (
+            self.pause_after_canary
+            and self.kind == "deploy"
+            and len(self.batches) > 1
+            and self.batches[0].name == "canary"
+        )
+
     def to_json(self) -> dict[str, Any]:
         """Plain JSON types (lists, not tuples): what the ledger stores and `history --json` prints."""
         data: dict[str, Any] = json.loads(json.dumps(asdict(self)))
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Plan:
+        """The plan a paused rollout stored in the ledger, as it was printed (a promote runs exactly it)."""
+        return cls(
+            kind=str(data["kind"]),
+            version=data.get("version"),
+            batches=tuple(
+                Batch(str(b["name"]), tuple(b["hosts"]), int(b["max_failures"])) for b in data["batches"]
+            ),
+            on_failure=str(data["on_failure"]),
+            unreachable=str(data["unreachable"]),
+            keep_releases=int(data["keep_releases"]),
+            pause_after_canary=bool(data.get("pause_after_canary", False)),
+            batch_deadline_s=data.get("batch_deadline_s"),
+        )
 
 
 def select_nodes(nodes: Sequence[Node], limit: str | None) -> list[Node]:
@@ -102,6 +130,8 @@ def plan_rollout(nodes: Sequence[Node], rollout: Rollout, *, version: str, kind:
         on_failure=rollout.on_failure.value,
         unreachable=rollout.unreachable.value,
         keep_releases=rollout.keep_releases,
+        pause_after_canary=rollout.pause_after_canary and kind == "deploy",
+        batch_deadline_s=rollout.batch_deadline_s,
     )
 
 

@@ -43,6 +43,10 @@ class Rollout:
     unreachable: UnreachablePolicy = UnreachablePolicy.FAIL
     on_failure: OnFailure = OnFailure.ROLLBACK_FLEET
     keep_releases: int = 5
+    # progressive steps (docs/fleet-spec.md): stop after a passing canary until `solfleet promote` or
+    # `solfleet abort`; and a wall-clock bound per batch whose overrun is a batch failure
+    pause_after_canary: bool = False
+    batch_deadline_s: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,32 @@ def parse_rollout(top: v.Fields, label: str, nodes: Sequence[Node]) -> Rollout:
         )
     )
     keep = v.integer(label, r.sub("keep_releases"), r.raw("keep_releases", 5), lo=2, hi=100)
-    r.done(["canary", "batches", "max_failures", "unreachable", "on_failure", "keep_releases"])
+    pause = v.boolean(label, r.sub("pause_after_canary"), r.raw("pause_after_canary", False))
+    if pause and canary is None:
+        v.fail(
+            label,
+            r.sub("pause_after_canary"),
+            pause,
+            "needs rollout.canary ({labels: [...]} or {count: N}): the pause comes after the canary batch",
+        )
+    deadline_raw = r.raw("batch_deadline_s")
+    deadline = (
+        None
+        if deadline_raw is None
+        else v.integer(label, r.sub("batch_deadline_s"), deadline_raw, lo=1, hi=86400)
+    )
+    r.done(
+        [
+            "canary",
+            "batches",
+            "max_failures",
+            "unreachable",
+            "on_failure",
+            "keep_releases",
+            "pause_after_canary",
+            "batch_deadline_s",
+        ]
+    )
     return Rollout(
         canary=canary,
         batches=batches,
@@ -141,6 +170,8 @@ def parse_rollout(top: v.Fields, label: str, nodes: Sequence[Node]) -> Rollout:
         unreachable=unreachable,
         on_failure=on_failure,
         keep_releases=keep,
+        pause_after_canary=pause,
+        batch_deadline_s=deadline,
     )
 
 

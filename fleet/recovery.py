@@ -78,12 +78,14 @@ def take_baseline(
     artifact_sha256: str | None = None,
     take_over: Iterable[str] | None = None,
     record: bool = True,
+    drop_on_refusal: bool = True,
 ) -> dict[str, Baseline]:
     """Lease every host and record its baseline (`record=False`: a reconcile, whose own undo must never
     become a baseline to return to). Refuses (and drops the leases it took) when another live
     rollout holds a node (LeaseHeld, exit 5), or when `version` is already on a node as other bytes
     (UsageError, exit 2): in both cases no release has moved. `take_over`: rollout ids whose leases may be
-    replaced; default every rollout of this ledger that is not running now."""
+    replaced; default every rollout of this ledger that is not running now. `drop_on_refusal=False`: a
+    promote or abort of a paused rollout, whose leases stay its own when it is refused."""
     if take_over is None:
         take_over = [i for i in ledger.own_stale_rollouts() if i != op.op_id]
     step = op.run_step(
@@ -120,7 +122,8 @@ def take_baseline(
         if version and artifact_sha256 and on_node and on_node != artifact_sha256:
             other_bytes.append(f"{host} has {version} as artifact {on_node[:12]}..")
     if held or other_bytes:
-        end_leases(op, ledger, [h for h in hosts if h in baselines])
+        if drop_on_refusal:
+            end_leases(op, ledger, [h for h in hosts if h in baselines])
         if held:
             raise LeaseHeld(
                 f"another rollout holds {len(held)} node(s), nothing was changed: {'; '.join(held[:3])}"
@@ -133,6 +136,27 @@ def take_baseline(
     if record:
         ledger.record_baseline(op.op_id, list(baselines.values()))
     return baselines
+
+
+def renew_leases(op: Operation, ledger: Ledger, hosts: list[str], *, paused: bool) -> None:
+    """Renew this operation's lease on `hosts` for another `lease_seconds` from now; `paused` marks the
+    holder so that a refused second controller reads that the rollout is paused, not running. Best effort,
+    like end_leases: a node that does not answer keeps the lease it has (it expires as it would)."""
+    with contextlib.suppress(StepAborted):
+        op.run_step(
+            ledger,
+            "lease renew",
+            hosts,
+            LEASE_PLAYBOOK,
+            {
+                "solfleet_rollout_id": op.op_id,
+                "solfleet_controller": f"{op.controller} (paused)" if paused else op.controller,
+                "solfleet_lease_s": lease_seconds(op),
+                "solfleet_take_over": [],
+            },
+            record=False,
+            timeout_s=op.spec.timeouts.status_s,
+        )
 
 
 def end_leases(op: Operation, ledger: Ledger, hosts: list[str], *, rollout_id: str | None = None) -> None:
@@ -185,11 +209,19 @@ class RestoreResult:
 
 
 def restore(
-    op: Operation, ledger: Ledger, baseline: Mapping[str, Baseline], hosts: list[str]
+    op: Operation,
+    ledger: Ledger,
+    baseline: Mapping[str, Baseline],
+    hosts: list[str],
+    *,
+    pending: Iterable[str] = (),
 ) -> RestoreResult:
     """Return `hosts` to `baseline`: current AND previous, so a later plain rollback never lands on the
-    release that was just rejected. Hosts already there are left alone; a host with no baseline release (a
-    first deploy) stays on what it runs, said so in the ledger."""
+    release that was just rejected. Hosts already there are left alone, except `pending` ones (cut off
+    mid-step: their node module may still activate after the state read), whose undo runs anyway and waits
+    for the node's lock; a host with no baseline release (a first deploy) stays on what it runs, said so in
+    the ledger."""
+    pending = set(pending)
     states = read_states(op, ledger, hosts)
     moves: dict[str, dict[str, str]] = {}
     notes: list[HostRecord] = []
@@ -205,7 +237,9 @@ def restore(
             where[host] = f"unknown: unreachable ({now.message})"
             notes.append(_note(host, "unreachable", base, None, f"not restored: {now.message}"))
             continue
-        if (now.current, now.previous) == (base.current, base.previous):
+        if (now.current, now.previous) == (base.current, base.previous) and (
+            host not in pending or base.current is None
+        ):
             where[host] = f"{now.current or 'none'} (baseline)"
             continue
         if base.current is None:
@@ -228,12 +262,15 @@ def restore(
         except StepAborted as exc:
             step = exc.step
         for r in step.records:
-            if r.outcome in RESTORED:
+            if r.outcome == "unchanged":
+                where[r.host] = f"{r.version_after} (baseline)"
+            elif r.outcome in RESTORED:
                 where[r.host] = f"{r.version_after} (restored to baseline)"
             else:
                 ok = final = False
                 where[r.host] = f"{r.version_after or 'unknown'}: undo {r.outcome}: {r.message}"
-    return RestoreResult(ok=ok, final=final, moved=list(moves), where=where)
+    moved = [r.host for r in step.records if r.outcome == "rolled_back"] if moves else []
+    return RestoreResult(ok=ok, final=final, moved=moved, where=where)
 
 
 def _note(host: str, outcome: str, base: Baseline, after: str | None, message: str) -> HostRecord:

@@ -101,6 +101,13 @@ def print_plan(out: Console, plan: Plan, *, fleet: str, header: str, notes: Sequ
             f"  on failure: {plan.on_failure}; unreachable: {plan.unreachable}; keep_releases: "
             f"{plan.keep_releases}; fleet {escape(fleet)}"
         )
+    if plan.pauses:
+        out.print(
+            "  pauses after the canary: `solfleet promote ID` runs the other batches, `solfleet abort ID`"
+            " applies on_failure"
+        )
+    if plan.batch_deadline_s is not None and plan.kind != "rollback":
+        out.print(f"  batch deadline: {plan.batch_deadline_s} s (a batch still running then has failed)")
     for note in notes:
         out.print(f"  [yellow]note:[/] {escape(note)}")
 
@@ -117,7 +124,9 @@ def _versions(r: HostRecord) -> str:
 def print_operation(out: Console, report: OperationReport) -> None:
     """Per host: outcome, versions and phase timings in one compact table; messages of hosts that did not
     end where asked below it (a success message would only repeat the outcome); then per-step wall time."""
-    colour = {"succeeded": "green", "rolled_back": "yellow"}.get(report.status.value, "red")
+    colour = {"succeeded": "green", "rolled_back": "yellow", "paused": "yellow", "aborted": "yellow"}.get(
+        report.status.value, "red"
+    )
     title = " ".join(x for x in (report.kind, report.version or "", f"({report.op_id}):") if x)
     out.print(f"{title} [{colour}]{report.status.value}[/]")
     t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
@@ -208,6 +217,11 @@ def print_status(out: Console, fleet: FleetStatus) -> None:
             f"[red]unfinished rollout {escape(op_id)}[/]: its hosts are owed a return to its baseline;"
             " run `solfleet reconcile` (the next deploy or rollback does it first)"
         )
+    for op_id in fleet.paused:
+        out.print(
+            f"[yellow]paused rollout {escape(op_id)}[/]: stopped after its canary; `solfleet promote"
+            f" {escape(op_id)}` continues it, `solfleet abort {escape(op_id)}` applies its on_failure"
+        )
     out.print(f"status: exit {int(fleet.exit_code)} ({fleet.exit_code.name.lower()})")
 
 
@@ -245,6 +259,7 @@ def status_json(fleet: FleetStatus) -> str:
         {
             "nodes": [n.to_json() for n in fleet.nodes],
             "unfinished": fleet.unfinished,
+            "paused": fleet.paused,
             "exit_code": int(fleet.exit_code),
             "verdict": fleet.exit_code.name.lower(),
         },

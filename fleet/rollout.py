@@ -9,12 +9,15 @@ its `max_failures` stops scheduling. `rollback_fleet` then returns every targete
 SIGHUP) applies the same policy before it exits 130; a deploy that died without it (SIGKILL, a lost
 machine) is returned to its baseline by the next deploy, rollback or `solfleet reconcile`. A batch that
 ansible-runner stops (job timeout) is recorded host by host and counts as failed, so the policy runs before
-the exit 4."""
+the exit 4; one still running at `rollout.batch_deadline_s` (its job timeout then) is failed the same way,
+exit 1. A plan that `pauses` stops after its passing canary with the leases kept (fleet/progressive.py
+continues or aborts it)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from fleet import gating
@@ -35,7 +38,9 @@ from fleet.recovery import (
     conclude_recovery,
     describe_where,
     end_leases,
+    lease_seconds,
     recover,
+    renew_leases,
     restore,
     take_baseline,
 )
@@ -119,27 +124,76 @@ def deploy(
             dirty=artifact.dirty,
             op_id=op.op_id,
         )
+        if plan.pauses:
+            ledger.record_resume(op.op_id, resume_record(op.spec, extravars))
+        run = BatchRun(None, [], paused=False)
         try:
-            failure, all_failed = _run_batches(op, ledger, plan, extravars)
-            _conclude_deploy(op, ledger, plan, baseline, failure, all_failed)
+            run = run_batches(op, ledger, plan, extravars)
+            if run.paused:
+                conclude_pause(op, plan)
+            else:
+                conclude_deploy(op, ledger, plan, baseline, run.failure, run.failed)
         finally:
-            end_leases(op, ledger, hosts)
+            if not run.paused:  # a paused rollout keeps its (renewed) leases: docs/cli.md "Progressive"
+                end_leases(op, ledger, hosts)
 
-    return op.execute(body, precheck=lambda ledger: check_artifact(ledger, version, artifact.sha256))
+    def precheck(ledger: Ledger) -> None:
+        refuse_if_paused(ledger)
+        check_artifact(ledger, version, artifact.sha256)
+
+    return op.execute(body, precheck=precheck)
 
 
-def _run_batches(
-    op: Operation, ledger: Ledger, plan: Plan, extravars: Mapping[str, object]
-) -> tuple[BatchFailure | None, list[HostRecord]]:
+def refuse_if_paused(ledger: Ledger) -> None:
+    """While a rollout of this ledger is paused, no other deploy or rollback starts from it: one line naming
+    the paused rollout and the two ways out (exit 2, nothing touched)."""
+    for op in ledger.paused():
+        raise UsageError(
+            f"rollout {op.id} ({op.kind} {op.version or ''}) is paused after its canary: run `solfleet "
+            f"promote {op.id}` to continue it or `solfleet abort {op.id}` to apply its on_failure; "
+            "nothing was changed"
+        )
+
+
+def resume_record(spec: FleetSpec, extravars: Mapping[str, object]) -> dict[str, object]:
+    """What a promote from another process needs to continue this rollout unchanged: the node variables of
+    every batch (artifact, verify ops, gates' bench) and the gates its batches are judged by."""
+    return {"extravars": dict(extravars), "gates": asdict(spec.gates)}
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """How the batches ended: `failure` when one stopped scheduling; `failed` every failed host of every
+    batch run; `paused` when the plan stops after its passing canary."""
+
+    failure: BatchFailure | None
+    failed: list[HostRecord]
+    paused: bool = False
+
+
+def run_batches(
+    op: Operation, ledger: Ledger, plan: Plan, extravars: Mapping[str, object], *, start: int = 0
+) -> BatchRun:
+    """Run `plan.batches[start:]` in order (a promote starts after the canary). The canary rule holds for
+    the plan's first batch, whoever runs it; a plan that `pauses` stops after that batch has passed."""
     all_failed: list[HostRecord] = []
-    for index, batch in enumerate(plan.batches):
-        runner_error = ""
+    for index, batch in list(enumerate(plan.batches))[start:]:
+        runner_error, deadline = "", None
         try:
-            step = op.run_step(ledger, batch.name, list(batch.hosts), DEPLOY_PLAYBOOK, extravars)
+            step = op.run_step(
+                ledger,
+                batch.name,
+                list(batch.hosts),
+                DEPLOY_PLAYBOOK,
+                extravars,
+                deadline_s=plan.batch_deadline_s,
+            )
         except StepAborted as exc:  # a stopped batch is a failed one: the failure policy still runs
-            step, runner_error = exc.step, str(exc)
+            step, runner_error, deadline = exc.step, str(exc), exc.deadline
         except Interrupted as exc:
-            return BatchFailure(batch=batch, failed=[], reason=str(exc), interrupted=True), all_failed
+            return BatchRun(
+                BatchFailure(batch=batch, failed=[], reason=str(exc), interrupted=True), all_failed
+            )
         # performance gates: a host that verified but misses min_sol or regressed against its own previous
         # release becomes a failure of this batch (simulated nodes: not_evaluated, never passed)
         step, judged, changed = gating.judge_step(
@@ -151,14 +205,19 @@ def _run_batches(
             gating.record(ledger.path, op.op_id, judged)
         counted = _counted_failures(step, op.spec.rollout.unreachable)
         all_failed += step.failures + step.unreachable
+        if deadline is not None:
+            # the batch did not finish in time: a failed batch whatever max_failures says (its cut-off hosts
+            # are `not_finished`, "batch deadline N s passed"), and the failure policy applies
+            why = f"{batch.name}: batch deadline {deadline} s passed"
+            return BatchRun(BatchFailure(batch=batch, failed=counted, reason=why), all_failed)
         if runner_error or len(counted) > batch.max_failures:
-            return BatchFailure(batch=batch, failed=counted, runner_error=runner_error), all_failed
+            return BatchRun(BatchFailure(batch=batch, failed=counted, runner_error=runner_error), all_failed)
         passed = CANARY_PASSED.get(plan.kind, ("activated",))
         if index == 0 and not any(r.outcome in passed for r in step.records):
             # The first batch proves the release before it goes wider. With `unreachable: skip` an
             # unreachable canary is not a counted failure, but it proved nothing either.
             why = "; ".join(f"{r.host}: {r.outcome}" for r in step.records)
-            return (
+            return BatchRun(
                 BatchFailure(
                     batch=batch,
                     failed=step.failures + step.unreachable,
@@ -166,7 +225,30 @@ def _run_batches(
                 ),
                 all_failed,
             )
-    return None, all_failed
+        if index == 0 and plan.pauses:
+            try:
+                # the leases stay with this rollout, marked paused, for another lease period from now
+                renew_leases(op, ledger, list(plan.hosts), paused=True)
+            except Interrupted as exc:
+                return BatchRun(
+                    BatchFailure(batch=batch, failed=[], reason=str(exc), interrupted=True), all_failed
+                )
+            return BatchRun(None, all_failed, paused=True)
+    return BatchRun(None, all_failed)
+
+
+def conclude_pause(op: Operation, plan: Plan) -> None:
+    report = op.report
+    canary, rest = plan.batches[0], plan.batches[1:]
+    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + lease_seconds(op)))
+    report.status, report.exit_code = OpStatus.PAUSED, ExitCode.PAUSED
+    more = sum(len(b.hosts) for b in rest)
+    report.message = (
+        f"paused after the canary ({', '.join(canary.hosts)} on {plan.version}); `solfleet promote"
+        f" {op.op_id}` continues with {', '.join(b.name for b in rest)} ({more} host(s)),"
+        f" `solfleet abort {op.op_id}` applies on_failure={plan.on_failure}; the nodes stay leased to"
+        f" {op.op_id} until {expires}"
+    )
 
 
 def _describe(records: list[HostRecord]) -> str:
@@ -175,16 +257,19 @@ def _describe(records: list[HostRecord]) -> str:
     )
 
 
-def _conclude_deploy(
+def conclude_deploy(
     op: Operation,
     ledger: Ledger,
     plan: Plan,
-    baseline: dict[str, Baseline],
+    baseline: Mapping[str, Baseline],
     failure: BatchFailure | None,
     failed: list[HostRecord],
+    *,
+    done: Iterable[str] = (),
 ) -> None:
     """`failed`: every failure of every batch run (for the within-max_failures message); the reason a batch
-    stopped scheduling names only that batch's own failures."""
+    stopped scheduling names only that batch's own failures. `done`: hosts an earlier process of this
+    rollout already scheduled (a promote's canary)."""
     report = op.report
     if failure is None:
         ledger.mark_recovered(op.op_id, by=op.op_id)  # nothing left to finish
@@ -198,7 +283,7 @@ def _conclude_deploy(
             f"completed within max_failures, but {len(failed)} host(s) did not: {_describe(failed)}"
         )
         return
-    scheduled = {h for s in report.steps for h in s.hosts}
+    scheduled = {h for s in report.steps for h in s.hosts} | set(done)
     skipped = [h for h in plan.hosts if h not in scheduled]
     failed_batch, batch_failed = failure.batch, failure.failed
     if failure.interrupted:
@@ -228,8 +313,12 @@ def _conclude_deploy(
         report.message = reason + f"; on_failure={policy}: hosts left where they are"
         ledger.mark_recovered(op.op_id, by=op.op_id)  # halt is the policy: nothing left to finish
         return
+    # hosts that ansible-runner cut off mid-step (job timeout, batch deadline): their node-side step runs on
+    # under the node's lock and may still activate, so their undo waits for that lock instead of trusting a
+    # state read taken while it runs
+    pending = [r.host for r in batch_failed if r.outcome == "not_finished"]
     try:
-        result = restore(op, ledger, baseline, targets)
+        result = restore(op, ledger, baseline, targets, pending=pending)
     except Interrupted:
         report.status, report.exit_code = OpStatus.INTERRUPTED, ExitCode.INTERRUPTED
         report.message = reason + (
@@ -291,7 +380,7 @@ def rollback(spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = 
         )
         op.report.message = f"{len(bad)} host(s) not rolled back: {_describe(bad)}"
 
-    return op.execute(body)
+    return op.execute(body, precheck=refuse_if_paused)
 
 
 def unfinished_operations(spec: FleetSpec) -> list[str]:

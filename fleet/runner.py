@@ -303,6 +303,7 @@ def run_playbook(
             f"ansible-runner {status} running {playbook} on {', '.join(hosts)} "
             f"(limit {timeout_s}s); artifacts: {private_data_dir / 'artifacts' / ident}",
             progress=state,
+            status=status,
         )
     return RunResult(
         ident=ident,

@@ -4,7 +4,7 @@ each node should run. Read-only on the nodes; no ledger row is written."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fleet import runner
@@ -87,13 +87,14 @@ def drift_of(
     return "in_sync" if current == desired else "drift"
 
 
-def status_exit_code(nodes: list[NodeStatus], *, unfinished: bool = False) -> ExitCode:
+def status_exit_code(nodes: list[NodeStatus], *, unfinished: bool = False, paused: bool = False) -> ExitCode:
     """0 only when every node answered, is on the ledger's desired release, verified, intact and confirmed,
-    and no rollout is unfinished. Otherwise the most severe of: 1 a reachable node returned no state;
-    7 suspect (unverified, tampered, failed re-check, other bytes, unconfirmed move); 6 drift (a node not on
-    its desired release, a node running a release this ledger never put there, or an unfinished rollout);
-    8 split (every node where the ledger wants it, but not all on one release); 3 unreachable. A node with
-    no release and no record (never deployed) is not a fault."""
+    and no rollout is unfinished or paused. Otherwise the most severe of: 1 a reachable node returned no
+    state; 7 suspect (unverified, tampered, failed re-check, other bytes, unconfirmed move); 6 drift (a node
+    not on its desired release, a node running a release this ledger never put there, or an unfinished
+    rollout); 10 paused (a rollout stopped after its canary, waiting for promote or abort: the split it
+    leaves is expected); 8 split (every node where the ledger wants it, but not all on one release);
+    3 unreachable. A node with no release and no record (never deployed) is not a fault."""
     if any(n.reachable and n.error for n in nodes):
         return ExitCode.OPERATION_FAILED
     if any(n.reachable and n.drift in SUSPECT_STATES for n in nodes):
@@ -101,6 +102,8 @@ def status_exit_code(nodes: list[NodeStatus], *, unfinished: bool = False) -> Ex
     unknown_release = any(n.reachable and n.drift == "no_record" and n.current for n in nodes)
     if unfinished or unknown_release or any(n.reachable and n.drift == "drift" for n in nodes):
         return ExitCode.DRIFT
+    if paused:
+        return ExitCode.PAUSED
     if len({n.current for n in nodes if n.reachable}) > 1:
         return ExitCode.SPLIT
     if any(not n.reachable for n in nodes):
@@ -112,10 +115,11 @@ def status_exit_code(nodes: list[NodeStatus], *, unfinished: bool = False) -> Ex
 class FleetStatus:
     nodes: list[NodeStatus]
     unfinished: list[str]  # operations owed a return to their baseline (`solfleet reconcile`)
+    paused: list[str] = field(default_factory=list)  # rollouts stopped after their canary (promote / abort)
 
     @property
     def exit_code(self) -> ExitCode:
-        return status_exit_code(self.nodes, unfinished=bool(self.unfinished))
+        return status_exit_code(self.nodes, unfinished=bool(self.unfinished), paused=bool(self.paused))
 
 
 def fleet_status(
@@ -143,6 +147,7 @@ def fleet_status(
         desired = ledger.desired_versions()
         shas = ledger.artifact_shas()
         unfinished = [op.id for op in ledger.unfinished()]
+        paused = [op.id for op in ledger.paused()]
     out = []
     for node in nodes:
         hp = result.hosts[node.name]
@@ -189,4 +194,4 @@ def fleet_status(
                 spec_stack_id=spec.stack_id,
             )
         )
-    return FleetStatus(nodes=out, unfinished=unfinished)
+    return FleetStatus(nodes=out, unfinished=unfinished, paused=paused)

@@ -108,6 +108,7 @@ class ScriptedRunner:
         self.script = script
         self.links = links
         self.calls: list[tuple[str, tuple[str, ...], dict[str, Any]]] = []
+        self.job_timeouts: list[tuple[str, int]] = []  # (playbook, timeout_s) of every run
 
     def _read(self, host: str) -> HostProgress:
         current, previous = self.links[host]
@@ -120,6 +121,7 @@ class ScriptedRunner:
     def __call__(self, **kw: Any) -> RunResult:
         hosts = tuple(kw["hosts"])
         self.calls.append((kw["playbook"], hosts, dict(kw["extravars"])))
+        self.job_timeouts.append((kw["playbook"], kw["timeout_s"]))
         if kw["playbook"] in READS:
             what: Any = {h: self._read(h) for h in hosts}
         else:
@@ -158,10 +160,13 @@ def run_deploy(
     script: Mapping,
     max_failures: int = 0,
     links: dict[str, tuple[str | None, str | None]] | None = None,
+    rollout: str = "",
 ) -> tuple:
-    """Deploy 2.0.0 to the embedded fleet (with this on_failure and max_failures) through `script`."""
+    """Deploy 2.0.0 to the embedded fleet (with this on_failure and max_failures, and `rollout`: more
+    `rollout` lines) through `script`."""
     text = embedded_fleet().read_text().replace("on_failure: rollback_fleet", f"on_failure: {on_failure}")
     text = text.replace("max_failures: 0", f"max_failures: {max_failures}")
+    text = text.replace("  keep_releases: 3\n", f"  keep_releases: 3\n{rollout}")
     (tmp_path / "fleet.yml").write_text(text)
     spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
     plan = plan_rollout(list(spec.nodes), spec.rollout, version="2.0.0")
@@ -183,10 +188,13 @@ def test_a_timed_out_batch_is_recorded_and_rolled_back(
     undo = {
         h: answered(h, "rolled_back", before="2.0.0", after="1.0.0", previous="0.9.0") for h in ("n1", "n2")
     }
+    # n3 was cut off mid-verify: its node module runs on under the node's lock and may still activate, so
+    # its undo runs too (it waits for that lock) and finds it on the baseline
+    undo["n3"] = answered("n3", "unchanged", before="1.0.0", after="1.0.0")
     script = {
         **CANARY_OK,
         ("deploy.yml", ("n2", "n3")): timed_out_batch_1(),
-        ("rollback.yml", ("n1", "n2")): undo,
+        ("rollback.yml", ("n1", "n2", "n3")): undo,
     }
     baseline = {h: ("1.0.0", "0.9.0") for h in ("n1", "n2", "n3")}
     result, op, rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script, links=baseline)
@@ -201,12 +209,14 @@ def test_a_timed_out_batch_is_recorded_and_rolled_back(
     # both hosts this rollout activated (canary n1, and n2 before the timeout) went back to the baseline:
     # current 1.0.0 AND previous 0.9.0, as the baseline read recorded them before the first push
     undo_call = next(c for c in scripted.calls if c[0] == "rollback.yml")
-    assert undo_call[1] == ("n1", "n2")
+    assert undo_call[1] == ("n1", "n2", "n3")
     assert undo_call[2]["solfleet_restore"] == {
         "n1": {"current": "1.0.0", "previous": "0.9.0"},
         "n2": {"current": "1.0.0", "previous": "0.9.0"},
+        "n3": {"current": "1.0.0", "previous": "0.9.0"},
     }
     assert rows[("undo", "n1")].outcome == rows[("undo", "n2")].outcome == "rolled_back"
+    assert rows[("undo", "n3")].outcome == "unchanged"
     assert scripted.links == baseline
     # leases: taken first (before any push), dropped last
     assert scripted.calls[0][0] == "lease.yml" and scripted.calls[-1][0] == "lease_end.yml"
@@ -268,3 +278,34 @@ def test_a_host_that_had_no_current_is_kept_not_moved_to_a_stale_previous(
     kept = rows[("undo", "n1")]
     assert (kept.outcome, kept.version_after) == ("kept", "2.0.0")
     assert rows[("undo", "n2")].outcome == "rolled_back"
+
+
+def test_a_batch_past_its_deadline_is_failed_and_its_cut_off_host_undone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """batch_deadline_s 30 (run_s 3600): the canary's run gets a 30 s job timeout; stopped while n1 was in
+    its node module, n1 is `not_finished` with the deadline as its reason, the batch fails whatever
+    max_failures says, and the undo runs on n1 although its state read shows the baseline (its module may
+    still activate: the undo waits for its lock)."""
+    n1 = HostProgress(host="n1", status=HostStatus.RUNNING, task="solfleet | Deploy release")
+    cut = RunnerError(
+        "ansible-runner timeout running deploy.yml on n1 (limit 30s)", progress={"n1": n1}, status="timeout"
+    )
+    script = {
+        ("deploy.yml", ("n1",)): cut,
+        ("rollback.yml", ("n1",)): {"n1": answered("n1", "unchanged", before="1.0.0", after="1.0.0")},
+    }
+    result, op, rows, scripted = run_deploy(
+        tmp_path, monkeypatch, "rollback_fleet", script, max_failures=5, rollout="  batch_deadline_s: 30\n"
+    )
+    assert ("deploy.yml", 30) in scripted.job_timeouts
+    assert result.exit_code is ExitCode.OPERATION_FAILED and op.status == "rolled_back"
+    assert op.message.startswith(
+        "canary: batch deadline 30 s passed; n1: deploy_release: batch deadline 30 s"
+    )
+    assert "not scheduled: n2, n3" in op.message
+    row = rows[("canary", "n1")]
+    assert row.outcome == "not_finished"
+    assert row.message.startswith("batch deadline 30 s passed (not finished in 'solfleet | Deploy release'")
+    assert [c[1] for c in scripted.calls if c[0] == "rollback.yml"] == [("n1",)]
+    assert rows[("undo", "n1")].outcome == "unchanged"
