@@ -44,6 +44,7 @@ class BuildResult:
     sha256: str
     size: int
     manifest: Mapping[str, Any]
+    ptx_cached: tuple[str, ...] = ()  # the ccs whose PTX came from the build cache (ptx_cache_dir)
 
 
 def artifact_path(out_dir: Path, version: str) -> Path:
@@ -163,40 +164,133 @@ def check_ptx_stack(spec: FleetSpec, *, python: str, root: Path) -> dict[str, st
     return actual
 
 
+# What decides a kernel's PTX besides its source: the compiler child's interpreter and every distribution it
+# can import (numba, numba-cuda, llvmlite, the NVVM/NVRTC wheels, numpy), ptxas for the register report, and
+# NUMBA_* settings. Printed by the child's interpreter itself, so a --ptx-python runtime answers for itself.
+_PTX_FINGERPRINT = r"""
+import importlib.metadata as m, json, os, shutil, subprocess, sys
+ptxas = shutil.which("ptxas")
+try:
+    ptxas_v = ""
+    if ptxas:
+        ptxas_v = subprocess.run([ptxas, "--version"], capture_output=True, text=True, timeout=30).stdout
+except Exception as exc:
+    ptxas_v = f"unusable: {exc}"
+print(json.dumps({
+    "python": sys.version,
+    "dists": sorted({(d.metadata["Name"] or "?").lower() + "==" + d.version for d in m.distributions()}),
+    "ptxas": ptxas_v,
+    "numba_env": sorted((k, v) for k, v in os.environ.items() if k.startswith("NUMBA_")),
+}))
+"""
+PTX_CACHE_ENV = "SOLFLEET_PTX_CACHE"  # a directory, or "off"; default $XDG_CACHE_HOME/solfleet/ptx
+
+
+def ptx_cache_dir() -> Path | None:
+    """Where builds keep compiled PTX by content key; None when the cache is off."""
+    setting = os.environ.get(PTX_CACHE_ENV, "")
+    if setting == "off":
+        return None
+    if setting:
+        return Path(setting)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "solfleet" / "ptx"
+
+
+def _ptx_key(
+    cc: str, *, root: Path, python: str, env: Mapping[str, str], kernels: Mapping[str, bytes]
+) -> str:
+    """Content key of one target's PTX: the cc, every file of the tree's kernels/ (what the child compiles),
+    fleet/ptx_export.py (how it reports), and the child interpreter's fingerprint."""
+    proc = subprocess.run(
+        [python, "-c", _PTX_FINGERPRINT],
+        capture_output=True,
+        text=True,
+        env=dict(env),
+        cwd=str(root),
+        check=False,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1].strip()
+        raise BuildFailed(f"--ptx-python {python}: fingerprint for the PTX cache failed: {tail}")
+    h = hashlib.sha256()
+    h.update(f"cc={cc}\n".encode())
+    h.update(proc.stdout.encode())
+    h.update((Path(__file__).parent / "ptx_export.py").read_bytes())
+    for rel in sorted(kernels):
+        h.update(f"{rel}\0{len(kernels[rel])}\0".encode())
+        h.update(kernels[rel])
+    return h.hexdigest()
+
+
+def _compile_one(cc: str, *, root: Path, python: str, env: Mapping[str, str]) -> tuple[int, str, str]:
+    proc = subprocess.run(
+        [python, "-m", "fleet.ptx_export", cc],
+        capture_output=True,
+        text=True,
+        env=dict(env),
+        cwd=str(root),
+        check=False,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
 def compile_targets(
-    ccs: tuple[str, ...], *, root: Path, python: str | None = None
-) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    ccs: tuple[str, ...], *, root: Path, python: str | None = None, kernels: Mapping[str, bytes] | None = None
+) -> tuple[list[dict[str, Any]], dict[str, bytes], list[str]]:
     """PTX of every kernel for each target, compiled offline in a child process (kernels.runtime.ptx, via
-    fleet.ptx_export) so a simulator setting or CUDA state of this process cannot leak in."""
+    fleet.ptx_export) so a simulator setting or CUDA state of this process cannot leak in. `kernels`: the
+    tree's kernels/ files (path -> bytes), the PTX cache's key; without it nothing is cached. Returns the
+    targets, the PTX files and the ccs whose PTX came from the cache (byte-identical to a fresh compile:
+    the key holds everything the compile reads)."""
     targets: list[dict[str, Any]] = []
     files: dict[str, bytes] = {}
+    cached: list[str] = []
     env = _ptx_env()
     # the child imports fleet.ptx_export from this checkout even when it is another interpreter
     env["PYTHONPATH"] = os.pathsep.join([str(project_root()), *filter(None, [env.get("PYTHONPATH")])])
     # `python -m` puts cwd (= root) first on sys.path: the child compiles the kernels being packaged
+    python = python or sys.executable
+    cache = ptx_cache_dir() if kernels is not None else None
     for cc in ccs:
-        proc = subprocess.run(
-            [python or sys.executable, "-m", "fleet.ptx_export", cc],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=str(root),
-            check=False,
-        )
-        if proc.returncode == 3:  # kernels.runtime.ptx does not exist (yet): build without PTX, and say so
-            targets.append({"cc": cc, "ptx_status": f"unavailable: {proc.stdout.strip()}", "kernels": []})
+        entry = None
+        if cache is not None and kernels is not None:
+            entry = cache / f"{_ptx_key(cc, root=root, python=python, env=env, kernels=kernels)}.json"
+        if entry is not None and entry.is_file():
+            rc, out, err = 0, entry.read_text(encoding="utf-8"), ""
+            cached.append(cc)
+        else:
+            rc, out, err = _compile_one(cc, root=root, python=python, env=env)
+        if rc == 3:  # kernels.runtime.ptx does not exist (yet): build without PTX, and say so
+            targets.append({"cc": cc, "ptx_status": f"unavailable: {out.strip()}", "kernels": []})
             continue
-        if proc.returncode != 0:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1].strip()
+        if rc != 0:
+            tail = (err.strip().splitlines() or ["no output"])[-1].strip()
             raise BuildFailed(f"PTX for cc {cc} failed to compile: {tail}")
-        kernels = []
+        records = json.loads(out)
+        if entry is not None and cc not in cached:
+            _store(entry, out)
+        kernels_out = []
         sm = "sm_" + cc.replace(".", "")
-        for k in json.loads(proc.stdout):
+        for k in records:
             rel = f"ptx/{sm}/{k['op']}.{k['kernel']}.ptx"
             files[rel] = k["ptx"].encode()
-            kernels.append({key: val for key, val in k.items() if key != "ptx"} | {"ptx": rel})
-        targets.append({"cc": cc, "ptx_status": "ok", "kernels": sorted(kernels, key=lambda k: k["ptx"])})
-    return targets, files
+            kernels_out.append({key: val for key, val in k.items() if key != "ptx"} | {"ptx": rel})
+        targets.append({"cc": cc, "ptx_status": "ok", "kernels": sorted(kernels_out, key=lambda k: k["ptx"])})
+    return targets, files, cached
+
+
+def _store(entry: Path, text: str) -> None:
+    """Best effort (a read-only or full cache dir only costs the next build a compile): temp file, rename,
+    so concurrent builds never read half an entry."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, entry)
+    except OSError:
+        pass
 
 
 def build(
@@ -217,7 +311,10 @@ def build(
     python = ptx_python or sys.executable
     if spec.compute_capabilities:
         check_ptx_stack(spec, python=python, root=root)
-    targets, ptx_files = compile_targets(spec.compute_capabilities, root=root, python=python)
+    kernel_files = {rel: data for rel, data in files.items() if rel.startswith("kernels/")}
+    targets, ptx_files, cached = compile_targets(
+        spec.compute_capabilities, root=root, python=python, kernels=kernel_files
+    )
     files.update(ptx_files)
     manifest: dict[str, Any] = {
         "format": MANIFEST_FORMAT,
@@ -238,7 +335,9 @@ def build(
     os.replace(tmp, target)
     digest = hashlib.sha256(blob).hexdigest()
     target.with_name(target.name + ".sha256").write_text(f"{digest}  {target.name}\n")
-    return BuildResult(path=target, sha256=digest, size=len(blob), manifest=manifest)
+    return BuildResult(
+        path=target, sha256=digest, size=len(blob), manifest=manifest, ptx_cached=tuple(cached)
+    )
 
 
 def tar_gz(files: Mapping[str, bytes], *, mtime: int) -> bytes:

@@ -271,7 +271,8 @@ def _build(args: argparse.Namespace) -> int:
         f"build_time {m['build_time']}; stack {m['stack_id']} {m['stack']}"
     )
     for t in m["targets"]:
-        out.print(f"  cc {t['cc']}: {len(t['kernels'])} kernel(s) PTX, {t['ptx_status']}")
+        where = " (from the PTX cache)" if t["cc"] in result.ptx_cached else ""
+        out.print(f"  cc {t['cc']}: {len(t['kernels'])} kernel(s) PTX, {t['ptx_status']}{where}")
     out.print(f"  {len(m['files'])} files checked by sha256 on every node")
     return 0
 

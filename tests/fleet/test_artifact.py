@@ -151,3 +151,50 @@ def test_read_manifest_rejects_a_non_artifact(tmp_path: Path) -> None:
         read_manifest(bogus)
     with pytest.raises(ArtifactError, match="does not exist"):
         read_manifest(tmp_path / "missing.tar.gz")
+
+
+FAKE_PTX = '''"""A stand-in compiler for the cache test: counts its runs, returns one kernel record per cc."""
+from pathlib import Path
+
+from kernels.ops.add import add  # the tree's own code: a change to it must change the cache key
+
+
+def compile_all(cc):
+    counter = Path(__file__).resolve().parents[3] / "compiles.txt"
+    counter.write_text(counter.read_text() + "x" if counter.exists() else "x")
+    return {"add_kernel": {"op": "add", "ptx": f"// ptx for sm_{cc[0]}{cc[1]} of add({add(1, 2)})"}}
+'''
+
+
+def test_ptx_comes_from_the_cache_only_for_the_same_tree_and_compiler(
+    tree: Path, spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tree / "kernels" / "runtime").mkdir()
+    (tree / "kernels" / "runtime" / "__init__.py").write_text("")
+    (tree / "kernels" / "runtime" / "ptx.py").write_text(FAKE_PTX)
+    _git(tree, "add", "kernels/runtime")
+    _git(tree, "commit", "-q", "-m", "ptx")
+    compiles = tree.parent / "compiles.txt"
+    monkeypatch.setenv("SOLFLEET_PTX_CACHE", str(tmp_path / "ptx-cache"))
+
+    first = build(spec=spec, version="1.0.0", out_dir=tmp_path / "a", root=tree)
+    assert first.ptx_cached == () and compiles.read_text() == "x"
+    again = build(spec=spec, version="1.0.0", out_dir=tmp_path / "b", root=tree)
+    assert again.ptx_cached == ("9.0",) and compiles.read_text() == "x", "the same tree compiled again"
+    assert again.path.read_bytes() == first.path.read_bytes(), "a cached build differs from a fresh one"
+    assert len(list((tmp_path / "ptx-cache").glob("*.json"))) == 1
+
+    # a kernel source change is a new key: compiled, and its PTX is the new code's
+    (tree / "kernels" / "ops" / "add.py").write_text("def add(a, b):\n    return a + b + 1\n")
+    changed = build(spec=spec, version="1.0.1", out_dir=tmp_path / "c", root=tree)
+    assert changed.ptx_cached == () and compiles.read_text() == "xx"
+    with tarfile.open(changed.path) as tar:
+        ptx = tar.extractfile("ptx/sm_90/add.add_kernel.ptx").read().decode()  # type: ignore[union-attr]
+    assert ptx.endswith("add(4)")
+
+    # a different compiler environment (a NUMBA_ setting) is a new key too; `off` always compiles
+    monkeypatch.setenv("NUMBA_OPT", "1")
+    assert build(spec=spec, version="1.0.1", out_dir=tmp_path / "d", root=tree).ptx_cached == ()
+    monkeypatch.setenv("SOLFLEET_PTX_CACHE", "off")
+    assert build(spec=spec, version="1.0.1", out_dir=tmp_path / "e", root=tree).ptx_cached == ()
+    assert compiles.read_text() == "xxxx"
