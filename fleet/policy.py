@@ -24,6 +24,11 @@ class OnFailure(StrEnum):
     HALT = "halt"
 
 
+class UnhealthyPolicy(StrEnum):
+    FAIL = "fail"  # a node whose preflight health fails counts as a failure of its batch (never deployed)
+    SKIP = "skip"  # quarantined: excluded from the rollout, recorded and reported, never counted deployed
+
+
 class UnreachablePolicy(StrEnum):
     FAIL = "fail"  # an unreachable host counts as a failure of its batch
     SKIP = "skip"  # recorded and reported, but not counted against max_failures
@@ -47,6 +52,10 @@ class Rollout:
     # `solfleet abort`; and a wall-clock bound per batch whose overrun is a batch failure
     pause_after_canary: bool = False
     batch_deadline_s: int | None = None
+    # GPU health before each batch (`kernels health` in the node's current release, the checks of
+    # `solfleet health`), and what an unhealthy node gets
+    preflight_health: bool = True
+    unhealthy: UnhealthyPolicy = UnhealthyPolicy.FAIL
 
 
 @dataclass(frozen=True)
@@ -151,6 +160,10 @@ def parse_rollout(top: v.Fields, label: str, nodes: Sequence[Node]) -> Rollout:
         if deadline_raw is None
         else v.integer(label, r.sub("batch_deadline_s"), deadline_raw, lo=1, hi=86400)
     )
+    preflight = v.boolean(label, r.sub("preflight_health"), r.raw("preflight_health", True))
+    unhealthy = UnhealthyPolicy(
+        v.choice(label, r.sub("unhealthy"), r.raw("unhealthy", "fail"), [p.value for p in UnhealthyPolicy])
+    )
     r.done(
         [
             "canary",
@@ -161,6 +174,8 @@ def parse_rollout(top: v.Fields, label: str, nodes: Sequence[Node]) -> Rollout:
             "keep_releases",
             "pause_after_canary",
             "batch_deadline_s",
+            "preflight_health",
+            "unhealthy",
         ]
     )
     return Rollout(
@@ -172,6 +187,8 @@ def parse_rollout(top: v.Fields, label: str, nodes: Sequence[Node]) -> Rollout:
         keep_releases=keep,
         pause_after_canary=pause,
         batch_deadline_s=deadline,
+        preflight_health=preflight,
+        unhealthy=unhealthy,
     )
 
 

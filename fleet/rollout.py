@@ -22,6 +22,7 @@ from pathlib import Path
 
 from fleet import gating
 from fleet.errors import ExitCode, Interrupted, UsageError
+from fleet.health import HEALTH_PLAYBOOK, node_health
 from fleet.ledger import Baseline, HostRecord, Ledger, OpStatus
 from fleet.operation import (
     DEPLOY_PLAYBOOK,
@@ -33,7 +34,7 @@ from fleet.operation import (
     StepResult,
 )
 from fleet.plan import Batch, Plan
-from fleet.policy import UnreachablePolicy
+from fleet.policy import UnhealthyPolicy, UnreachablePolicy
 from fleet.recovery import (
     conclude_recovery,
     describe_where,
@@ -171,6 +172,58 @@ class BatchRun:
     paused: bool = False
 
 
+def preflight(op: Operation, ledger: Ledger, batch: Batch) -> tuple[list[str], list[HostRecord]]:
+    """GPU health of a batch's hosts before anything is pushed to them: the checks of `solfleet health`
+    (health.yml) in each node's current release. Returns the hosts to deploy and the records of those left
+    out: `unhealthy` (rollout.unhealthy: fail, a failure of the batch) or `quarantined` (skip: excluded,
+    reported, never counted deployed). A node with no release yet has nothing to check here (its health
+    runs after activation); an unreachable one is left to the deploy step, which meets the unreachable
+    policy."""
+    hosts = list(batch.hosts)
+    if not op.spec.rollout.preflight_health or not hosts:
+        return hosts, []
+    limit = op.spec.timeouts.status_s
+    step = op.run_step(
+        ledger,
+        f"{batch.name} preflight",
+        hosts,
+        HEALTH_PLAYBOOK,
+        {"solfleet_health_timeout_s": max(limit - 5, 1)},
+        record=False,
+        timeout_s=limit,
+    )
+    nodes = {n.name: n for n in op.spec.nodes}
+    outcome = "quarantined" if op.spec.rollout.unhealthy is UnhealthyPolicy.SKIP else "unhealthy"
+    keep, left_out = [], []
+    for host in hosts:
+        hp = step.ok_hosts.get(host)
+        if hp is None:
+            keep.append(host)
+            continue
+        health = node_health(nodes[host], hp)
+        if health.ok or not health.reachable or health.current is None:
+            keep.append(host)
+            continue
+        bad = [f"{c['name']}: {c['detail']}" for c in health.checks if c["status"] == "failed"]
+        left_out.append(
+            HostRecord(
+                step=batch.name,
+                host=host,
+                outcome=outcome,
+                changed=False,
+                version_before=health.current,
+                version_after=health.current,
+                failed_phase="preflight_health",
+                message=f"preflight health failed on {health.current}: " + "; ".join(bad or [health.error]),
+                phases={},
+                simulated=health.simulated,
+            )
+        )
+    if left_out:
+        ledger.record_hosts(op.op_id, left_out)
+    return keep, left_out
+
+
 def run_batches(
     op: Operation, ledger: Ledger, plan: Plan, extravars: Mapping[str, object], *, start: int = 0
 ) -> BatchRun:
@@ -180,20 +233,48 @@ def run_batches(
     for index, batch in list(enumerate(plan.batches))[start:]:
         runner_error, deadline = "", None
         try:
-            step = op.run_step(
-                ledger,
-                batch.name,
-                list(batch.hosts),
-                DEPLOY_PLAYBOOK,
-                extravars,
-                deadline_s=plan.batch_deadline_s,
+            hosts, left_out = preflight(op, ledger, batch)
+        except Interrupted as exc:
+            return BatchRun(
+                BatchFailure(batch=batch, failed=[], reason=str(exc), interrupted=True), all_failed
             )
+        unhealthy = [r for r in left_out if r.outcome == "unhealthy"]
+        all_failed += left_out
+        if len(unhealthy) > batch.max_failures:
+            # more sick nodes than the batch may lose: stop before anything is pushed to any of them
+            op.report.steps.append(
+                StepResult(step=batch.name, hosts=batch.hosts, records=tuple(left_out), seconds=0.0)
+            )
+            why = f"{batch.name}: preflight health failed on {len(unhealthy)} host(s), more than max_failures"
+            return BatchRun(
+                BatchFailure(batch=batch, failed=unhealthy, reason=f"{why} {batch.max_failures}"), all_failed
+            )
+        try:
+            if hosts:
+                step = op.run_step(
+                    ledger, batch.name, hosts, DEPLOY_PLAYBOOK, extravars, deadline_s=plan.batch_deadline_s
+                )
+            else:  # every host of the batch was left out
+                step = StepResult(step=batch.name, hosts=(), records=(), seconds=0.0)
+                op.report.steps.append(step)
         except StepAborted as exc:  # a stopped batch is a failed one: the failure policy still runs
             step, runner_error, deadline = exc.step, str(exc), exc.deadline
         except Interrupted as exc:
             return BatchRun(
                 BatchFailure(batch=batch, failed=[], reason=str(exc), interrupted=True), all_failed
             )
+        if left_out:
+            # one step per batch in the report: the hosts it deployed and those its preflight left out
+            merged = StepResult(
+                step=batch.name,
+                hosts=batch.hosts,
+                records=step.records + tuple(left_out),
+                seconds=step.seconds,
+                ok_hosts=step.ok_hosts,
+            )
+            if op.report.steps and op.report.steps[-1] is step:
+                op.report.steps[-1] = merged
+            step = merged
         # performance gates: a host that verified but misses min_sol or regressed against its own previous
         # release becomes a failure of this batch (simulated nodes: not_evaluated, never passed)
         step, judged, changed = gating.judge_step(
@@ -204,7 +285,7 @@ def run_batches(
         if judged:
             gating.record(ledger.path, op.op_id, judged)
         counted = _counted_failures(step, op.spec.rollout.unreachable)
-        all_failed += step.failures + step.unreachable
+        all_failed += [r for r in step.failures + step.unreachable if r not in left_out]
         if deadline is not None:
             # the batch did not finish in time: a failed batch whatever max_failures says (its cut-off hosts
             # are `not_finished`, "batch deadline N s passed"), and the failure policy applies
@@ -277,10 +358,18 @@ def conclude_deploy(
             report.status, report.exit_code = OpStatus.SUCCEEDED, ExitCode.OK
             return
         only_unreachable = all(r.outcome == "unreachable" for r in failed)
+        only_quarantined = all(r.outcome == "quarantined" for r in failed)
         report.status = OpStatus.FAILED
-        report.exit_code = ExitCode.UNREACHABLE if only_unreachable else ExitCode.OPERATION_FAILED
+        report.exit_code = (
+            ExitCode.UNREACHABLE
+            if only_unreachable
+            else ExitCode.UNHEALTHY
+            if only_quarantined
+            else ExitCode.OPERATION_FAILED
+        )
+        what = "were quarantined (rollout.unhealthy: skip), not deployed" if only_quarantined else "did not"
         report.message = (
-            f"completed within max_failures, but {len(failed)} host(s) did not: {_describe(failed)}"
+            f"completed within max_failures, but {len(failed)} host(s) {what}: {_describe(failed)}"
         )
         return
     scheduled = {h for s in report.steps for h in s.hosts} | set(done)

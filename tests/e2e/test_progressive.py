@@ -31,7 +31,7 @@ V1, V2, V3, V4 = "7.1.0", "7.2.0", "7.3.0", "7.4.0"
 # (10-20 s under the simulator); the module then finishes under the node's lock, within the undo's 60 s wait.
 DEADLINE_S = 6
 DEADLINE_VERIFY_OPS = "residual_add,rmsnorm,softmax"
-MODULE_TASK = "solfleet | Unpack, check, verify and activate release"
+MODULE_TASK = "solfleet | Push, unpack, check, verify and activate release"
 Links = dict[str, tuple[str | None, str | None]]
 
 
