@@ -19,7 +19,7 @@ class ExitCode(IntEnum):
     DRIFT = 6  # a node is not on the release the ledger says it should run (or a rollout is unfinished)
     SUSPECT = 7  # a node's current is unverified, tampered, failed a re-check, or its last move unconfirmed
     SPLIT = 8  # every node is where the ledger says, but they do not all run one release
-    UNHEALTHY = 9  # `solfleet health` only: a node answered and a health check failed (or gave no report)
+    UNHEALTHY = 9  # health: a node is unhealthy; deploy: hosts quarantined by their preflight health
     # a deploy stopped after its canary passed (rollout.pause_after_canary) and waits for `solfleet promote`
     # or `solfleet abort`; `status` too while a rollout is paused (after 1, 7 and 6; before 8 and 3)
     PAUSED = 10

@@ -24,9 +24,9 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _gpu_present():
 
 
 def pytest_sessionstart(session):  # type: ignore[no-untyped-def]
-    # Builds in this run share one PTX cache (fleet/artifact.py: keyed by the kernels' bytes and the compiler),
-    # under this run's temp dir: the xdist workers' common parent, so each distinct tree compiles once per
-    # run, and nothing from an earlier run or the user's ~/.cache is reused.
+    # Builds in this run share one PTX cache (fleet/artifact.py: keyed by the kernels' bytes and the
+    # compiler), under this run's temp dir: the xdist workers' common parent, so each distinct tree compiles
+    # once per run, and nothing from an earlier run or the user's ~/.cache is reused.
     if "SOLFLEET_PTX_CACHE" not in os.environ:
         base = session.config._tmp_path_factory.getbasetemp()
         run_dir = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base

@@ -41,6 +41,15 @@ def with_rollout(**keys: object) -> dict:
 
 
 # -- the spec ---------------------------------------------------------------------------------------------
+def test_preflight_health_is_on_and_unhealthy_fails_by_default(make_spec) -> None:
+    from fleet.policy import UnhealthyPolicy
+
+    rollout = make_spec(with_rollout()).rollout
+    assert (rollout.preflight_health, rollout.unhealthy) == (True, UnhealthyPolicy.FAIL)
+    rollout = make_spec(with_rollout(preflight_health=False, unhealthy="skip")).rollout
+    assert (rollout.preflight_health, rollout.unhealthy) == (False, UnhealthyPolicy.SKIP)
+
+
 def test_both_keys_default_off(make_spec) -> None:
     rollout = make_spec(with_rollout()).rollout
     assert (rollout.pause_after_canary, rollout.batch_deadline_s) == (False, None)
@@ -56,6 +65,9 @@ BAD = [
     ("batch_deadline_s", "30", "expected an integer 1..86400"),
     ("batch_deadline_s", 2.5, "expected an integer 1..86400"),
     ("batch_deadline_s", True, "expected an integer 1..86400"),
+    ("preflight_health", "no", "expected true or false"),
+    ("unhealthy", "quarantine", "expected one of: fail, skip"),
+    ("unhealthy", None, "expected one of: fail, skip"),
 ]
 
 
