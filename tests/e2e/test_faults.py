@@ -430,6 +430,10 @@ def test_12_a_broken_kernel_is_stopped_at_the_canary_with_its_reason(ff: Faults,
             (last_op(ff)["id"],),
         ).fetchone()
     assert "residual_add/float" in message
+    # the rollout's own report (report.md in its run dir) names the node and the failing op and dtype
+    (report_md,) = ff.work.glob(f"fleets/*/runs/{last_op(ff)['id']}/report.md")
+    text = " ".join(report_md.read_text().split())
+    assert "node01" in text and "residual_add/float" in text and "verify" in text, text[-2000:]
     assert_truthful(ff, ExitCode.OK)
 
 
