@@ -180,7 +180,8 @@ print(json.dumps({
     "python": sys.version,
     "dists": sorted({(d.metadata["Name"] or "?").lower() + "==" + d.version for d in m.distributions()}),
     "ptxas": ptxas_v,
-    "numba_env": sorted((k, v) for k, v in os.environ.items() if k.startswith("NUMBA_")),
+    "env": sorted((k, v) for k, v in os.environ.items()
+                  if k.startswith(("NUMBA_", "CUDA_")) or k in ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")),
 }))
 """
 PTX_CACHE_ENV = "SOLFLEET_PTX_CACHE"  # a directory, or "off"; default $XDG_CACHE_HOME/solfleet/ptx
@@ -199,21 +200,24 @@ def ptx_cache_dir() -> Path | None:
 
 def _ptx_key(
     cc: str, *, root: Path, python: str, env: Mapping[str, str], kernels: Mapping[str, bytes]
-) -> str:
+) -> str | None:
     """Content key of one target's PTX: the cc, every file of the tree's kernels/ (what the child compiles),
-    fleet/ptx_export.py (how it reports), and the child interpreter's fingerprint."""
-    proc = subprocess.run(
-        [python, "-c", _PTX_FINGERPRINT],
-        capture_output=True,
-        text=True,
-        env=dict(env),
-        cwd=str(root),
-        check=False,
-        timeout=120,
-    )
+    fleet/ptx_export.py (how it reports), and the child interpreter's fingerprint. None (no caching, the
+    build compiles) when the fingerprint cannot be taken."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", _PTX_FINGERPRINT],
+            capture_output=True,
+            text=True,
+            env=dict(env),
+            cwd=str(root),
+            check=False,
+            timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1].strip()
-        raise BuildFailed(f"--ptx-python {python}: fingerprint for the PTX cache failed: {tail}")
+        return None
     h = hashlib.sha256()
     h.update(f"cc={cc}\n".encode())
     h.update(proc.stdout.encode())
@@ -222,6 +226,17 @@ def _ptx_key(
         h.update(f"{rel}\0{len(kernels[rel])}\0".encode())
         h.update(kernels[rel])
     return h.hexdigest()
+
+
+def _cached(entry: Path | None) -> list[dict[str, Any]] | None:
+    """The records of a cache entry, or None (absent, unreadable or corrupt: a miss, never an error)."""
+    if entry is None:
+        return None
+    try:
+        records = json.loads(entry.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return records if isinstance(records, list) else None
 
 
 def _compile_one(cc: str, *, root: Path, python: str, env: Mapping[str, str]) -> tuple[int, str, str]:
@@ -256,21 +271,23 @@ def compile_targets(
     for cc in ccs:
         entry = None
         if cache is not None and kernels is not None:
-            entry = cache / f"{_ptx_key(cc, root=root, python=python, env=env, kernels=kernels)}.json"
-        if entry is not None and entry.is_file():
-            rc, out, err = 0, entry.read_text(encoding="utf-8"), ""
+            key = _ptx_key(cc, root=root, python=python, env=env, kernels=kernels)
+            entry = cache / f"{key}.json" if key else None
+        records = _cached(entry)
+        if records is not None:
             cached.append(cc)
         else:
             rc, out, err = _compile_one(cc, root=root, python=python, env=env)
-        if rc == 3:  # kernels.runtime.ptx does not exist (yet): build without PTX, and say so
-            targets.append({"cc": cc, "ptx_status": f"unavailable: {out.strip()}", "kernels": []})
-            continue
-        if rc != 0:
-            tail = (err.strip().splitlines() or ["no output"])[-1].strip()
-            raise BuildFailed(f"PTX for cc {cc} failed to compile: {tail}")
-        records = json.loads(out)
-        if entry is not None and cc not in cached:
-            _store(entry, out)
+            if rc == 3:  # kernels.runtime.ptx does not exist (yet): build without PTX, and say so
+                targets.append({"cc": cc, "ptx_status": f"unavailable: {out.strip()}", "kernels": []})
+                continue
+            if rc != 0:
+                tail = (err.strip().splitlines() or ["no output"])[-1].strip()
+                raise BuildFailed(f"PTX for cc {cc} failed to compile: {tail}")
+            records = json.loads(out)
+            # only when the tree on disk is still the one the key hashed (an edit mid-build is not stored)
+            if entry is not None and kernels is not None and _unchanged(root, kernels):
+                _store(entry, out)
         kernels_out = []
         sm = "sm_" + cc.replace(".", "")
         for k in records:
@@ -281,16 +298,23 @@ def compile_targets(
     return targets, files, cached
 
 
+def _unchanged(root: Path, kernels: Mapping[str, bytes]) -> bool:
+    try:
+        return all((root / rel).read_bytes() == data for rel, data in kernels.items())
+    except OSError:
+        return False
+
+
 def _store(entry: Path, text: str) -> None:
     """Best effort (a read-only or full cache dir only costs the next build a compile): temp file, rename,
     so concurrent builds never read half an entry."""
+    tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, entry)
     except OSError:
-        pass
+        tmp.unlink(missing_ok=True)
 
 
 def build(

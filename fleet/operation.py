@@ -279,7 +279,8 @@ class Operation:
                 ledger.record_hosts(self.op_id, list(cut))
             seconds = time.monotonic() - started
             aborted = StepResult(step=step, hosts=tuple(hosts), records=cut, seconds=seconds)
-            self.report.steps.append(aborted)
+            if record:
+                self.report.steps.append(aborted)
             raise StepAborted(message, step=aborted, deadline=deadline) from exc
         records = tuple(host_record(step, result.hosts[h]) for h in hosts)
         if record:

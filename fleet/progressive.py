@@ -124,7 +124,7 @@ def find_paused(spec: FleetSpec, op_id: str | None, *, command: str) -> PausedRo
             min_sol=dict(gates.get("min_sol") or {}),
             max_regression_vs_previous=gates.get("max_regression_vs_previous"),
         ),
-        earlier=tuple(r for r in records if r.outcome in FAILED_OUTCOMES | {"unreachable"}),
+        earlier=tuple(r for r in records if r.outcome in FAILED_OUTCOMES | {"unreachable", "quarantined"}),
     )
 
 

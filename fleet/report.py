@@ -175,12 +175,15 @@ def print_operation(out: Console, report: OperationReport) -> None:
 
 def _stack_cell(n: NodeStatus) -> str:
     """current's stack id; marked when it is not the spec's (a deploy of another stack's artifact, or a spec
-    whose pins moved since), and when the node has no runtime provisioned for it."""
+    whose pins moved since), and when the node has provisioned runtimes but none for it (a node that was
+    never provisioned, with its own `python`, has none at all and is not marked)."""
     if not n.stack_id:
         return "-"
     cell = escape(n.stack_id[:12])
     if n.spec_stack_id and n.stack_id != n.spec_stack_id:
         cell += f" [yellow](spec {escape(n.spec_stack_id[:12])})[/]"
+    if n.runtimes and n.stack_id not in n.runtimes:
+        cell += " [yellow](no runtime)[/]"
     return cell
 
 

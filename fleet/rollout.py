@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from fleet import gating
-from fleet.errors import ExitCode, Interrupted, UsageError
+from fleet.errors import ExitCode, Interrupted, RunnerError, UsageError
 from fleet.health import HEALTH_PLAYBOOK, node_health
 from fleet.ledger import Baseline, HostRecord, Ledger, OpStatus
 from fleet.operation import (
@@ -182,16 +182,9 @@ def preflight(op: Operation, ledger: Ledger, batch: Batch) -> tuple[list[str], l
     hosts = list(batch.hosts)
     if not op.spec.rollout.preflight_health or not hosts:
         return hosts, []
-    limit = op.spec.timeouts.status_s
-    step = op.run_step(
-        ledger,
-        f"{batch.name} preflight",
-        hosts,
-        HEALTH_PLAYBOOK,
-        {"solfleet_health_timeout_s": max(limit - 5, 1)},
-        record=False,
-        timeout_s=limit,
-    )
+    # the deploy's own health limit (the role's solfleet_health_timeout_s), not status_s: a slow but healthy
+    # node (a cold numba cache, many GPUs) must not read as unhealthy
+    step = op.run_step(ledger, f"{batch.name} preflight", hosts, HEALTH_PLAYBOOK, {}, record=False)
     nodes = {n.name: n for n in op.spec.nodes}
     outcome = "quarantined" if op.spec.rollout.unhealthy is UnhealthyPolicy.SKIP else "unhealthy"
     keep, left_out = [], []
@@ -212,7 +205,7 @@ def preflight(op: Operation, ledger: Ledger, batch: Batch) -> tuple[list[str], l
                 outcome=outcome,
                 changed=False,
                 version_before=health.current,
-                version_after=health.current,
+                version_after=None,  # nothing moved: the ledger keeps wanting what it wanted before
                 failed_phase="preflight_health",
                 message=f"preflight health failed on {health.current}: " + "; ".join(bad or [health.error]),
                 phases={},
@@ -238,6 +231,9 @@ def run_batches(
             return BatchRun(
                 BatchFailure(batch=batch, failed=[], reason=str(exc), interrupted=True), all_failed
             )
+        except RunnerError as exc:  # StepAborted included: the preflight never finished; nothing pushed
+            why = f"preflight health did not finish: {exc}"
+            return BatchRun(BatchFailure(batch=batch, failed=[], runner_error=why), all_failed)
         unhealthy = [r for r in left_out if r.outcome == "unhealthy"]
         all_failed += left_out
         if len(unhealthy) > batch.max_failures:

@@ -391,7 +391,8 @@ def _stage_job(private_data_dir: Path, job_dir: Path) -> None:
     copied. Not the artifacts of earlier runs, the ssh control sockets (cp/, which zipfile cannot pack) or
     the local temp dir."""
     for name in ("inventory", "env"):
-        shutil.copytree(private_data_dir / name, job_dir / name)
+        # not env/extravars: a local run's dump of ITS extravars (see _run_local); this run sends its own
+        shutil.copytree(private_data_dir / name, job_dir / name, ignore=shutil.ignore_patterns("extravars"))
     project = private_data_dir / "project"
     if project.is_symlink():
         (job_dir / "project").symlink_to(os.readlink(project), target_is_directory=True)

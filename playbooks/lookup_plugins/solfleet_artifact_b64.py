@@ -6,6 +6,7 @@ chmod, copy, cleanup). `ansible.builtin.file` reads text only; an artifact is a 
 from __future__ import annotations
 
 import base64
+import os
 
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
@@ -20,11 +21,22 @@ options:
 """
 
 
+# Each fork holds a few copies of the bytes while it builds the module's arguments; an operator library
+# artifact is well under a megabyte. Past this, say so rather than exhaust the controller's memory.
+MAX_BYTES = 256 * 1024 * 1024
+
+
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):  # type: ignore[no-untyped-def]
         out = []
         for term in terms:
             try:
+                size = os.path.getsize(str(term))
+                if size > MAX_BYTES:
+                    raise AnsibleError(
+                        f"solfleet_artifact_b64: {term} is {size} bytes, more than the {MAX_BYTES} an"
+                        " artifact may have (it travels in the node module's arguments)"
+                    )
                 with open(str(term), "rb") as fh:
                     out.append(base64.b64encode(fh.read()).decode("ascii"))
             except OSError as exc:
