@@ -1,6 +1,8 @@
 """`solfleet health`: run `python -m kernels health` in every node's current release (health.yml) and say
 which nodes are healthy. Read-only on the nodes apart from the metrics file and the Xid state that every
-health run refreshes; no ledger row is written. Bounded by `timeouts.status_s` per task.
+health run refreshes, and the suspect record a failed `release.integrity` of current leaves (status says
+`suspect` until a deploy or rollback replaces current); no ledger row is written. Bounded by
+`timeouts.status_s` per task.
 
 Exit codes (docs/cli.md, "Health exit codes"): 0 every node answered and no check failed; 9 some node is
 unhealthy (a failed check, no current release, or a health run that returned no report); 3 the only problem

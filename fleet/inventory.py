@@ -142,7 +142,7 @@ def context(spec: FleetSpec, *, run_dir: Path) -> dict[str, Any]:
         "roles_path": str(playbooks / "roles"),
         "library_path": str(playbooks / "library"),
         "module_utils_path": str(playbooks / "module_utils"),
-        "lookup_plugins_path": str(playbooks / "lookup_plugins"),
+        "action_plugins_path": str(playbooks / "action_plugins"),
         "job_timeout_s": spec.timeouts.run_s,
         # idle = no output at all; the slowest single task (verify) prints nothing until it ends
         "idle_timeout_s": spec.timeouts.task_s + 60,

@@ -141,6 +141,20 @@ def main() -> None:
     except NodeError as exc:
         module.fail_json(msg=f"solfleet: {p['node']}: health: {exc.message}", solfleet=state)
     state["health"] = run.data
+    broken = [
+        c
+        for c in (run.data or {}).get("checks") or []
+        if isinstance(c, dict) and c.get("name") == "release.integrity" and c.get("status") == "failed"
+    ]
+    if broken:
+        # Found once, remembered: current's files no longer match what was verified, so status says
+        # `suspect` from now on (as after a deploy's failed re-check) until a deploy or rollback replaces it.
+        reason = f"re-check by health: release.integrity failed: {broken[0].get('detail', '')}"
+        try:
+            layout.mark_suspect(state["current"], reason)
+            state["current_suspect"] = reason
+        except OSError as exc:
+            state["suspect_error"] = f"cannot write {layout.suspect_path}: {exc.strerror or exc}"
     if not run.ok:
         module.fail_json(
             msg=f"solfleet: {p['node']}: health: {run.message} (current {state['current']})", solfleet=state
