@@ -276,7 +276,7 @@ def align_journal(ff: Faults, node: str, page: int = 4096) -> None:
     if need < len(empty):
         need += page
     with journal.open("a") as fh:
-        fh.write(empty.replace('""', '"' + "x" * (need - len(empty)) + '"'))
+        fh.write(empty.replace('"detail": ""', '"detail": "' + "x" * (need - len(empty)) + '"'))
     assert journal.stat().st_size % page == 0
 
 
