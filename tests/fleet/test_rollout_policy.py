@@ -166,7 +166,7 @@ def run_deploy(
     `rollout` lines) through `script`."""
     text = embedded_fleet().read_text().replace("on_failure: rollback_fleet", f"on_failure: {on_failure}")
     text = text.replace("max_failures: 0", f"max_failures: {max_failures}")
-    # the scripts answer the deploy and read steps; preflight health is its own e2e (tests/e2e/test_preflight.py)
+    # the scripts answer the deploy and read steps; preflight health has its own e2e (test_preflight.py)
     rollout = "  preflight_health: false\n" + rollout
     text = text.replace("  keep_releases: 3\n", f"  keep_releases: 3\n{rollout}")
     (tmp_path / "fleet.yml").write_text(text)
