@@ -155,8 +155,16 @@ def ansistrano(role: Path, work: Path, spec: Path, artifact: Path, base: Path) -
     return wall, cpu
 
 
+RUNS = (("first", "1.0.0"), ("second", "1.1.0"), ("re-deploy", "1.1.0"), ("rollback", None))
+
+
 def bench(
-    n: int, verify_ops: str, base: Path, role: Path | None, records: list[dict[str, object]]
+    n: int,
+    verify_ops: str,
+    base: Path,
+    role: Path | None,
+    records: list[dict[str, object]],
+    wanted: tuple[str, ...] = tuple(r[0] for r in RUNS),
 ) -> list[str]:
     fleet = SshdFleet(base / f"n{n}", count=n).start()
     rows = []
@@ -167,7 +175,7 @@ def bench(
             if not (dist / f"solfleet-ops-{version}.tar.gz").exists():
                 cli(work, spec, "build", "--version", version, "--out", str(dist))
         seen: set[Path] = set()
-        runs = (("first", "1.0.0"), ("second", "1.1.0"), ("re-deploy", "1.1.0"), ("rollback", None))
+        runs = [r for r in RUNS if r[0] in wanted]
         no_verify_of: dict[str, float] = {}
         for label, version in runs:
             if version is None:
@@ -207,7 +215,7 @@ def bench(
             )
         if role is not None:
             wall, cpu = ansistrano(role, work, spec, dist / "solfleet-ops-1.1.0.tar.gz", base / f"a{n}")
-            ratio = no_verify_of["second"] / wall
+            ratio = no_verify_of.get("second", float("nan")) / wall
             rows.append(
                 f"{n:>3} {'ansistrano':<10} {wall:6.1f} {'-':>6} {'-':>9} {cpu / n:8.2f}  "
                 f"solfleet second no-verify / ansistrano = {ratio:.3f}x"
@@ -234,6 +242,11 @@ def main() -> int:
     parser.add_argument("--verify-ops", default="residual_add", help="ops verify runs on every node")
     parser.add_argument("--ansistrano", type=Path, metavar="DIR", help="a checkout of ansistrano/deploy")
     parser.add_argument("--json", type=Path, metavar="FILE", help="append one JSON line per row to FILE")
+    parser.add_argument(
+        "--runs",
+        default=",".join(r[0] for r in RUNS),
+        help="which of first,second,re-deploy,rollback to time (first and second build the fleet up)",
+    )
     args = parser.parse_args()
     if args.ansistrano is not None and not (args.ansistrano / "tasks" / "main.yml").is_file():
         parser.error(f"--ansistrano {args.ansistrano}: not an ansistrano/deploy checkout (no tasks/main.yml)")
@@ -248,7 +261,9 @@ def main() -> int:
     records: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="solfleet-bench-") as tmp:
         for n in args.nodes:
-            for row in bench(n, args.verify_ops, Path(tmp), args.ansistrano, records):
+            for row in bench(
+                n, args.verify_ops, Path(tmp), args.ansistrano, records, tuple(args.runs.split(","))
+            ):
                 print(row, flush=True)
     if args.json:
         stamp = {"date": datetime.now().isoformat(timespec="seconds"), "cpus": os.cpu_count()}

@@ -7,11 +7,13 @@ one batch of node02 + node03; max_failures 0.
 - `unhealthy: fail`: the batch fails before anything is pushed to it, and the failure policy
   (rollback_fleet) returns the canary;
 - `unhealthy: skip`: node03 is quarantined (left on its release, recorded, reported, never counted
-  deployed), the others get the release, the deploy exits 9 and status says the fleet is split.
+  deployed), the others get the release, the deploy exits 9, and status says node03 is suspect (its
+  health found the changed file) until a deploy replaces its current release.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,12 +129,17 @@ def test_unhealthy_skip_quarantines_the_node_and_says_so(pre: Preflight, sick_no
     assert pre.currents() == {"node01": V3, "node02": V3, SICK: V1}
     assert pre.journal(SICK) == journal, "the quarantined node was touched"
     assert pre.outcome(V3, SICK)[:2] == ("quarantined", "preflight_health")
-    # never counted deployed: status wants node03 where it is, and the fleet is split
-    status = pre.cli("status", spec=spec)
-    assert status.rc == ExitCode.SPLIT, status.output[-2000:]
+    # never counted deployed: status wants node03 where it is; and what its health found is remembered, so
+    # status says suspect (worse than the split it also is) until a deploy or rollback replaces current
+    status = pre.cli("status", "--json", spec=spec)
+    assert status.rc == ExitCode.SUSPECT, status.output[-2000:]
+    nodes = {n["name"]: n for n in json.loads(status.stdout)["nodes"]}
+    assert nodes[SICK]["drift"] == "suspect" and "release.integrity" in nodes[SICK]["suspect"], nodes[SICK]
+    assert nodes[SICK]["desired"] == V1 and nodes["node01"]["desired"] == V3
 
     # healed, the same deploy brings it in
     sick_node.write_bytes(sick_node.read_bytes()[:-1])
     again = pre.deploy_with(spec, V3)
     assert again.rc == 0, again.output[-3000:]
     assert pre.currents() == dict.fromkeys(NODES, V3)
+    assert pre.cli("status", spec=spec).rc == ExitCode.OK  # current replaced: no longer suspect

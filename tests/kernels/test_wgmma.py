@@ -83,7 +83,7 @@ def test_supported_is_cc90_only():  # type: ignore[no-untyped-def]
 def _run(code: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=900, check=False)  # fmt: skip
+                       timeout=1800, check=False)  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     return p.stdout.strip().splitlines()[-1]
 
