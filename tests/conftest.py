@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import glob
 import os
+import signal
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -40,3 +42,19 @@ def pytest_sessionstart(session):  # type: ignore[no-untyped-def]
                 "a GPU device node exists but CUDA is not usable here (driver/runtime?); "
                 "fix it, or run the simulator explicitly with NUMBA_ENABLE_CUDASIM=1"
             )
+
+
+_GUARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored() -> Iterator[None]:
+    """A test file shares its xdist worker with others: a handler one test leaves behind (ansible-runner's
+    run() without cancel_callback turns SIGINT into a flag; fleet.cli.main() maps SIGTERM/SIGHUP to Ctrl-C)
+    would change what a signal does in every later test. Each test starts from, and ends with, the
+    handlers this process began with."""
+    before = {sig: signal.getsignal(sig) for sig in _GUARDED_SIGNALS}
+    yield
+    for sig, handler in before.items():
+        if signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)

@@ -68,6 +68,7 @@ def run_play(tmp: Path, playbook: str, roots: dict[str, Path], **extra: Any) -> 
         envvars=env,
         quiet=True,
         timeout=300,
+        cancel_callback=lambda: False,  # else ansible-runner takes over this test process's SIGINT
     )
     results: dict[str, dict[str, Any]] = {}
     messages: dict[str, str] = {}

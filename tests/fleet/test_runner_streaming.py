@@ -235,6 +235,9 @@ def test_ctrl_c_cancels_the_worker_run_and_leaves_nothing_running(tmp_path: Path
     marker = f"5{uuid.uuid4().int % 10}{uuid.uuid4().int % 10}.{uuid.uuid4().int % 10**6}"
     pdd = make_pdd(tmp_path, hanging_play(marker), "streaming")
     sent: list[float] = []
+    # what a terminal's Ctrl-C does in a Python CLI; if another test left a handler that swallows it, this
+    # test would wait out the whole sleep and report the leak as a missed cancel
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, signal.getsignal(signal.SIGINT)
 
     def interrupt_once_sleeping() -> None:
         deadline = time.monotonic() + 240
