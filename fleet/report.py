@@ -215,6 +215,12 @@ def print_status(out: Console, fleet: FleetStatus) -> None:
             drift,
         )
     out.print(t)
+    for n in fleet.nodes:
+        if n.fallback_only:
+            out.print(
+                f"[yellow]{escape(n.name)}[/]: {escape(n.current or '-')} runs only a fallback kernel for "
+                f"{escape(', '.join(n.fallback_only))} (`python -m kernels info` on the node says why)"
+            )
     for op_id in fleet.unfinished:
         out.print(
             f"[red]unfinished rollout {escape(op_id)}[/]: its hosts are owed a return to its baseline;"

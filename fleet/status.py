@@ -47,6 +47,9 @@ class NodeStatus:
     stack_id: str | None = None  # the stack current was built for (its MANIFEST); None when no answer
     runtimes: list[str] | None = None  # stack ids of the runtimes provisioned on the node
     spec_stack_id: str | None = None  # the spec's stack id, for comparison (informational: nodes check pins)
+    # "op dtype" that current runs only on a fallback kernel on this node (its verify record's coverage:
+    # e.g. bf16 gemm off cc 9.0); None when unknown (no answer, or a release verified before coverage)
+    fallback_only: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -192,6 +195,11 @@ def fleet_status(
                 stack_id=sf.get("current_stack_id") if ok else None,
                 runtimes=list(sf.get("runtimes") or []) if ok else None,
                 spec_stack_id=spec.stack_id,
+                fallback_only=_str_list(sf.get("current_fallback_only")) if ok else None,
             )
         )
     return FleetStatus(nodes=out, unfinished=unfinished, paused=paused)
+
+
+def _str_list(value: Any) -> list[str] | None:
+    return [str(v) for v in value] if isinstance(value, list) else None

@@ -15,7 +15,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m kernels", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
-    info = sub.add_parser("info", help="device, versions and the peaks SOL is scored against")
+    info = sub.add_parser("info", help="device, versions, peaks, and what auto runs per op and dtype")
     info.add_argument("--json", action="store_true")
     info.add_argument("--remeasure", action="store_true", help="measure the copy bandwidth again")
     ver = sub.add_parser("verify", help="every op against its float64 reference")
@@ -91,13 +91,17 @@ def _bench_table(rep: dict[str, Any]) -> str:
 
 
 def _info(args: argparse.Namespace) -> int:
+    from kernels.harness import coverage
     from kernels.runtime import device
     from kernels.runtime.arrays import SIMULATED
 
     device.require_device()
+    cov = coverage.report(_ops(None))  # what auto runs here per op, dtype and production shape
     rep = {"simulated": SIMULATED, "device": device.describe(), "versions": device.versions(),
            "peaks": device.peaks(remeasure=args.remeasure)}  # fmt: skip
     table = "\n".join(f"{k}: {json.dumps(v, default=str)}" for k, v in rep.items())
+    table += "\n" + coverage.table(cov)
+    rep["coverage"] = cov
     _emit(rep, args.json, table)
     return EXIT_OK
 

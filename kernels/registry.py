@@ -43,6 +43,24 @@ class Problem:
     scalars: dict[str, Any] = field(default_factory=dict)  # non-array arguments (eps, max_norm, ...)
 
 
+TIERS = ("primary", "fallback", "simulated")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What an op's "auto" launcher runs for one case on this machine, and why (`kernels info`, verify).
+    tier: "primary" (the kernel built for this dtype and device), "fallback" (a slower path taken because
+    the primary one cannot run here: no tensor cores for the dtype, rows too long, too many arrays) or
+    "simulated" (the CUDA simulator: no speed to speak of)."""
+
+    path: str
+    tier: str
+    why: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "tier": self.tier, "why": self.why}
+
+
 @dataclass(frozen=True)
 class OpSpec:
     name: str
@@ -77,6 +95,20 @@ class OpSpec:
     # `poison`): every output must be NaN / +inf / -inf exactly where the float64 reference is, and right
     # elsewhere. Verify runs them in the simulator and on the GPU; docs/ops.md states each op's behaviour.
     special_cases: tuple[Case, ...] = ()
+    # `path` with its reason and tier (see Choice), for ops whose "auto" picks among several kernels. None:
+    # the op has one kernel per dtype, its primary one (`choice` says so).
+    choose: Callable[[Case], Choice] | None = None
+
+    def choice(self, case: Case) -> Choice:
+        """What "auto" runs for `case` here, and why."""
+        if self.choose is not None:
+            return self.choose(case)
+        from kernels.runtime.arrays import SIMULATED
+
+        path = self.path(case) if self.path is not None else "default"
+        if SIMULATED:
+            return Choice(path, "simulated", "the CUDA simulator runs the op's kernel")
+        return Choice(path, "primary", f"the op's {case.dtype} kernel")
 
     def elem_tolerance_of(self, dtype: str) -> float:
         return float(self.elem_tolerance.get(dtype, ELEM_TOLERANCE.get(dtype, 1e-2)))

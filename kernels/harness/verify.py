@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from kernels.registry import SPECIALS, Case, OpSpec, Problem
+from kernels.harness import coverage
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, all_ops
 from kernels.runtime import arrays, device
 from kernels.runtime.arrays import SIMULATED
 
@@ -42,6 +43,7 @@ class CaseResult:
     seconds: float
     error: str | None = None
     path: str | None = None
+    tier: str | None = None  # the path's kernels.registry.Choice tier: primary, fallback, simulated
     elem_err: float | None = None
     elem_tol: float | None = None
 
@@ -60,6 +62,8 @@ class CaseResult:
             d["elem_tol"] = self.elem_tol
         if self.path is not None:
             d["path"] = self.path
+        if self.tier is not None:
+            d["tier"] = self.tier
         if self.error is not None:
             d["error"] = self.error
         return d
@@ -148,9 +152,10 @@ def _quiet() -> Iterator[None]:
 
 def check_case(spec: OpSpec, case: Case, rng: np.random.Generator) -> CaseResult:
     res = _check_case(spec, case, rng)
-    if spec.path is not None:
+    if spec.path is not None or spec.choose is not None:
         try:
-            res.path = spec.path(case)
+            choice = spec.choice(case)
+            res.path, res.tier = choice.path, choice.tier
         except Exception as e:  # noqa: BLE001
             res.path = f"unknown ({type(e).__name__})"
     return res
@@ -215,5 +220,8 @@ def run(ops: list[OpSpec], *, shapes: str = "all", seed: int | None = None) -> d
     results = [check_case(spec, case, rng) for spec in ops for case in cases_of(spec, shapes)]
     report["results"] = [r.as_dict() for r in results]
     report["failed_ops"] = sorted({r.op for r in results if not r.ok})
+    # what auto runs at every registered op's production shapes here (no launch): the node keeps it with
+    # the release, and `solfleet status` reports the ops and dtypes that only have a fallback on the node
+    report["coverage"] = coverage.report(list(all_ops().values()))
     report["ok"] = bool(results) and all(r.ok for r in results)
     return report

@@ -43,7 +43,7 @@ from numba import cuda, float32, float64, int64, uint64
 from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last, ldg_hint_into
 from kernels.primitives.reductions import BLOCK, block_sum
 from kernels.primitives.vector import VEC_BYTES, WIDTH, ldg_into, stg_from, vector_ok
-from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime import launch as _launch
 from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
@@ -864,6 +864,15 @@ def _case_path(c: Case) -> str:
     return "two_pass" if c.params["count"] <= SLOTS else "per_array"
 
 
+def _case_choice(c: Case) -> Choice:
+    path, count = _case_path(c), c.params["count"]
+    if SIMULATED:
+        return Choice(path, "simulated", "the CUDA simulator runs the same kernels")
+    if path == "two_pass":
+        return Choice(path, "primary", f"{count} arrays <= {SLOTS}: one norm and one scale launch")
+    return Choice(path, "fallback", f"{count} arrays > {SLOTS}: 1 + 2N launches, one array at a time")
+
+
 def _elems(c: Case) -> int:
     count, elems = c.params["count"], c.params["elems"]
     return count * elems + 7 * count * (count - 1) // 2
@@ -924,5 +933,6 @@ SPEC = register(
             ),  # fmt: skip
         ),
         path=_case_path,
+        choose=_case_choice,
     )
 )

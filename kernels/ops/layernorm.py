@@ -38,6 +38,7 @@ from kernels.ops.rows import (
     RowKernels,
     VectorRows,
     row_cases,
+    row_choice_of,
     row_path_of,
 )
 from kernels.primitives.reductions import (
@@ -615,5 +616,6 @@ SPEC = register(
         bound="memory",
         ptx_kernels=_K.ptx_kernels(),
         path=row_path_of("layernorm"),
+        choose=row_choice_of("layernorm"),
     )
 )

@@ -166,6 +166,7 @@ SPEC = register(
         cupy=_cupy,
         bound="compute",
         path=path_for,
+        choose=_gemm.choose_for,  # gemm's rule: N and K decide, as for gemm's cases
         # the bias-less epilogue is what the bench shape runs; the bias variant shares every line but one
         ptx_kernels=() if SIMULATED else _gemm.ptx_kernels("o_proj", False, True, True),
     )

@@ -22,7 +22,7 @@ from numba import cuda, float32
 from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
 from kernels.primitives.reductions import BLOCK
 from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_from, vector_ok
-from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, HostSync, Operand
 from kernels.runtime.launch import FastCache, Kernel, kernel
@@ -237,6 +237,16 @@ def _cases(shapes: list[tuple[str, int, int]], **extra: int) -> tuple[Case, ...]
     )
 
 
+def _choose(case: Case) -> Choice:
+    """What "auto" runs for a registry case (device allocations are aligned, so only the dtype decides)."""
+    dt = np.dtype(case.dtype)
+    if arrays.SIMULATED:
+        return Choice("scalar", "simulated", "the CUDA simulator runs the scalar kernel")
+    if dt in AUTO_VECTOR:
+        return Choice("vector", "primary", f"{dt}: 16-byte vector loads")
+    return Choice("scalar", "primary", f"{dt}: coalesced scalar tiles, several loads in flight per thread")
+
+
 SPEC = register(
     OpSpec(
         name="residual_add",
@@ -259,6 +269,7 @@ SPEC = register(
             *((f"residual_add_vec_{dt.name}", _VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
             ("residual_add_bfloat16", _WORDS_DISPATCHER, _WORDS_SIG),
         ),
-        path=lambda c: "vector" if not arrays.SIMULATED and np.dtype(c.dtype) in AUTO_VECTOR else "scalar",
+        path=lambda c: _choose(c).path,
+        choose=_choose,
     )
 )

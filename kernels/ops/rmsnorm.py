@@ -33,6 +33,7 @@ from kernels.ops.rows import (
     RowKernels,
     VectorRows,
     row_cases,
+    row_choice_of,
     row_path_of,
 )
 from kernels.primitives.reductions import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
@@ -274,5 +275,6 @@ SPEC = register(
         bound="memory",
         ptx_kernels=_K.ptx_kernels(),
         path=row_path_of("rmsnorm"),
+        choose=row_choice_of("rmsnorm"),
     )
 )

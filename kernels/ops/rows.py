@@ -21,7 +21,7 @@ from numba import float32
 from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
 from kernels.primitives.reductions import BLOCK, PER
 from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose
-from kernels.registry import SPECIALS, Case
+from kernels.registry import SPECIALS, Case, Choice
 from kernels.runtime.arrays import BF16, SIMULATED
 from kernels.runtime.launch import Kernel, kernel, sm_count
 
@@ -238,6 +238,30 @@ def row_path_of(op: str) -> Any:
         return config.label
 
     return path
+
+
+def row_choice_of(op: str) -> Any:
+    """row_path_of(op) with its reason and tier (kernels.registry.Choice)."""
+    path_of = row_path_of(op)
+
+    def choose(case: Case) -> Choice:
+        p = path_of(case)
+        n, dt = case.params["cols"], np.dtype(case.dtype)
+        if SIMULATED:
+            return Choice(p, "simulated", "the CUDA simulator runs the register or streaming kernel")
+        if p == "stream":
+            return Choice(p, "fallback", f"rows of {n} columns pass the {BLOCK * PER} a block holds in "
+                          "registers: the streaming kernel")  # fmt: skip
+        if (n * dt.itemsize) % VEC_BYTES and (dt in AUTO_VECTOR or dt in ROW_KERNELS[op]):
+            return Choice(p, "fallback", f"rows of {n * dt.itemsize} bytes are not a multiple of "
+                          f"{VEC_BYTES}: scalar loads instead of the vector kernel")  # fmt: skip
+        if p == "vector":
+            return Choice(p, "primary", f"{dt}: {VEC_BYTES}-byte vector loads, the row in registers")
+        if p == "register":
+            return Choice(p, "primary", f"{dt}: the row in registers, one element per load")
+        return Choice(p, "primary", f"{dt}: the kernel tuned for it (rows.ROW_KERNELS[{op!r}])")
+
+    return choose
 
 
 def row_path(case: Case) -> str:

@@ -39,6 +39,7 @@ from kernels.ops.rows import (
     RowKernels,
     VectorRows,
     row_cases,
+    row_choice_of,
     row_path_of,
 )
 from kernels.primitives.reductions import (
@@ -358,5 +359,6 @@ SPEC = register(
         bound="memory",
         ptx_kernels=_K.ptx_kernels(),
         path=row_path_of("softmax"),
+        choose=row_choice_of("softmax"),
     )
 )

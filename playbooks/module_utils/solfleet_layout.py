@@ -222,6 +222,15 @@ class NodeLayout:
             return None
         return sid if isinstance(sid, str) else None
 
+    def release_fallback_only(self, version: str | None) -> list[str] | None:
+        """The ops and dtypes ("op dtype") that run only a fallback kernel on this node, from the coverage in
+        the release's verify record (kernels.harness.coverage); None when the record has none (a release
+        built before coverage existed, or never verified)."""
+        record = self.verify_record(version) if version else None
+        cov = (record or {}).get("coverage")
+        names = cov.get("fallback_only") if isinstance(cov, dict) else None
+        return [str(n) for n in names] if isinstance(names, list) else None
+
     def runtime_stack_ids(self) -> list[str]:
         """Stack ids of the runtimes provisioned under <root>/runtimes (each `runtimes/<id>/bin/python`)."""
         base = os.path.join(self.root, "runtimes")
@@ -365,6 +374,8 @@ class NodeLayout:
             # the stack current was built for, and the runtimes provisioned here (status shows both)
             "current_stack_id": self.release_stack_id(current),
             "runtimes": self.runtime_stack_ids(),
+            # ops and dtypes current runs only on a fallback kernel here (status lists them per node)
+            "current_fallback_only": self.release_fallback_only(current),
             "release_shas": {n: self.release_sha(n) for n in sorted(self.release_names())},
             "current_suspect": (self.suspect() or {}).get("reason"),
             "lease": self.lease(),

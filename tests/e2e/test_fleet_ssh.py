@@ -160,9 +160,35 @@ def test_status_json_agrees_with_node_filesystems(e2e: E2EFleet) -> None:
         # the stack current was built for, as its MANIFEST on the node says
         manifest = json.loads((e2e.root(node) / "releases" / current / "MANIFEST.json").read_text())
         assert record["stack_id"] == manifest["stack_id"] and record["spec_stack_id"], record
+        # what the node's verify found auto runs there (simulated nodes: no fallback, every tier simulated)
+        verify = json.loads((e2e.root(node) / "releases" / current / "verify" / "verify.json").read_text())
+        assert {r["tier"] for r in verify["coverage"]["rows"]} == {"simulated"}, verify["coverage"]
+        assert record["fallback_only"] == verify["coverage"]["fallback_only"] == [], record
         last = e2e.journal(node)[-1]
         assert record["last_event"]["event"] == last["event"]
         assert record["last_event"]["version"] == last["version"]
+
+
+def test_status_names_the_ops_a_node_runs_only_on_a_fallback(e2e: E2EFleet) -> None:
+    # what a cc 8.x node's verify writes (bf16 gemm has tensor-core code for cc 9.0 only), on one node
+    node = NODES[-1]
+    current = e2e.link(node, "current")
+    path = e2e.root(node) / "releases" / current / "verify" / "verify.json"
+    original = path.read_text()
+    record = json.loads(original)
+    record["coverage"]["fallback_only"] = ["gemm bfloat16", "o_proj bfloat16"]
+    path.write_text(json.dumps(record))
+    try:
+        text = e2e.cli("status")
+        as_json = e2e.cli("status", "--json")
+    finally:
+        path.write_text(original)
+    nodes = {r["name"]: r for r in json.loads(as_json.stdout)["nodes"]}
+    assert nodes[node]["fallback_only"] == ["gemm bfloat16", "o_proj bfloat16"]
+    assert all(nodes[n]["fallback_only"] == [] for n in NODES[:-1]), nodes
+    flat = " ".join(text.stdout.split())
+    assert f"{node}: {current} runs only a fallback kernel for gemm bfloat16, o_proj bfloat16" in flat, flat
+    assert text.rc == as_json.rc == 0, text.output  # informational: the fleet stays in sync, exit 0
 
 
 def test_tampered_staged_release_is_refused_on_that_node_only(e2e: E2EFleet) -> None:

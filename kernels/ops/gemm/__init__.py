@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from kernels.ops.gemm import mma, portable, simt, wgmma
-from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync, Operand
 from kernels.runtime.device import compute_capability
@@ -360,6 +360,42 @@ def path_for(case: Case) -> str:
                       case.params["N"], case.params["K"])  # fmt: skip
 
 
+def explain(*, dtype: np.dtype, n: int, k: int, cc: tuple[int, int] | None, simulated: bool) -> Choice:
+    """What "auto" runs for `dtype` operands with N = `n`, K = `k` on a device of compute capability `cc`,
+    and why: `select_path` and `shape_path`'s rule in words (a pure function, like them)."""
+    dt = np.dtype(dtype)
+    path = select_path(path="auto", dtype=dt, cc=cc, simulated=simulated)
+    where = f"cc {cc[0]}.{cc[1]}" if cc is not None else "no compute capability"
+    if simulated:
+        return Choice(path, "simulated", "the CUDA simulator runs the portable kernel")
+    if path == "simt":
+        return Choice(path, "primary", "float32: register-blocked CUDA-core tiles (no fp32 tensor-core path)")
+    if path == "wgmma":
+        if shape_path(path, dt, n, k) == "wgmma":
+            return Choice(path, "primary", f"{where}: Hopper warpgroup tensor cores (sm_90a)")
+        fallback = fallback_path(dt, (9, 0))
+        return Choice(
+            fallback,
+            "primary" if fallback == "mma" else "fallback",
+            f"N={n}, K={k}: not multiples of 8, which the wgmma tile needs; "
+            + ("mma.sync tensor cores" if fallback == "mma" else "the portable CUDA-core kernel"),
+        )
+    if path == "mma":
+        return Choice(path, "primary", f"{where} >= 8.0: mma.sync tensor cores (wgmma is cc 9.0 only)")
+    if dt == BF16:
+        return Choice(
+            path, "fallback", f"bfloat16 has tensor-core code for cc 9.0 only (wgmma); this is {where}"
+        )
+    return Choice(path, "fallback", f"float16 tensor cores need cc >= 8.0; this is {where}")
+
+
+def choose_for(case: Case) -> Choice:
+    """`explain` for a registry case on this machine (`kernels info`, verify and bench records)."""
+    cc = None if SIMULATED else compute_capability()
+    return explain(dtype=np.dtype(case.dtype), n=case.params["N"], k=case.params["K"], cc=cc,
+                   simulated=SIMULATED)  # fmt: skip
+
+
 def shape_path(path: str, dtype: np.dtype, n: int, k: int) -> str:
     """`path` after the wgmma tile's shape rule (device allocations are aligned: only N and K decide)."""
     if path == "wgmma" and not wgmma.fits(1, n, k, ()):
@@ -419,6 +455,7 @@ SPEC = register(
         cupy=_cupy,
         bound="compute",
         path=path_for,
+        choose=choose_for,
         ptx_kernels=() if SIMULATED else ptx_kernels("gemm", False, False, False),
     )
 )
