@@ -56,11 +56,11 @@ def _emit(obj: dict[str, Any], as_json: bool, table: str) -> None:
 def _verify_table(rep: dict[str, Any]) -> str:
     lines = [f"device: {rep.get('device', {}).get('name', '?')}  simulated: {rep['simulated']}  "
              f"seed: {rep['seed']}"]  # fmt: skip
-    lines.append(f"{'op':<16}{'dtype':<9}{'case':<22}{'rel_err':>11}{'tol':>9}  result")
+    lines.append(f"{'op':<19}{'dtype':<9}{'case':<22}{'rel_err':>11}{'tol':>9}  result")
     for r in rep.get("results", []):
         err = "-" if r["rel_err"] is None else f"{r['rel_err']:.2e}"
         res = "ok" if r["ok"] else f"FAIL {r.get('error', '')}"
-        lines.append(f"{r['op']:<16}{r['dtype']:<9}{r['case']:<22}{err:>11}{r['tol']:>9.0e}  {res}")
+        lines.append(f"{r['op']:<19}{r['dtype']:<9}{r['case']:<22}{err:>11}{r['tol']:>9.0e}  {res}")
     if rep.get("error"):
         lines.append(f"error: {rep['error']}")
     n = len(rep.get("results", []))
@@ -74,17 +74,17 @@ def _bench_table(rep: dict[str, Any]) -> str:
     pk = rep["peaks"]
     lines = [f"{rep['device']['name']}  copy {pk['mem_gbs']} GB/s  fp32 {pk['fp32_tflops']} TFLOP/s  "
              f"({rep['date']})"]  # fmt: skip
-    lines.append(f"{'op':<15}{'dtype':<8}{'case':<20}{'median us':>10}{'p10':>9}{'p90':>9}{'GB/s':>8}"
+    lines.append(f"{'op':<19}{'dtype':<8}{'case':<20}{'median us':>10}{'p10':>9}{'p90':>9}{'GB/s':>8}"
                  f"{'TFLOP/s':>9}{'SOL':>6}{'cupy us':>10}{'ratio':>7}  ok")  # fmt: skip
     for r in rep["results"]:
         if "median_us" not in r:
-            lines.append(f"{r['op']:<15}{r['dtype']:<8}{r['case']:<20}  ERROR {r.get('error')}")
+            lines.append(f"{r['op']:<19}{r['dtype']:<8}{r['case']:<20}  ERROR {r.get('error')}")
             continue
         cp = r.get("cupy") or {}
         cpu = f"{cp['median_us']:.1f}" if cp.get("median_us") else "-"
         ratio = f"{r['ratio_vs_cupy']:.2f}" if r.get("ratio_vs_cupy") else "-"
         sol = f"{r['sol']:.2f}" if r.get("sol") is not None else "-"
-        lines.append(f"{r['op']:<15}{r['dtype']:<8}{r['case']:<20}{r['median_us']:>10.1f}{r['p10_us']:>9.1f}"
+        lines.append(f"{r['op']:<19}{r['dtype']:<8}{r['case']:<20}{r['median_us']:>10.1f}{r['p10_us']:>9.1f}"
                      f"{r['p90_us']:>9.1f}{r['gbs']:>8.0f}{r['tflops']:>9.2f}{sol:>6}{cpu:>10}{ratio:>7}"
                      f"  {'ok' if r['ok'] else 'WRONG'}")  # fmt: skip
     return "\n".join(lines)

@@ -3,10 +3,12 @@
 from kernels.ops import (  # noqa: F401  (registration side effect)
     cast,
     clip_grad_norm,
+    fused_add_rmsnorm,
     gemm,
     layernorm,
     o_proj,
     residual_add,
     rmsnorm,
     softmax,
+    swiglu,
 )

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32
 
-from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
+from kernels.ops.rows import NATIVE, WORDS, RowIO
 from kernels.primitives.reductions import BLOCK
 from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_from, vector_ok
 from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
@@ -36,10 +36,14 @@ UNROLL = {np.dtype(np.float32): 4, np.dtype(np.float16): 8, BF16: 8}
 VEC_UNROLL = 2
 
 
-def _make_kernel(unroll: int):  # type: ignore[no-untyped-def]
-    """Block-contiguous tiles of THREADS x unroll elements: every load of a tile is issued before the first
-    add, and a block's accesses stay inside one contiguous 4-8 KB span (measured on the H200: 4.3 TB/s,
-    against 3.7 TB/s for a grid-stride loop whose four loads per thread lie a whole grid apart)."""
+def make_tiles(unroll: int, io: RowIO, fn: Any):  # type: ignore[no-untyped-def]
+    """The scalar elementwise kernel k(x, r, out): out = io.store(fn(io.load(x), io.load(r))) over flat
+    arrays (residual_add: fn = add; swiglu: silu(a) * b). Block-contiguous tiles of THREADS x unroll
+    elements: every load of a tile is issued before the first `fn`, and a block's accesses stay inside one
+    contiguous 4-8 KB span (measured on the H200: 4.3 TB/s, against 3.7 TB/s for a grid-stride loop whose
+    four loads per thread lie a whole grid apart). `io`: kernels.ops.rows.NATIVE (fp32 / fp16) or WORDS
+    (bf16 as raw words, widened exactly, rounded to nearest even once on the store)."""
+    load, store = io.load, io.store
 
     @cuda.jit
     def k(x, r, out):  # type: ignore[no-untyped-def]
@@ -53,49 +57,24 @@ def _make_kernel(unroll: int):  # type: ignore[no-untyped-def]
             base = chunk * tile + tid
             if base + (unroll - 1) * THREADS < n:
                 for u in range(unroll):
-                    a[u] = float32(x[base + u * THREADS])
+                    a[u] = load(x[base + u * THREADS])
                 for u in range(unroll):
-                    b[u] = float32(r[base + u * THREADS])
+                    b[u] = load(r[base + u * THREADS])
                 for u in range(unroll):
-                    out[base + u * THREADS] = a[u] + b[u]
+                    out[base + u * THREADS] = store(fn(a[u], b[u]))
             else:
                 for u in range(unroll):
                     i = base + u * THREADS
                     if i < n:
-                        out[i] = float32(x[i]) + float32(r[i])
+                        out[i] = store(fn(load(x[i]), load(r[i])))
             chunk += cuda.gridDim.x
 
     return k
 
 
-def _make_words_kernel(unroll: int):  # type: ignore[no-untyped-def]
-    """`_make_kernel`'s tiles for bf16 words: same loads in flight, conversions on the way in and out."""
-
-    @cuda.jit
-    def k(x, r, out):  # type: ignore[no-untyped-def]
-        a = cuda.local.array(unroll, float32)
-        b = cuda.local.array(unroll, float32)
-        n = x.shape[0]
-        tid = cuda.threadIdx.x
-        tile = THREADS * unroll
-        chunk = cuda.blockIdx.x
-        while chunk * tile < n:
-            base = chunk * tile + tid
-            if base + (unroll - 1) * THREADS < n:
-                for u in range(unroll):
-                    a[u] = bf16_to_f32(x[base + u * THREADS])
-                for u in range(unroll):
-                    b[u] = bf16_to_f32(r[base + u * THREADS])
-                for u in range(unroll):
-                    out[base + u * THREADS] = f32_to_bf16(a[u] + b[u])
-            else:
-                for u in range(unroll):
-                    i = base + u * THREADS
-                    if i < n:
-                        out[i] = f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(r[i]))
-            chunk += cuda.gridDim.x
-
-    return k
+@cuda.jit(device=True, inline="always")
+def _add(a, b):  # type: ignore[no-untyped-def]
+    return a + b
 
 
 def _make_vec_kernel(width: int, vunroll: int):  # type: ignore[no-untyped-def]
@@ -136,12 +115,12 @@ _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[::1], float32[::1], float32[::1])",
     np.dtype(np.float16): "void(float16[::1], float16[::1], float16[::1])",
 }
-_DISPATCHERS = {dt: _make_kernel(UNROLL[dt]) for dt in _SIGS}
+_DISPATCHERS = {dt: make_tiles(UNROLL[dt], NATIVE, _add) for dt in _SIGS}
 _KERNELS = {dt: kernel(_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 _VEC_DISPATCHERS = {dt: _make_vec_kernel(WIDTH[dt], VEC_UNROLL) for dt in _SIGS}
 _VEC = {dt: kernel(_VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 _WORDS_SIG = "void(uint16[::1], uint16[::1], uint16[::1])"
-_WORDS_DISPATCHER = _make_words_kernel(UNROLL[BF16])
+_WORDS_DISPATCHER = make_tiles(UNROLL[BF16], WORDS, _add)
 _WORDS = kernel(_WORDS_DISPATCHER, _WORDS_SIG)
 MAX_GRID = 2**31 - 1
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)

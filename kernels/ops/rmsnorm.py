@@ -46,7 +46,8 @@ from kernels.runtime.launch import FastCache
 
 def _make_stream(io: RowIO):  # type: ignore[no-untyped-def]
     """The streaming kernel (rows longer than BLOCK * PER), reading and writing through `io`."""
-    load, store = io.load, io.store
+    load = io.load
+    scale_row = stream_scale(io)
 
     @cuda.jit
     def _rmsnorm_kernel(x, w, out, eps):  # type: ignore[no-untyped-def]
@@ -76,29 +77,42 @@ def _make_stream(io: RowIO):  # type: ignore[no-untyped-def]
                 a0 += v * v
                 j += BLOCK
             total = block_sum((a0 + a1) + (a2 + a3), smem)
-            inv = float32(1.0) / math.sqrt(total / float32(n) + eps)
-            j = tid
-            while j + 3 * BLOCK < n:
-                v0 = load(x[row, j])
-                v1 = load(x[row, j + BLOCK])
-                v2 = load(x[row, j + 2 * BLOCK])
-                v3 = load(x[row, j + 3 * BLOCK])
-                out[row, j] = store(v0 * inv * load(w[j]))
-                out[row, j + BLOCK] = store(v1 * inv * load(w[j + BLOCK]))
-                out[row, j + 2 * BLOCK] = store(v2 * inv * load(w[j + 2 * BLOCK]))
-                out[row, j + 3 * BLOCK] = store(v3 * inv * load(w[j + 3 * BLOCK]))
-                j += 4 * BLOCK
-            while j < n:
-                out[row, j] = store(load(x[row, j]) * inv * load(w[j]))
-                j += BLOCK
+            scale_row(x, w, out, row, n, float32(1.0) / math.sqrt(total / float32(n) + eps))
             row += cuda.gridDim.x
 
     return _rmsnorm_kernel
 
 
+def stream_scale(io: RowIO):  # type: ignore[no-untyped-def]
+    """The streaming kernels' second pass (rmsnorm, fused_add_rmsnorm), a device function: out[row, :] =
+    src[row, :] * inv * w, four loads in flight per thread, `src` read again (from L1/L2: the block read
+    it microseconds before)."""
+    load, store = io.load, io.store
+
+    @cuda.jit(device=True, inline="always")
+    def scale_row(src, w, out, row, n, inv):  # type: ignore[no-untyped-def]
+        j = cuda.threadIdx.x
+        while j + 3 * BLOCK < n:
+            v0 = load(src[row, j])
+            v1 = load(src[row, j + BLOCK])
+            v2 = load(src[row, j + 2 * BLOCK])
+            v3 = load(src[row, j + 3 * BLOCK])
+            out[row, j] = store(v0 * inv * load(w[j]))
+            out[row, j + BLOCK] = store(v1 * inv * load(w[j + BLOCK]))
+            out[row, j + 2 * BLOCK] = store(v2 * inv * load(w[j + 2 * BLOCK]))
+            out[row, j + 3 * BLOCK] = store(v3 * inv * load(w[j + 3 * BLOCK]))
+            j += 4 * BLOCK
+        while j < n:
+            out[row, j] = store(load(src[row, j]) * inv * load(w[j]))
+            j += BLOCK
+
+    return scale_row
+
+
 def _make_reg(io: RowIO):  # type: ignore[no-untyped-def]
     """The register kernel (rows of up to BLOCK * PER), reading and writing through `io`."""
-    load, store = io.load, io.store
+    load = io.load
+    norm_store = reg_norm_store(io)
 
     @cuda.jit(**ROW_JIT)
     def _rmsnorm_reg(x, w, out, eps):  # type: ignore[no-untyped-def]
@@ -114,7 +128,6 @@ def _make_reg(io: RowIO):  # type: ignore[no-untyped-def]
             # address per array instead of PER precomputed 64-bit ones (171 -> 34 registers for rmsnorm)
             xr = x[row]
             orow = out[row]
-            acc = float32(0.0)
             if full:  # no bounds checks: PER independent loads issue back to back
                 for k in range(PER):
                     v[k] = load(xr[uint32(tid + k * BLOCK)])
@@ -122,17 +135,32 @@ def _make_reg(io: RowIO):  # type: ignore[no-untyped-def]
                 for k in range(PER):
                     j = uint32(tid + k * BLOCK)
                     v[k] = load(xr[j]) if j < n else float32(0.0)
-            for k in range(PER):
-                acc += v[k] * v[k]
-            total = block_sum(acc, smem)
-            inv = float32(1.0) / math.sqrt(total / float32(n) + eps)
-            for k in range(PER):
-                j = uint32(tid + k * BLOCK)
-                if j < n:
-                    orow[j] = store(v[k] * inv * load(w[j]))
+            norm_store(v, w, orow, n, eps, smem)
             row += cuda.gridDim.x
 
     return _rmsnorm_reg
+
+
+def reg_norm_store(io: RowIO):  # type: ignore[no-untyped-def]
+    """The register kernels' second half (rmsnorm, fused_add_rmsnorm), a device function: the thread's PER
+    values `v` (fp32, zero past the row's end) are squared and summed over the block, and orow[j] =
+    v * inv * w[j] stored from registers."""
+    load, store = io.load, io.store
+
+    @cuda.jit(device=True, inline="always")
+    def norm_store(v, w, orow, n, eps, smem):  # type: ignore[no-untyped-def]
+        tid = cuda.threadIdx.x
+        acc = float32(0.0)
+        for k in range(PER):
+            acc += v[k] * v[k]
+        total = block_sum(acc, smem)
+        inv = float32(1.0) / math.sqrt(total / float32(n) + eps)
+        for k in range(PER):
+            j = uint32(tid + k * BLOCK)
+            if j < n:
+                orow[j] = store(v[k] * inv * load(w[j]))
+
+    return norm_store
 
 
 def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-def]

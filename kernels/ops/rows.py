@@ -136,7 +136,7 @@ class RowKernels:
     `row` / `row_k` (the ROW_KERNELS entry of the dtype, where it has one: (function, threads per block,
     grid-stride?) and its launchable kernel). `stream(io)` / `reg(io)` build the streaming / register kernel
     for a RowIO (one dispatcher per RowIO: fp32 and fp16 share NATIVE's), `row_kernel(config, width)` an
-    entry's function, `make_vec(width)` the vector kernel."""
+    entry's function, `make_vec(width)` the vector kernel (None: no vector kernel in any dtype)."""
 
     def __init__(
         self,
@@ -145,8 +145,8 @@ class RowKernels:
         *,
         stream: Callable[[RowIO], Any],
         reg: Callable[[RowIO], Any],
-        make_vec: Callable[[int], Any],
-        row_kernel: Callable[[RowConfig, int], tuple[Any, int, bool]],
+        make_vec: Callable[[int], Any] | None,
+        row_kernel: Callable[[RowConfig, int], tuple[Any, int, bool]] | None,
     ) -> None:
         self.name, self.sigs = name, sigs
         ios = {IO_OF[dt] for dt in sigs}
@@ -155,9 +155,14 @@ class RowKernels:
         self.reg_fns = {dt: regs[IO_OF[dt]] for dt in sigs}
         self.plain = {dt: kernel(self.stream_fns[dt], sig) for dt, sig in sigs.items()}
         self.reg = {dt: kernel(self.reg_fns[dt], sig) for dt, sig in sigs.items()}
-        self.vec_fns = {dt: make_vec(WIDTH[dt]) for dt in sigs if dt in WIDTH}
+        # an op with no vector kernel (make_vec None) runs the register / streaming kernels in every dtype,
+        # as bf16 does, and has no ROW_KERNELS entry
+        self.vec_fns = {dt: make_vec(WIDTH[dt]) for dt in sigs if dt in WIDTH} if make_vec else {}
         self.vec = {dt: kernel(fn, sigs[dt]) for dt, fn in self.vec_fns.items()}
-        self.row = {dt: row_kernel(for_machine(c), WIDTH[dt]) for dt, c in ROW_KERNELS[name].items()}
+        configs = ROW_KERNELS.get(name, {})
+        if configs and row_kernel is None:
+            raise ValueError(f"{name}: ROW_KERNELS lists {name} but it has no row_kernel factory")
+        self.row = {dt: row_kernel(for_machine(c), WIDTH[dt]) for dt, c in configs.items() if row_kernel}
         self.row_k = {dt: kernel(fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()}
 
     def pick(self, path: str, dt: np.dtype, ok: bool, n: int, rows: int) -> tuple[Kernel, int, int]:
@@ -232,7 +237,7 @@ def row_path_of(op: str) -> Any:
     def path(case: Case) -> str:
         p = row_path(case)
         dt = np.dtype(case.dtype)
-        config = ROW_KERNELS[op].get(dt)
+        config = ROW_KERNELS.get(op, {}).get(dt)
         if config is None or SIMULATED or p == "stream" or (case.params["cols"] * dt.itemsize) % VEC_BYTES:
             return p
         return config.label
@@ -252,7 +257,7 @@ def row_choice_of(op: str) -> Any:
         if p == "stream":
             return Choice(p, "fallback", f"rows of {n} columns pass the {BLOCK * PER} a block holds in "
                           "registers: the streaming kernel")  # fmt: skip
-        if (n * dt.itemsize) % VEC_BYTES and (dt in AUTO_VECTOR or dt in ROW_KERNELS[op]):
+        if (n * dt.itemsize) % VEC_BYTES and (dt in AUTO_VECTOR or dt in ROW_KERNELS.get(op, {})):
             return Choice(p, "fallback", f"rows of {n * dt.itemsize} bytes are not a multiple of "
                           f"{VEC_BYTES}: scalar loads instead of the vector kernel")  # fmt: skip
         if p == "vector":

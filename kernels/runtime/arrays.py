@@ -314,6 +314,58 @@ def check_vector(op: Operand, ref: Operand, n: int, what: str) -> None:
     check_contiguous(op)
 
 
+def _sim_array(op: Operand) -> Any:
+    """The numpy array behind a simulator device array (None for anything else)."""
+    return getattr(op.src, "_ary", None)
+
+
+def overlaps(a: Operand, b: Operand) -> bool:
+    """Whether two operands' memory can overlap. A numpy argument gets a device copy of its own, so it can
+    only overlap another numpy argument (the same host memory, copied back twice); simulator arrays are
+    compared through the numpy arrays behind them; device arrays by their byte ranges (C-contiguous)."""
+    if a.host is not None or b.host is not None:
+        return a.host is not None and b.host is not None and bool(np.may_share_memory(a.host, b.host))
+    if SIMULATED:
+        sa, sb = _sim_array(a), _sim_array(b)
+        return sa is not None and sb is not None and bool(np.may_share_memory(sa, sb))
+    return a.ptr < b.ptr + b.size * b.dtype.itemsize and b.ptr < a.ptr + a.size * a.dtype.itemsize
+
+
+def same_memory(a: Operand, b: Operand) -> bool:
+    """Whether two operands are the same array exactly: same first byte, shape and dtype."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.host is not None or b.host is not None:
+        return a.host is not None and b.host is not None and _first_byte(a.host) == _first_byte(b.host)
+    if SIMULATED:
+        sa, sb = _sim_array(a), _sim_array(b)
+        return sa is not None and sb is not None and _first_byte(sa) == _first_byte(sb)
+    return a.ptr == b.ptr
+
+
+def _first_byte(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
+
+
+# one aliasing rule of a launcher: (operand index, other operand index, may it be the other one exactly?, what
+# the kernel does that an overlap would break); checked by check_overlaps here and, on FastCache hits, by
+# kernels.runtime.launch.OverlapGuard with the same messages
+Overlap = tuple[int, int, bool, str]
+
+
+def overlap_message(name: str, other: str, same_ok: bool, why: str) -> str:
+    if same_ok:
+        return f"{name}: must be {other} itself or not overlap it ({why})"
+    return f"{name}: must not overlap {other} ({why})"
+
+
+def check_overlaps(ops: tuple[Operand, ...], rules: tuple[Overlap, ...]) -> None:
+    for i, j, same_ok, why in rules:
+        a, b = ops[i], ops[j]
+        if overlaps(a, b) and not (same_ok and same_memory(a, b)):
+            raise ValueError(overlap_message(a.name, b.name, same_ok, why))
+
+
 def check_nonempty(op: Operand) -> None:
     if op.size == 0:
         raise ValueError(f"{op.name}: expected a non-empty array, got shape {op.shape}")

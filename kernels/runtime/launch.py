@@ -375,6 +375,27 @@ class Replayable(Protocol):
     def launch(self, ptrs: Sequence[int], stream: Any) -> None: ...
 
 
+class OverlapGuard:
+    """A FastCache entry for a launcher with aliasing rules (kernels.runtime.arrays.Overlap): FastCache keys
+    by layout, not address, so a hit checks the new pointers against the rules the validating call checked
+    (operand i spans spans[i] bytes, C-contiguous) before it replays `bound`."""
+
+    __slots__ = ("bound", "spans", "names", "rules")
+
+    def __init__(
+        self, bound: Replayable, spans: Sequence[int], names: Sequence[str], rules: tuple[arrays.Overlap, ...]
+    ) -> None:
+        self.bound, self.spans, self.names, self.rules = bound, tuple(spans), tuple(names), rules
+
+    def launch(self, ptrs: Sequence[int], stream: Any) -> None:
+        sp = self.spans
+        for i, j, same_ok, why in self.rules:
+            pi, pj = ptrs[i], ptrs[j]
+            if pi < pj + sp[j] and pj < pi + sp[i] and not (same_ok and pi == pj):
+                raise ValueError(arrays.overlap_message(self.names[i], self.names[j], same_ok, why))
+        self.bound.launch(ptrs, stream)
+
+
 class FastCache:
     """Per-launcher cache of validated launches, keyed by the operands' layout (shape, strides, dtype of each
     array, 16-byte alignment of all pointers) plus the launcher's own options. A hit skips every check and

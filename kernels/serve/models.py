@@ -6,8 +6,8 @@ shape, and a second tensor with `("cols",)` must match the first one's columns. 
 and answers one line naming the tensor and what was expected. tests/serve/test_models.py checks every
 declaration against the op's own `make_problem` so the two cannot drift apart.
 
-Scalars (eps, max_norm) are request parameters. In-place inputs (clip_grad_norm's gradients) come back as
-outputs of the same name.
+Scalars (eps, max_norm) are request parameters. In-place inputs (clip_grad_norm's gradients,
+fused_add_rmsnorm's residual) come back as outputs of the same name.
 """
 
 from __future__ import annotations
@@ -161,6 +161,21 @@ CATALOGUE: dict[str, dict[str, Any]] = {
         "outputs": (OutputSpec("out", _X),),
         "params": (ParamSpec("eps", 1e-6),),
     },
+    "fused_add_rmsnorm": {
+        "inputs": (
+            TensorSpec("x", _X, (F32, F16), finite=True),
+            TensorSpec("residual", _X, finite=True),
+            TensorSpec("weight", ("cols",)),
+        ),
+        # residual is updated in place: it comes back as an output of the same name (the engine copies the
+        # staged input back; it allocates nothing for it)
+        "outputs": (OutputSpec("out", _X), OutputSpec("residual", _X)),
+        "params": (ParamSpec("eps", 1e-6),),
+    },
+    "swiglu": {
+        "inputs": (TensorSpec("a", _X, (F32, F16)), TensorSpec("b", _X)),
+        "outputs": (OutputSpec("out", _X),),
+    },
     "softmax": {
         "inputs": (TensorSpec("x", _X, (F32, F16), finite=True),),
         "outputs": (OutputSpec("out", _X),),
@@ -176,7 +191,8 @@ CATALOGUE: dict[str, dict[str, Any]] = {
 
 # Ops deliberately not served yet, each with why: the service's codec has no BF16 tensors (KServe v2 names
 # the datatype, but host copies of bf16 need uint16 views end to end). Served dtypes are the declarations':
-# the bf16 paths of residual_add, rmsnorm, layernorm and softmax (registered dtypes) are not declared above.
+# the bf16 paths of residual_add, rmsnorm, layernorm, softmax, fused_add_rmsnorm and swiglu (registered
+# dtypes) are not declared above.
 NOT_SERVED: dict[str, str] = {
     "cast_bf16": "its output is bf16, which the service's tensor codec does not carry yet"
 }

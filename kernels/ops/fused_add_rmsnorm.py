@@ -1,0 +1,283 @@
+"""fused_add_rmsnorm: the residual stream update and the RMS norm of an LLM layer in one pass (vLLM's
+`fused_add_rms_norm`, Liger's fused residual RMSNorm):
+
+    residual[i, :] <- round(x[i, :] + residual[i, :])          (in place, in the input dtype)
+    out[i, :]       = residual[i, :] / sqrt(mean(residual[i, :]^2) + eps) * weight
+
+The sum is taken in fp32 and rounded once to the input dtype (round to nearest even); the norm is computed
+in fp32 from that ROUNDED value, the new residual stream exactly as it is stored, so `out` equals
+rmsnorm(residual) of the updated residual (what the unfused pair residual_add + rmsnorm computes).
+
+Floors per row of n: 5n FLOP (add, square+add, scale, weight); bytes = (4 * rows + 1) * n * itemsize (x and
+residual read once, residual and out written once, weight read once). Bandwidth-bound: the unfused pair
+moves (5 * rows + 1) * n, so fusing saves the second read of the new residual (1/5 of the traffic).
+Kernels: rmsnorm's (kernels/ops/rmsnorm.py), one block of BLOCK threads per row, built per RowIO
+(kernels/ops/rows.py: fp32 / fp16 native, bf16 as raw 16-bit words):
+  - register (rows of up to BLOCK * PER = 4096): each thread loads its PER elements of x and residual (all
+    loads in flight), adds, stores the rounded sum to residual and reads it back (the same thread's store
+    of the same address: LLVM forwards the stored value, so the rounding costs no memory access), then
+    rmsnorm's own tail (`reg_norm_store`) reduces and writes out from registers.
+  - streaming (longer rows): pass 1 adds, stores and squares with four elements in flight per thread; pass
+    2 is rmsnorm's (`stream_scale`) over the new residual, read back from L1/L2.
+No 16-byte vector kernel yet: "auto" and "scalar" take the kernels above, "vector" is refused.
+Aliasing: out may be x itself (vLLM writes the normed rows over its input); residual may overlap neither x
+nor out, and weight may overlap neither residual nor out (refused with one line each).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from kernels.ops.rmsnorm import reg_norm_store, stream_scale
+from kernels.ops.rows import BF16_ELEM_TOL, BF16_TOL, RowIO, RowKernels, row_cases
+from kernels.primitives.reductions import BLOCK, PER, ROW_JIT, block_sum
+from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync
+from kernels.runtime.launch import FastCache, OverlapGuard
+
+
+def _make_stream(io: RowIO):  # type: ignore[no-untyped-def]
+    """The streaming kernel (rows longer than BLOCK * PER), reading and writing through `io`."""
+    load, store = io.load, io.store
+    scale_row = stream_scale(io)
+
+    @cuda.jit
+    def _fused_add_rmsnorm_kernel(x, r, w, out, eps):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        row = cuda.blockIdx.x
+        while row < rows:
+            a0 = float32(0.0)
+            a1 = float32(0.0)
+            a2 = float32(0.0)
+            a3 = float32(0.0)
+            j = tid
+            while j + 3 * BLOCK < n:
+                s0 = load(x[row, j]) + load(r[row, j])
+                s1 = load(x[row, j + BLOCK]) + load(r[row, j + BLOCK])
+                s2 = load(x[row, j + 2 * BLOCK]) + load(r[row, j + 2 * BLOCK])
+                s3 = load(x[row, j + 3 * BLOCK]) + load(r[row, j + 3 * BLOCK])
+                r[row, j] = store(s0)
+                r[row, j + BLOCK] = store(s1)
+                r[row, j + 2 * BLOCK] = store(s2)
+                r[row, j + 3 * BLOCK] = store(s3)
+                v0 = load(r[row, j])  # the rounded sums (forwarded from the stores above)
+                v1 = load(r[row, j + BLOCK])
+                v2 = load(r[row, j + 2 * BLOCK])
+                v3 = load(r[row, j + 3 * BLOCK])
+                a0 += v0 * v0
+                a1 += v1 * v1
+                a2 += v2 * v2
+                a3 += v3 * v3
+                j += 4 * BLOCK
+            while j < n:
+                r[row, j] = store(load(x[row, j]) + load(r[row, j]))
+                v = load(r[row, j])
+                a0 += v * v
+                j += BLOCK
+            total = block_sum((a0 + a1) + (a2 + a3), smem)  # (its barrier orders pass 1's stores)
+            scale_row(r, w, out, row, n, float32(1.0) / math.sqrt(total / float32(n) + eps))
+            row += cuda.gridDim.x
+
+    return _fused_add_rmsnorm_kernel
+
+
+def _make_reg(io: RowIO):  # type: ignore[no-untyped-def]
+    """The register kernel (rows of up to BLOCK * PER), reading and writing through `io`."""
+    load, store = io.load, io.store
+    norm_store = reg_norm_store(io)
+
+    @cuda.jit(**ROW_JIT)
+    def _fused_add_rmsnorm_reg(x, r, w, out, eps):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        v = cuda.local.array(PER, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        full = n >= BLOCK * PER
+        row = cuda.blockIdx.x
+        while row < rows:
+            xr = x[row]  # 1-d row views and uint32 columns, as rmsnorm's register kernel
+            rr = r[row]
+            if full:  # no bounds checks: 2 * PER independent loads issue back to back
+                for k in range(PER):
+                    j = uint32(tid + k * BLOCK)
+                    v[k] = load(xr[j]) + load(rr[j])
+                for k in range(PER):
+                    j = uint32(tid + k * BLOCK)
+                    rr[j] = store(v[k])
+                    v[k] = load(rr[j])  # the rounded sum: the norm is taken of what residual holds
+            else:
+                for k in range(PER):
+                    j = uint32(tid + k * BLOCK)
+                    v[k] = load(xr[j]) + load(rr[j]) if j < n else float32(0.0)
+                for k in range(PER):
+                    j = uint32(tid + k * BLOCK)
+                    if j < n:
+                        rr[j] = store(v[k])
+                        v[k] = load(rr[j])
+            norm_store(v, w, out[row], n, eps, smem)
+            row += cuda.gridDim.x
+
+    return _fused_add_rmsnorm_reg
+
+
+_SIGS: dict[np.dtype, str] = {
+    np.dtype(np.float32): "void(float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], float32)",
+    np.dtype(np.float16): "void(float16[:, ::1], float16[:, ::1], float16[::1], float16[:, ::1], float32)",
+    BF16: "void(uint16[:, ::1], uint16[:, ::1], uint16[::1], uint16[:, ::1], float32)",  # rows.WORDS
+}
+
+_K = RowKernels(
+    "fused_add_rmsnorm", _SIGS, stream=_make_stream, reg=_make_reg, make_vec=None, row_kernel=None
+)
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
+# aliasing, over the operands (x, residual, weight, out): kernels.runtime.arrays.Overlap
+_OVERLAPS: tuple[arrays.Overlap, ...] = (
+    (1, 0, False, "residual is updated in place while x is read"),
+    (1, 3, False, "residual and out are two results"),
+    (3, 0, True, "each row of out is written after that row of x is read, not others"),
+    (2, 1, False, "every row reads weight while residual is written"),
+    (2, 3, False, "every row reads weight while out is written"),
+)
+
+
+def fused_add_rmsnorm(
+    x: Any,
+    residual: Any,
+    weight: Any,
+    out: Any = None,
+    *,
+    eps: float = 1e-6,
+    stream: int = 0,
+    path: str = "auto",
+) -> Any:
+    """residual <- x + residual (rounded to the dtype, in place); returns out = rmsnorm(residual) * weight
+    over the last dimension (any ndim >= 1; weight [x.shape[-1]]). `out` may be x itself. `path`: "auto" or
+    "scalar" (both the register kernel for rows of <= BLOCK * PER, streaming beyond); "vector" is refused."""
+    if out is not None:
+        bound, ptrs = _FAST.find((x, residual, weight, out), (eps, path))
+        if bound is not None:
+            bound.launch(ptrs, stream)
+            return out
+    sync = HostSync()
+    xo = arrays.operand("x", x, sync)
+    ro = arrays.operand("residual", residual, sync, writeback=True)
+    wo = arrays.operand("weight", weight, sync)
+    arrays.check_dtype(xo, FLOAT_IO_BF16)
+    arrays.check_nonempty(xo)
+    arrays.check_contiguous(xo)
+    arrays.check_like(ro, xo, "same as x")
+    arrays.check_vector(wo, xo, xo.shape[-1], "x's last dimension")
+    e = arrays.check_positive("eps", eps)
+    oo = arrays.output("out", out, sync, xo.shape, xo.dtype)
+    arrays.check_overlaps((xo, ro, wo, oo), _OVERLAPS)
+    xr = arrays.as_rows(xo)
+    n = xr.shape[1]
+    k, block, grid = _K.pick(path, xo.dtype, False, n, xr.shape[0])
+    args = (xr, arrays.as_rows(ro), wo, arrays.as_rows(oo), e)
+    k.launch(grid, block, args, stream=stream)
+    if out is not None and all(o.host is None for o in (xo, ro, wo, oo)):
+        span, names = xo.size * xo.dtype.itemsize, ("x", "residual", "weight", "out")
+        guard = OverlapGuard(
+            k.bind(grid, block, args), (span, span, n * xo.dtype.itemsize, span), names, _OVERLAPS
+        )
+        _FAST.store((x, residual, weight, out), (eps, path), guard)
+    return arrays.finish(sync, oo, out, xo)
+
+
+def reference(
+    x: np.ndarray, residual: np.ndarray, w: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(new residual, out) in float64: the residual is the exact sum; out is the norm of that sum ROUNDED to
+    the input dtype, as the kernels take it."""
+    r64 = x.astype(np.float64) + residual.astype(np.float64)
+    rounded = r64.astype(x.dtype).astype(np.float64)
+    out: np.ndarray = rounded / np.sqrt(np.mean(rounded * rounded, axis=-1, keepdims=True) + eps)
+    return r64, out * w.astype(np.float64)
+
+
+EPS = 1e-6
+
+
+def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
+    rows, n = case.params["rows"], case.params["cols"]
+    dt = np.dtype(case.dtype)
+    x = (rng.standard_normal((rows, n), dtype=np.float32) * 2.0 + 0.5).astype(dt)
+    res = rng.standard_normal((rows, n), dtype=np.float32).astype(dt)
+    if case.params.get(SPECIALS):
+        x = poison(x, case.params[SPECIALS])
+    w = (1.0 + 0.5 * rng.standard_normal(n)).astype(dt)
+    new_residual, out = reference(x, res, w, EPS)
+    return Problem(
+        inputs={"x": x, "residual": res, "weight": w},
+        outputs={"out": ((rows, n), dt)},
+        reference={"residual": new_residual, "out": out},
+        inplace=("residual",),
+        scalars={"eps": EPS},
+    )
+
+
+def _spec_launch(a: dict[str, Any]) -> None:
+    fused_add_rmsnorm(a["x"], a["residual"], a["weight"], a["out"], eps=a["eps"])
+
+
+def _cupy(a: dict[str, Any]) -> None:
+    """CuPy's unfused pair: the add in place, then rmsnorm's CuPy expression over the new residual."""
+    import cupy as cp
+
+    from kernels.ops.rmsnorm import _cupy as rmsnorm_cupy
+
+    cp.add(a["x"], a["residual"], out=a["residual"])
+    rmsnorm_cupy({"x": a["residual"], "weight": a["weight"], "out": a["out"], "eps": a["eps"]})
+
+
+def _bytes(c: Case) -> float:
+    it = np.dtype(c.dtype).itemsize
+    return float((4 * c.params["rows"] + 1) * c.params["cols"] * it)
+
+
+def _path(case: Case) -> str:
+    return "register" if case.params["cols"] <= BLOCK * PER else "stream"
+
+
+def _choose(case: Case) -> Choice:
+    path = _path(case)
+    if SIMULATED:
+        return Choice(path, "simulated", "the CUDA simulator runs the register or streaming kernel")
+    if path == "stream":
+        return Choice(path, "fallback", f"rows of {case.params['cols']} columns pass the {BLOCK * PER} a "
+                      "block holds in registers: the streaming kernel")  # fmt: skip
+    return Choice(path, "primary", "the row in registers, one element per load (no vector kernel yet)")
+
+
+SPEC = register(
+    OpSpec(
+        name="fused_add_rmsnorm",
+        dtypes=("float32", "float16", "bfloat16"),
+        make_problem=_make_problem,
+        launch=_spec_launch,
+        flops=lambda c: 5.0 * c.params["rows"] * c.params["cols"],
+        bytes=_bytes,
+        # measured in the simulator (sim and special cases, 12 seeds), norm / per element, both outputs: fp32
+        # 9.0e-8 / 1.5e-7, fp16 2.7e-4 / 4.0e-4, bf16 2.4e-3 / 3.3e-3; rmsnorm's bounds, which hold them with
+        # its margin (bf16: one rounding per output, under 2^-8 = 3.9e-3: kernels.ops.rows.BF16_TOL)
+        tolerance={"float32": 1e-5, "float16": 2e-3, "bfloat16": BF16_TOL},
+        elem_tolerance={"bfloat16": BF16_ELEM_TOL},
+        # rmsnorm's shapes (kernels.ops.rows.row_cases): both paths, odd widths; bench 16384 x 4096 moves
+        # 1.07 GB (fp32) / 537 MB (fp16, bf16)
+        **row_cases(),
+        cupy=_cupy,
+        bound="memory",
+        ptx_kernels=_K.ptx_kernels(),
+        path=_path,
+        choose=_choose,
+    )
+)

@@ -1,0 +1,142 @@
+"""fused_add_rmsnorm: every case (both kernels, three dtypes, NaN / inf) against the float64 reference, the
+in-place residual, out over x, aliasing and validation errors."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from numba import cuda
+from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, small_cases
+
+from kernels.ops import fused_add_rmsnorm as op
+from kernels.ops import rmsnorm
+from kernels.primitives.reductions import BLOCK, PER
+from kernels.registry import poison
+
+DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16]
+
+
+@needs_device
+@pytest.mark.parametrize("case", small_cases(op.SPEC) + op.SPEC.special_cases, ids=case_id)
+def test_cases(case):  # type: ignore[no-untyped-def]
+    assert_case_passes(op.SPEC, case)
+
+
+def _inputs(rows: int, n: int, dt, seed: int = 0):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, n)) * 2 + 0.5).astype(dt)
+    r = rng.standard_normal((rows, n)).astype(dt)
+    w = (1 + 0.5 * rng.standard_normal(n)).astype(dt)
+    return x, r, w
+
+
+@needs_device
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", [133, BLOCK * PER + 89], ids=["register", "stream"])
+def test_residual_in_place_and_out_is_rmsnorm_of_it(dt, n):  # type: ignore[no-untyped-def]
+    """residual becomes round(x + residual) in the dtype (bit for bit: one fp32 add, one rounding), and out
+    is rmsnorm of that rounded residual, bit for bit the unfused rmsnorm kernel's output."""
+    x, r, w = _inputs(3, n, dt)
+    want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(dt)
+    res = r.copy()
+    out = op.fused_add_rmsnorm(x, res, w, eps=1e-6)  # numpy residual: updated in place (copied back)
+    assert out.dtype == np.dtype(dt) and out.shape == x.shape
+    np.testing.assert_array_equal(res.view(np.uint8), want_r.view(np.uint8))
+    np.testing.assert_array_equal(out.view(np.uint8), rmsnorm.rmsnorm(want_r, w, eps=1e-6).view(np.uint8))
+    _, ref = op.reference(x, r, w, 1e-6)
+    assert (
+        np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref)
+        < op.SPEC.tolerance[np.dtype(dt).name]
+    )
+
+
+@needs_device
+def test_device_arrays_out_over_x_and_nd():  # type: ignore[no-untyped-def]
+    x, r, w = _inputs(6, 45, np.float16, seed=1)
+    want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(np.float16)
+    want_out = rmsnorm.rmsnorm(want_r, w, eps=1e-5)
+    dx, dr, dw = cuda.to_device(x.reshape(2, 3, 45)), cuda.to_device(r.reshape(2, 3, 45)), cuda.to_device(w)
+    assert op.fused_add_rmsnorm(dx, dr, dw, dx, eps=1e-5) is dx  # vLLM's layout: the normed rows over x
+    np.testing.assert_array_equal(dr.copy_to_host().reshape(6, 45), want_r)
+    np.testing.assert_array_equal(dx.copy_to_host().reshape(6, 45), want_out)
+
+
+@needs_device
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's numpy on NaN / inf (its threads)
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_nan_and_inf(dt):  # type: ignore[no-untyped-def]
+    """Rows 0, 2, 3 hold NaN, +inf, -inf in x: the residual is IEEE x + r there; out's NaN row is all NaN, an
+    infinite row is 0 at its finite elements and NaN at the infinite one (r / sqrt(inf) and inf * 0)."""
+    x, r, w = _inputs(4, 40, dt, seed=2)
+    x = poison(x)
+    res = r.copy()
+    out = op.fused_add_rmsnorm(x, res, w).astype(np.float64)
+    res64 = res.astype(np.float64)
+    assert np.isnan(res64[0, 0]) and res64[2, 0] == np.inf and res64[3, -1] == -np.inf
+    assert np.isfinite(res64).sum() == res64.size - 3
+    assert np.isnan(out[0]).all()
+    for row, col in ((2, 0), (3, -1)):
+        assert np.isnan(out[row, col])
+        finite = np.delete(out[row], col)
+        assert np.all(finite == 0.0)
+    assert np.isfinite(out[1]).all()
+
+
+@needs_device
+def test_validation_errors():  # type: ignore[no-untyped-def]
+    x, r, w = _inputs(4, 6, np.float32)
+    f = op.fused_add_rmsnorm
+    with pytest.raises(TypeError, match="x: dtype int32 is not supported"):
+        f(np.ones((4, 6), np.int32), np.ones((4, 6), np.int32), np.ones(6, np.int32))
+    with pytest.raises(TypeError, match="residual: dtype float16 must match x's dtype float32"):
+        f(x, r.astype(np.float16), w)
+    with pytest.raises(ValueError, match=r"residual: expected shape \(4, 6\) \(same as x\), got \(4, 5\)"):
+        f(x, np.ones((4, 5), np.float32), w)
+    with pytest.raises(ValueError, match=r"weight: expected shape \(6,\) \(x's last dimension\), got \(5,\)"):
+        f(x, r, np.ones(5, np.float32))
+    with pytest.raises(TypeError, match="weight: dtype float16 must match x's dtype float32"):
+        f(x, r, w.astype(np.float16))
+    with pytest.raises(ValueError, match="x: expected a C-contiguous array"):
+        f(np.ones((4, 12), np.float32)[:, ::2], r, w)
+    with pytest.raises(ValueError, match="residual: expected a C-contiguous array"):
+        f(x, cuda.to_device(np.ones((4, 12), np.float32))[:, ::2], w)
+    with pytest.raises(ValueError, match="x: expected a non-empty array"):
+        f(np.ones((0, 6), np.float32), np.ones((0, 6), np.float32), w)
+    with pytest.raises(ValueError, match="eps: expected a positive finite number, got -1"):
+        f(x, r, w, eps=-1)
+    with pytest.raises(ValueError, match=r"out: expected shape \(4, 6\)"):
+        f(x, r, w, np.empty((4, 7), np.float32))
+    with pytest.raises(TypeError, match="out: dtype float16 is not allowed; expected float32"):
+        f(x, r, w, np.empty((4, 6), np.float16))
+    with pytest.raises(ValueError, match="path: 'vector' has no float32 kernel"):
+        f(x, r, w, path="vector")
+
+
+@needs_device
+def test_aliasing_errors():  # type: ignore[no-untyped-def]
+    x, r, w = _inputs(4, 8, np.float32)
+    f = op.fused_add_rmsnorm
+    with pytest.raises(ValueError, match=r"residual: must not overlap x \(residual is updated in place"):
+        f(x, x, w)
+    buf = cuda.to_device(np.concatenate([x.ravel(), r.ravel()]))
+    dx, dr = buf[:32].reshape(4, 8), buf[32:].reshape(4, 8)
+    with pytest.raises(
+        ValueError, match=r"residual: must not overlap out \(residual and out are two results\)"
+    ):
+        f(dx, dr, w, dr)
+    shifted = buf[8:40].reshape(4, 8)  # rows 1-3 of x and row 0 of r
+    with pytest.raises(ValueError, match="out: must be x itself or not overlap it"):
+        f(dx, cuda.to_device(r), w, shifted)
+    wbuf = cuda.to_device(np.ones(32, np.float32))  # weight = its last 8: the last row of the other operand
+    with pytest.raises(ValueError, match="weight: must not overlap residual"):
+        f(dx, wbuf.reshape(4, 8), wbuf[24:], dr)
+    with pytest.raises(ValueError, match="weight: must not overlap out"):
+        f(dx, dr, wbuf[24:], wbuf.reshape(4, 8))
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("case", op.SPEC.bench_cases, ids=case_id)
+def test_bench_shapes(case):  # type: ignore[no-untyped-def]
+    assert_case_passes(op.SPEC, case)
