@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -22,6 +23,20 @@ REPO = Path(__file__).resolve().parents[2]
 # about the fleet machinery, so they verify a small, real subset. Override with SOLFLEET_E2E_VERIFY_OPS.
 VERIFY_OPS = os.environ.get("SOLFLEET_E2E_VERIFY_OPS", "residual_add")
 CLI_TIMEOUT_S = 600
+
+
+def break_residual_add(release: Path) -> None:
+    """A wrong kernel, for verify to refuse: out = x + r becomes out = x - r in residual_add, in the add
+    every tiled kernel inlines (`_add`) and in the vector kernel's tail. Fails loudly when the source no
+    longer has them, so a refactor cannot turn this into a release that still adds."""
+    path = release / "kernels" / "ops" / "residual_add.py"
+    source, inlined = re.subn(r"return a \+ b\b", "return a - b", path.read_text())
+    source, tails = re.subn(r"(float32\([^()]*(?:\[[^\]]*\])?\))\s*\+\s*(float32\()", r"\1 - \2", source)
+    assert inlined == 1 and tails >= 1, (
+        f"residual_add's add no longer matches the breakage patterns ({inlined} `_add`, {tails} tails); "
+        "update break_residual_add"
+    )
+    path.write_text(source)
 
 
 def retag(src: Path, dst: Path, version: str, mutate: Callable[[Path], None] | None = None) -> Path:

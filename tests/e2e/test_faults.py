@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_driver import REPO, VERIFY_OPS, CliResult, E2EFleet, retag
+from e2e_driver import REPO, VERIFY_OPS, CliResult, E2EFleet, break_residual_add, retag
 from sshd_fleet import SshdFleet, sshd_missing_reason
 
 from fleet.errors import ExitCode
@@ -115,18 +115,6 @@ class Faults(E2EFleet):
                 result = self.cli("rollback", "--to", version, "--limit", hosts, "--yes")
                 assert result.rc == 0, result.output[-3000:]
         assert self.links() == links
-
-
-def break_residual_add(d: Path) -> None:
-    """out = x + r -> out = x - r in residual_add's kernel: verify must refuse it."""
-    import re
-
-    path = d / "kernels" / "ops" / "residual_add.py"
-    source, count = re.subn(
-        r"(float32\([^()]*(?:\[[^\]]*\])?\))\s*\+\s*(float32\()", r"\1 - \2", path.read_text()
-    )
-    assert count > 0, "residual_add's kernel no longer matches the breakage pattern; update this test"
-    path.write_text(source)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -28,7 +27,7 @@ from typing import Any
 import ansible_runner
 import pytest
 import yaml
-from e2e_driver import REPO
+from e2e_driver import REPO, break_residual_add
 
 # Real Ansible but no SSH (connection local): slow, not `e2e`.
 pytestmark = pytest.mark.slow
@@ -196,7 +195,9 @@ def node_on_v1(tmp_path: Path, v1_template: Path) -> Path:
     return root
 
 
-def assert_refused_and_unchanged(result: PlayResult, root: Path, phase: str, needle: str) -> None:
+def assert_refused_and_unchanged(
+    result: PlayResult, root: Path, phase: str, needle: str, event: str = "refused"
+) -> None:
     assert result.status == "failed"
     assert result.results["n1"]["failed_phase"] == phase, result.results["n1"]
     message = result.messages["n1"]
@@ -204,6 +205,9 @@ def assert_refused_and_unchanged(result: PlayResult, root: Path, phase: str, nee
     assert os.readlink(root / "current") == f"releases/{V1}", "the node left its prior release"
     assert not list((root / "releases").glob("*.partial")), "a .partial dir was left behind"
     assert sorted(p.name for p in (root / "releases").iterdir()) == [V1]
+    # the node's own record says so too (issue: every refusal is journaled whenever the root exists)
+    last = json.loads((root / "journal.jsonl").read_text().splitlines()[-1])
+    assert last["event"] == event and last["version"] == V2 and needle in last["detail"], last
 
 
 @pytest.mark.parametrize(
@@ -271,18 +275,10 @@ def test_stack_pin_mismatch_refused(tmp_path: Path, built: dict[str, Path], node
 def test_broken_kernel_fails_verify_and_is_removed(
     tmp_path: Path, built: dict[str, Path], node_on_v1: Path
 ) -> None:
-    def break_residual_add(d: Path) -> None:
-        path = d / "kernels" / "ops" / "residual_add.py"
-        # out = x + r  ->  out = x - r, in every unrolled lane of the kernel
-        source, count = re.subn(
-            r"(float32\([^()]*(?:\[[^\]]*\])?\))\s*\+\s*(float32\()", r"\1 - \2", path.read_text()
-        )
-        assert count > 0, "residual_add's kernel no longer matches the breakage pattern; update this test"
-        path.write_text(source)
 
     bad = repack(built[V2], tmp_path / "broken.tar.gz", break_residual_add)
     result = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, bad))
-    assert_refused_and_unchanged(result, node_on_v1, "verify", "residual_add")
+    assert_refused_and_unchanged(result, node_on_v1, "verify", "residual_add", event="failed")
     assert result.results["n1"]["outcome"] == "verify_failed"
     assert result.results["n1"]["verify"]["ok"] is False
     journal = [json.loads(line) for line in (node_on_v1 / "journal.jsonl").read_text().splitlines()]
