@@ -2,6 +2,7 @@
 
 from kernels.ops import (  # noqa: F401  (registration side effect)
     cast,
+    cast_fp8,
     clip_grad_norm,
     gemm,
     layernorm,
