@@ -9,5 +9,6 @@ from kernels.ops import (  # noqa: F401  (registration side effect)
     o_proj,
     residual_add,
     rmsnorm,
+    rope,
     softmax,
 )
