@@ -19,9 +19,9 @@ Floors per element of x: 3 FLOP (two multiplies and an add per output); bytes = 
 write x) + the cos / sin tables, 2 * 4 * tokens * h, read once.
 
 Kernel: one block per token (a grid-stride loop past 2^31 - 1 tokens); thread q of the block takes the pairs
-q, q + THREADS, ... of the token's heads * h pairs, so a warp reads 32 consecutive x1 elements, 32 x2 and 32
-cos / sin of the same row (cached in L1: every head reads it). (head, j) of the next pair is updated
-without a division (THREADS = dh * h + dj, precomputed).
+q, q + THREADS, ... of the token's heads * h pairs, UNROLL of them per step (all loads, then all stores), so
+a warp reads 32 consecutive x1 elements, 32 x2 and 32 cos / sin of the same row (cached in L1: every head
+reads it). (head, j) of the next pair is updated without a division (THREADS = dh * h + dj, precomputed).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, int64
 
 from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
 from kernels.primitives.reductions import BLOCK
@@ -41,8 +41,10 @@ from kernels.runtime.launch import kernel
 THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.primitives.reductions)
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 MAX_GRID = 2**31 - 1
-# no register cap: ptxas takes 72 registers for fp32 / fp16 (48 for bf16), 3 blocks of 256 per SM; capped at
-# 4 blocks (64) it spills 16-24 bytes, at 6 (40) 276-288 (kernels.runtime.ptx, sm_90). benchmarks/notes-llm.md
+UNROLL = 4  # pairs per thread per step: 4 x 2 loads of x in flight (plus cos / sin, from L1 after head 0)
+# ptxas (sm_90, kernels.runtime.ptx): 64 registers, no spills, every dtype: 4 blocks of 256 per SM, so 32
+# warps x 8 loads of x in flight per SM (fp32: 32 KB, what Little's law asks at 4.1 TB/s x ~1 us); one pair
+# per step took 72 registers and 2 loads. benchmarks/notes-llm.md has the floors and the prediction.
 
 
 @cuda.jit(device=True, inline="always")
@@ -60,6 +62,11 @@ def _make_rope(load: Any, store: Any) -> Any:
 
     @cuda.jit
     def k(x, cos, sin, heads, h):  # type: ignore[no-untyped-def]
+        xi = cuda.local.array(UNROLL, int64)
+        a1 = cuda.local.array(UNROLL, float32)
+        a2 = cuda.local.array(UNROLL, float32)
+        cc = cuda.local.array(UNROLL, float32)
+        ss = cuda.local.array(UNROLL, float32)
         tid = cuda.threadIdx.x
         d = 2 * h
         pairs = heads * h
@@ -76,19 +83,27 @@ def _make_rope(load: Any, store: Any) -> Any:
             head = h0
             j = j0
             while q < pairs:
-                i = row + head * d + j
-                c = cos[crow + j]
-                s = sin[crow + j]
-                x1 = load(x[i])
-                x2 = load(x[i + h])
-                x[i] = store(x1 * c - x2 * s)
-                x[i + h] = store(x2 * c + x1 * s)
-                q += THREADS
-                head += dh
-                j += dj
-                if j >= h:
-                    j -= h
-                    head += 1
+                for u in range(UNROLL):  # every load of the step issues before the first store
+                    if q < pairs:
+                        i = row + head * d + j
+                        xi[u] = i
+                        a1[u] = load(x[i])
+                        a2[u] = load(x[i + h])
+                        cc[u] = cos[crow + j]
+                        ss[u] = sin[crow + j]
+                    else:
+                        xi[u] = -1
+                    q += THREADS
+                    head += dh
+                    j += dj
+                    if j >= h:
+                        j -= h
+                        head += 1
+                for u in range(UNROLL):
+                    i = xi[u]
+                    if i >= 0:
+                        x[i] = store(a1[u] * cc[u] - a2[u] * ss[u])
+                        x[i + h] = store(a2[u] * cc[u] + a1[u] * ss[u])
             t += cuda.gridDim.x
 
     return k

@@ -72,6 +72,12 @@ def words(dev: Any) -> Any:
     return dev if w is None else dev.view(w)
 
 
+def host_words(host: np.ndarray) -> np.ndarray:
+    """A host bf16 / fp8 array as its uint16 / uint8 words (what numba can copy); other arrays as they are."""
+    w = _WORD_OF.get(host.dtype)
+    return host if w is None else host.view(w)
+
+
 class Operand:
     """One array argument, resolved to device memory.
 

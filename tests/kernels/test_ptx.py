@@ -27,7 +27,7 @@ def test_compile_all_for_sm90():  # type: ignore[no-untyped-def]
                        timeout=600, check=False)  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout.strip().splitlines()[-1])
-    mine = {"residual_add", "rmsnorm", "layernorm", "softmax", "cast", "clip_grad_norm"}
+    mine = {"residual_add", "rmsnorm", "layernorm", "softmax", "cast", "clip_grad_norm", "cast_fp8", "rope"}
     assert mine <= {v["op"] for v in res.values()}
     for name, info in res.items():
         assert info["cc"] == "9.0"
