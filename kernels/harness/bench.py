@@ -240,7 +240,7 @@ def _repoison(args: dict[str, Any], ref: dict[str, np.ndarray], pristine: dict[s
     for name in ref:
         if name not in pristine:
             nan = np.full(args[name].shape, np.nan, dtype=args[name].dtype)
-            arrays.words(args[name]).copy_to_device(nan.view(np.uint16) if nan.dtype == arrays.BF16 else nan)
+            arrays.words(args[name]).copy_to_device(arrays.host_words(nan))  # bf16 / fp8 as words
 
 
 def _interleave_cupy(

@@ -2,6 +2,7 @@
 
 from kernels.ops import (  # noqa: F401  (registration side effect)
     cast,
+    cast_fp8,
     clip_grad_norm,
     fused_add_rmsnorm,
     gemm,
@@ -9,6 +10,7 @@ from kernels.ops import (  # noqa: F401  (registration side effect)
     o_proj,
     residual_add,
     rmsnorm,
+    rope,
     softmax,
     swiglu,
 )

@@ -32,34 +32,50 @@ FLOAT_IO: tuple[np.dtype, ...] = (np.dtype(np.float32), np.dtype(np.float16))
 # buffer protocol, which refuses ml_dtypes' types ("cannot include dtype 'E' in a buffer").
 BF16: np.dtype = np.dtype(ml_dtypes.bfloat16)
 FLOAT_IO_BF16: tuple[np.dtype, ...] = (*FLOAT_IO, BF16)
+# float8 e4m3fn (ml_dtypes' type; numba has no fp8 type at all): kernels write the raw 8-bit words
+# (kernels.primitives.fp8) and host copies go through a uint8 view, as for bf16
+FP8: np.dtype = np.dtype(ml_dtypes.float8_e4m3fn)
 _U16 = np.dtype(np.uint16)
+_U8 = np.dtype(np.uint8)
+# dtypes numba cannot copy or type, and the unsigned words of the same size the kernels take them as
+_WORD_OF: dict[np.dtype, np.dtype] = {BF16: _U16, FP8: _U8}
 
 
 def to_device(host: np.ndarray) -> Any:
-    """cuda.to_device, bf16 included (a bf16 device array filled through its uint16 view)."""
-    if host.dtype != BF16:
+    """cuda.to_device, bf16 and fp8 included (a device array filled through its uint16 / uint8 view)."""
+    w = _WORD_OF.get(host.dtype)
+    if w is None:
         return cuda.to_device(host)
-    dev = cuda.device_array(host.shape, dtype=BF16)
-    dev.view(_U16).copy_to_device(np.ascontiguousarray(host).view(_U16))
+    dev = cuda.device_array(host.shape, dtype=host.dtype)
+    dev.view(w).copy_to_device(np.ascontiguousarray(host).view(w))
     return dev
 
 
 def to_host(dev: Any, host: np.ndarray | None = None) -> np.ndarray:
-    """dev.copy_to_host([host]), bf16 included."""
-    if np.dtype(dev.dtype) != BF16:
+    """dev.copy_to_host([host]), bf16 and fp8 included."""
+    dt = np.dtype(dev.dtype)
+    w = _WORD_OF.get(dt)
+    if w is None:
         got: np.ndarray = dev.copy_to_host() if host is None else dev.copy_to_host(host)
         return got
     if host is None:
-        words16: np.ndarray = dev.view(_U16).copy_to_host()
-        return words16.view(BF16)
-    dev.view(_U16).copy_to_host(host.view(_U16))
+        raw: np.ndarray = dev.view(w).copy_to_host()
+        return raw.view(dt)
+    dev.view(w).copy_to_host(host.view(w))
     return host
 
 
 def words(dev: Any) -> Any:
-    """The uint16 view of a bf16 device array (what numba's dispatcher gets for a bf16 operand); other
-    arrays as they are."""
-    return dev.view(_U16) if np.dtype(dev.dtype) == BF16 else dev
+    """The uint16 view of a bf16 device array, the uint8 view of an fp8 one (what numba's dispatcher gets
+    for such an operand); other arrays as they are."""
+    w = _WORD_OF.get(np.dtype(dev.dtype))
+    return dev if w is None else dev.view(w)
+
+
+def host_words(host: np.ndarray) -> np.ndarray:
+    """A host bf16 / fp8 array as its uint16 / uint8 words (what numba can copy); other arrays as they are."""
+    w = _WORD_OF.get(host.dtype)
+    return host if w is None else host.view(w)
 
 
 class Operand:

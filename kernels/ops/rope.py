@@ -1,0 +1,242 @@
+"""rope: rotary position embedding, NeoX (rotate-half) layout, IN PLACE on one tensor per call.
+
+  x [tokens, heads, head_dim] (fp32, fp16 or bf16, C-contiguous), d = head_dim (even), h = d / 2;
+  cos, sin [tokens, h] fp32: the angles of each token's position, already gathered by the caller
+  (cos[t, j] = cos(pos[t] * inv_freq[j])); every head of token t takes row t.
+  x[t, :, :h], x[t, :, h:] = x1 * cos - x2 * sin, x2 * cos + x1 * sin     (x1 = x[t, :, :h], x2 = x[t, :, h:])
+
+In place, as vLLM's `rotary_embedding` and Liger's rope kernel work (q and k are overwritten). One tensor per
+call: q and k are two calls with the same cos / sin (they differ in head count under GQA, and a one-tensor
+launcher keeps the operand checks, the reference and the registry case simple); a fused q+k call would save
+one launch (~5 us of host overhead) and nothing in bytes. fp32 math: 16-bit elements are widened exactly,
+rotated in fp32 and rounded once on the store (bf16: to nearest even, kernels.primitives.bf16).
+
+NaN / infinities: elementwise IEEE arithmetic of the pair. A NaN in x1 or x2 makes both outputs of its pair
+NaN; an infinity makes both +-inf (NaN where it meets a 0 of cos / sin, or where both terms are infinite
+with opposite signs). The reference is the same arithmetic in float64.
+
+Floors per element of x: 3 FLOP (two multiplies and an add per output); bytes = 2 * itemsize (read and
+write x) + the cos / sin tables, 2 * 4 * tokens * h, read once.
+
+Kernel: one block per token (a grid-stride loop past 2^31 - 1 tokens); thread q of the block takes the pairs
+q, q + THREADS, ... of the token's heads * h pairs, UNROLL of them per step (all loads, then all stores), so
+a warp reads 32 consecutive x1 elements, 32 x2 and 32 cos / sin of the same row (cached in L1: every head
+reads it). (head, j) of the next pair is updated without a division (THREADS = dh * h + dj, precomputed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import cuda, float32, int64
+
+from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
+from kernels.primitives.reductions import BLOCK
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.runtime import arrays
+from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, HostSync
+from kernels.runtime.launch import kernel
+
+THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.primitives.reductions)
+F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
+MAX_GRID = 2**31 - 1
+UNROLL = 4  # pairs per thread per step: 4 x 2 loads of x in flight (plus cos / sin, from L1 after head 0)
+# ptxas (sm_90, kernels.runtime.ptx): 64 registers, no spills, every dtype: 4 blocks of 256 per SM, so 32
+# warps x 8 loads of x in flight per SM (fp32: 32 KB, what Little's law asks at 4.1 TB/s x ~1 us); one pair
+# per step took 72 registers and 2 loads. benchmarks/notes-llm.md has the floors and the prediction.
+
+
+@cuda.jit(device=True, inline="always")
+def _widen(v):  # type: ignore[no-untyped-def]
+    return float32(v)
+
+
+@cuda.jit(device=True, inline="always")
+def _same(v):  # type: ignore[no-untyped-def]
+    return v  # fp32 / fp16 arrays: the store converts (fp16: round to nearest even)
+
+
+def _make_rope(load: Any, store: Any) -> Any:
+    """x: [tokens * heads * d] flat, cos / sin: [tokens * h] flat; heads, h as scalars."""
+
+    @cuda.jit
+    def k(x, cos, sin, heads, h):  # type: ignore[no-untyped-def]
+        xi = cuda.local.array(UNROLL, int64)
+        a1 = cuda.local.array(UNROLL, float32)
+        a2 = cuda.local.array(UNROLL, float32)
+        cc = cuda.local.array(UNROLL, float32)
+        ss = cuda.local.array(UNROLL, float32)
+        tid = cuda.threadIdx.x
+        d = 2 * h
+        pairs = heads * h
+        dh = THREADS // h
+        dj = THREADS - dh * h
+        h0 = tid // h
+        j0 = tid - h0 * h
+        tokens = cos.shape[0] // h
+        t = cuda.blockIdx.x
+        while t < tokens:
+            row = t * heads * d
+            crow = t * h
+            q = tid
+            head = h0
+            j = j0
+            while q < pairs:
+                for u in range(UNROLL):  # every load of the step issues before the first store
+                    if q < pairs:
+                        i = row + head * d + j
+                        xi[u] = i
+                        a1[u] = load(x[i])
+                        a2[u] = load(x[i + h])
+                        cc[u] = cos[crow + j]
+                        ss[u] = sin[crow + j]
+                    else:
+                        xi[u] = -1
+                    q += THREADS
+                    head += dh
+                    j += dj
+                    if j >= h:
+                        j -= h
+                        head += 1
+                for u in range(UNROLL):
+                    i = xi[u]
+                    if i >= 0:
+                        x[i] = store(a1[u] * cc[u] - a2[u] * ss[u])
+                        x[i + h] = store(a2[u] * cc[u] + a1[u] * ss[u])
+            t += cuda.gridDim.x
+
+    return k
+
+
+_IN: dict[np.dtype, str] = {F32: "float32", F16: "float16", BF16: "uint16"}  # bf16 as its raw words
+_FNS = {
+    F32: _make_rope(_widen, _same),
+    F16: _make_rope(_widen, _same),
+    BF16: _make_rope(bf16_to_f32, f32_to_bf16),
+}
+_SIGS = {dt: f"void({t}[::1], float32[::1], float32[::1], int64, int64)" for dt, t in _IN.items()}
+_KERNELS = {dt: kernel(_FNS[dt], s) for dt, s in _SIGS.items()}
+
+
+def rope(x: Any, cos: Any, sin: Any, *, stream: int = 0) -> Any:
+    """Rotate x [tokens, heads, head_dim] in place by cos / sin [tokens, head_dim / 2] (fp32), NeoX layout
+    (see the module doc). Returns x (a numpy x is copied back)."""
+    sync = HostSync()
+    xo = arrays.operand("x", x, sync, writeback=True)
+    arrays.check_dtype(xo, FLOAT_IO_BF16)
+    arrays.check_ndim(xo, (3,))
+    arrays.check_contiguous(xo)
+    arrays.check_nonempty(xo)
+    tokens, heads, d = xo.shape
+    if d % 2:
+        raise ValueError(f"x: head_dim (the last dimension) must be even, got shape {xo.shape}")
+    h = d // 2
+    co = arrays.operand("cos", cos, sync)
+    so = arrays.operand("sin", sin, sync)
+    for op in (co, so):
+        arrays.check_dtype(op, (F32,))
+        arrays.check_shape(op, (tokens, h), "x's tokens by head_dim / 2")
+        arrays.check_contiguous(op)
+    grid = max(1, min(MAX_GRID, tokens))
+    _KERNELS[xo.dtype].launch(grid, THREADS, (xo, co, so, heads, h), stream=stream)
+    sync.finish()
+    return x
+
+
+def reference(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """The rotation in float64 (x, cos, sin widened exactly)."""
+    xf = np.asarray(x).astype(np.float64)
+    h = xf.shape[-1] // 2
+    c = cos.astype(np.float64)[:, None, :]
+    s = sin.astype(np.float64)[:, None, :]
+    x1, x2 = xf[..., :h], xf[..., h:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def tables(positions: np.ndarray, head_dim: int, base: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """cos / sin [tokens, head_dim / 2] fp32 for integer positions (the usual inv_freq = base^(-2j / d))."""
+    inv = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    ang = np.asarray(positions, np.float64)[:, None] * inv[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+# --- registry ---------------------------------------------------------------------------------------------
+
+
+def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
+    p = case.params
+    shape = (p["tokens"], p["heads"], p["head_dim"])
+    dt = np.dtype(case.dtype)
+    x = rng.standard_normal(shape, dtype=np.float32).astype(dt)
+    cos, sin = tables(rng.integers(0, 32768, p["tokens"]), p["head_dim"])
+    if p.get(SPECIALS):
+        x = poison(x, p[SPECIALS])
+    return Problem(
+        inputs={"x": x, "cos": cos, "sin": sin},
+        outputs={},
+        reference={"x": reference(x, cos, sin)},
+        inplace=("x",),
+    )
+
+
+def _spec_launch(a: dict[str, Any]) -> None:
+    rope(a["x"], a["cos"], a["sin"])
+
+
+def _cupy(a: dict[str, Any]) -> None:
+    # the same rotation as CuPy elementwise expressions (fp32 math for 16-bit x), written back in place
+    import cupy as cp
+
+    x = a["x"]
+    h = x.shape[-1] // 2
+    c = a["cos"][:, None, :]
+    s = a["sin"][:, None, :]
+    x1 = x[..., :h].astype(cp.float32)
+    x2 = x[..., h:].astype(cp.float32)
+    x[..., :h] = x1 * c - x2 * s
+    x[..., h:] = x2 * c + x1 * s
+
+
+def _elems(c: Case) -> int:
+    return c.params["tokens"] * c.params["heads"] * c.params["head_dim"]
+
+
+def _bytes(c: Case) -> float:
+    tables_bytes = 2 * 4 * c.params["tokens"] * (c.params["head_dim"] // 2)
+    return float(2 * _elems(c) * np.dtype(c.dtype).itemsize + tables_bytes)
+
+
+def _cases(shapes: list[tuple[str, int, int, int]], **extra: int) -> tuple[Case, ...]:
+    return tuple(
+        Case(label, {"tokens": t, "heads": nh, "head_dim": d, **extra}, dt)
+        for label, t, nh, d in shapes
+        for dt in ("float32", "float16", "bfloat16")
+    )
+
+
+SPEC = register(
+    OpSpec(
+        name="rope",
+        dtypes=("float32", "float16", "bfloat16"),
+        make_problem=_make_problem,
+        launch=_spec_launch,
+        flops=lambda c: float(3 * _elems(c)),
+        bytes=_bytes,
+        # measured in the simulator, worst of 12 seeds x sim + special cases (rel / elem): fp32 4.5e-8 /
+        # 8.5e-8, fp16 2.4e-4 / 3.5e-4, bf16 1.8e-3 / 2.7e-3. fp32: two products and a sum per output (a GPU
+        # may fuse one product into an FMA: another ulp); 16-bit: one rounding of the fp32 result, at most
+        # 2^-11 (fp16) / 2^-8 (bf16) of |ref|
+        tolerance={"float32": 1e-6, "float16": 1e-3, "bfloat16": 4e-3},
+        elem_tolerance={"float32": 1e-5, "float16": 1e-3, "bfloat16": 5e-3},
+        sim_cases=_cases([("tiny-odd", 3, 5, 38)]),
+        verify_cases=_cases([("odd", 37, 7, 94), ("gqa-like", 1001, 3, 128)]),
+        special_cases=_cases([("specials", 4, 2, 34)], specials=1),
+        # 16384 tokens x 32 heads x 128: fp32 reads and writes 268 MB each (545 MB with the tables), 16-bit
+        # 277 MB
+        bench_cases=_cases([("16384x32x128", 16384, 32, 128)]),
+        cupy=_cupy,
+        bound="memory",
+        ptx_kernels=tuple((f"rope_{dt.name}", _FNS[dt], s) for dt, s in _SIGS.items()),
+    )
+)

@@ -1,0 +1,187 @@
+"""cast_fp8: bit-exact against ml_dtypes' e4m3fn rounding of x / scale (fp32, fp16, bf16 x); rounding edges
+(ties to even, saturation, subnormals, the 2^-10 tie to zero), the scale of a zero tensor, NaN / inf, the
+raw-word output, validation errors."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from numba import cuda
+from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, small_cases
+
+from kernels.ops import cast_fp8 as op
+from kernels.primitives.fp8 import f32_to_e4m3
+from kernels.runtime.arrays import BF16, FP8
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf / inf, NaN compares in numpy
+
+
+@needs_device
+@pytest.mark.parametrize("case", small_cases(op.SPEC) + op.SPEC.special_cases, ids=case_id)
+def test_cases(case):  # type: ignore[no-untyped-def]
+    assert_case_passes(op.SPEC, case)
+
+
+def _codes(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).view(np.uint8)
+
+
+def _all_boundaries() -> np.ndarray:
+    """Every finite e4m3fn value, every midpoint between neighbours (the ties), and the fp32 neighbours of
+    each, both signs; plus values past 448 and below the smallest subnormal."""
+    v = np.arange(256, dtype=np.uint8).view(FP8).astype(np.float32)
+    v = np.unique(v[np.isfinite(v)])
+    mids = ((v[:-1].astype(np.float64) + v[1:]) / 2).astype(np.float32)
+    extra = np.array([448.0, 449.0, 463.9, 464.0, 480.0, 1e9, 3e38, 2**-10, 2**-11, 1e-40, 1e-45], np.float32)
+    base = np.concatenate([v, mids, extra])
+    up = np.nextafter(base, np.float32(np.inf))
+    down = np.nextafter(base, np.float32(-np.inf))
+    allv = np.concatenate([base, up, down])
+    return np.concatenate([allv, -allv]).astype(np.float32)
+
+
+def test_conversion_matches_ml_dtypes_at_every_boundary():  # type: ignore[no-untyped-def]
+    """The device function on its own (host-callable under the simulator and as a plain Python function):
+    every rounding boundary of the format, against ml_dtypes of the value clipped to +-448."""
+    f = getattr(f32_to_e4m3, "py_func", f32_to_e4m3)
+    x = _all_boundaries()
+    got = np.array([int(f(v)) for v in x], np.uint8)
+    want = _codes(np.clip(x, -448, 448).astype(FP8))
+    bad = np.nonzero(got != want)[0]
+    assert bad.size == 0, [(float(x[i]), int(got[i]), int(want[i])) for i in bad[:10]]
+
+
+@needs_device
+def test_kernel_rounding_edges_bitwise():  # type: ignore[no-untyped-def]
+    # amax 1792 -> scale exactly 4: x / 4 is exact, so the boundaries reach the conversion unchanged
+    b = _all_boundaries()
+    b = b[np.abs(b) <= 448]
+    x = np.concatenate([[1792.0], b * 4]).astype(np.float32)
+    out, scale = op.cast_fp8(x)
+    assert out.dtype == FP8 and scale.dtype == np.float32 and scale.shape == (1,)
+    assert scale[0] == np.float32(4.0)
+    q, s = op.reference(x)
+    assert s == scale[0]
+    np.testing.assert_array_equal(_codes(out), _codes(q))
+    # named cases, after the scale 4: ties to even (1.0625 -> 1.0, 1.1875 -> 1.25), subnormal ties (1.5 and
+    # 2.5 steps of 2^-9 -> 2 steps), the 2^-10 tie to zero (both signs), signed zero, 448, the smallest
+    # normal, the largest subnormal
+    y = np.array([448.0 * 4, 1.0625 * 4, 1.1875 * 4, 3 * 2**-8, 5 * 2**-8, 2**-8, -(2**-8), 448 * 4, -0.0,
+                  2**-6 * 4, 7 * 2**-7], np.float32)  # fmt: skip
+    out, _ = op.cast_fp8(y)
+    want = np.array([0x7E, 0x38, 0x3A, 0x02, 0x02, 0x00, 0x80, 0x7E, 0x80, 0x08, 0x07], np.uint8)
+    np.testing.assert_array_equal(_codes(out), want)
+
+
+@needs_device
+def test_saturation_from_the_scale_division():  # type: ignore[no-untyped-def]
+    """amax / 448 rounds in fp32, so amax / scale may land a hair past 448: it saturates to 448, never NaN."""
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        x = rng.standard_normal(50, dtype=np.float32) * np.float32(rng.uniform(1, 1e4))
+        out, scale = op.cast_fp8(x)
+        codes = _codes(out)
+        assert (codes & 0x7F).max() == 0x7E  # the amax element is +-448
+        q, s = op.reference(x)
+        assert s == scale[0]
+        np.testing.assert_array_equal(codes, _codes(q))
+
+
+@needs_device
+def test_zero_tensor_scale_is_one():  # type: ignore[no-untyped-def]
+    x = np.zeros((5, 7), np.float32)
+    x[1, 2] = -0.0
+    out, scale = op.cast_fp8(x)
+    assert scale[0] == np.float32(1.0)
+    np.testing.assert_array_equal(_codes(out), _codes(x.astype(FP8)))  # +-0 kept
+    tiny = np.array([1e-45, -1e-45, 0.0], np.float32)  # amax / 448 underflows to 0: scale 1, zeros
+    out, scale = op.cast_fp8(tiny)
+    assert scale[0] == np.float32(1.0)
+    np.testing.assert_array_equal(_codes(out), [0x00, 0x80, 0x00])
+
+
+@needs_device
+def test_nan_anywhere_makes_everything_nan():  # type: ignore[no-untyped-def]
+    x = np.linspace(-3, 3, 41).astype(np.float32)
+    x[17] = np.nan
+    out, scale = op.cast_fp8(x)
+    assert np.isnan(scale[0])
+    assert set(np.unique(_codes(out) & 0x7F).tolist()) == {0x7F}
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["float32", "float16", "bfloat16"])
+def test_inf_makes_scale_inf_zeros_and_nan(dtype):  # type: ignore[no-untyped-def]
+    x = np.linspace(-3, 3, 41).astype(np.float32)
+    x[[4, 30]] = [np.inf, -np.inf]
+    out, scale = op.cast_fp8(x.astype(dtype))
+    assert scale[0] == np.inf
+    codes = _codes(out)
+    assert (codes[[4, 30]] & 0x7F == 0x7F).all()  # inf / inf: NaN
+    rest = np.delete(codes, [4, 30])
+    assert ((rest & 0x7F) == 0).all()  # finite / inf: signed zeros
+    np.testing.assert_array_equal(rest >> 7, np.delete(np.signbit(x), [4, 30]).astype(np.uint8))
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["float16", "bfloat16"])
+def test_16_bit_inputs_bitwise(dtype):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((7, 33)) * np.exp(rng.uniform(-8, 4, (7, 33)))).astype(dtype)
+    out, scale = op.cast_fp8(x)
+    q, s = op.reference(x)
+    assert s == scale[0]
+    np.testing.assert_array_equal(_codes(out), _codes(q))
+
+
+@needs_device
+def test_device_arrays_uint8_out_and_workspace():  # type: ignore[no-untyped-def]
+    x = np.random.default_rng(5).standard_normal((3, 301)).astype(np.float32)
+    q, s = op.reference(x)
+    dx = cuda.to_device(x)
+    out = cuda.device_array((3, 301), np.uint8)  # raw words (e.g. a torch fp8 tensor's uint8 view)
+    sc = cuda.device_array(1, np.float32)
+    ws = cuda.device_array(op.parts(), np.uint32)
+    got_out, got_sc = op.cast_fp8(dx, out, sc, workspace=ws)
+    assert got_out is out and got_sc is sc
+    np.testing.assert_array_equal(out.copy_to_host(), _codes(q))
+    assert sc.copy_to_host()[0] == s
+    # a numpy fp8 out is filled in place
+    host = np.zeros((3, 301), FP8)
+    op.cast_fp8(x, host)
+    np.testing.assert_array_equal(_codes(host), _codes(q))
+    # no out: a device fp8 array for device x
+    dev_out, dev_sc = op.cast_fp8(dx)
+    assert np.dtype(dev_out.dtype) == FP8
+    np.testing.assert_array_equal(dev_out.view(np.uint8).copy_to_host(), _codes(q))
+
+
+@needs_device
+def test_validation_errors():  # type: ignore[no-untyped-def]
+    x = np.ones(4, np.float32)
+    with pytest.raises(TypeError, match="x: dtype float64 is not supported; expected one of: float32"):
+        op.cast_fp8(np.ones(4))
+    with pytest.raises(TypeError, match="out: dtype float16 is not allowed; expected float8_e4m3fn"):
+        op.cast_fp8(x, np.ones(4, np.float16))
+    with pytest.raises(ValueError, match=r"out: expected shape \(4,\)"):
+        op.cast_fp8(x, np.zeros(5, ml_dtypes.float8_e4m3fn))
+    with pytest.raises(TypeError, match="scale_out: dtype float16 is not allowed; expected float32"):
+        op.cast_fp8(x, None, np.ones(1, np.float16))
+    with pytest.raises(ValueError, match=r"scale_out: expected shape \(1,\)"):
+        op.cast_fp8(x, None, np.ones(2, np.float32))
+    with pytest.raises(ValueError, match="x: expected a non-empty array"):
+        op.cast_fp8(np.ones(0, np.float32))
+    with pytest.raises(ValueError, match="x: expected a C-contiguous array"):
+        op.cast_fp8(np.ones((4, 6), np.float32)[:, ::2])
+    with pytest.raises(ValueError, match="workspace: expected at least"):
+        op.cast_fp8(x, workspace=cuda.device_array(1, np.uint32))
+    with pytest.raises(TypeError, match="workspace: dtype int32 is not supported; expected one of: uint32"):
+        op.cast_fp8(x, workspace=cuda.device_array(op.parts(), np.int32))
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("case", op.SPEC.bench_cases, ids=case_id)
+def test_bench_shapes(case):  # type: ignore[no-untyped-def]
+    assert_case_passes(op.SPEC, case)
