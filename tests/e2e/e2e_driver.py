@@ -25,6 +25,18 @@ VERIFY_OPS = os.environ.get("SOLFLEET_E2E_VERIFY_OPS", "residual_add")
 CLI_TIMEOUT_S = 600
 
 
+def wrap_health(d: Path, why: str, body: str) -> None:
+    """Replace `run` in an unpacked release's kernels/harness/health.py with `body` (indented lines of a
+    function that may call the original as `_real_run()`); `why` says what the injection is for."""
+    path = d / "kernels" / "harness" / "health.py"
+    path.write_text(
+        path.read_text()
+        + f"\n\n_original_run = run\n\n\ndef run(*args, **kwargs):  # injected by a solfleet test: {why}\n"
+        + "    def _real_run():\n        return _original_run(*args, **kwargs)\n\n"
+        + body
+    )
+
+
 def break_residual_add(release: Path) -> None:
     """A wrong kernel, for verify to refuse: out = x + r becomes out = x - r in residual_add, in the add
     every tiled kernel inlines (`_add`) and in the vector kernel's tail. Fails loudly when the source no

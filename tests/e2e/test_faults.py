@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_driver import REPO, VERIFY_OPS, CliResult, E2EFleet, break_residual_add, retag
+from e2e_driver import REPO, VERIFY_OPS, CliResult, E2EFleet, break_residual_add, retag, wrap_health
 from sshd_fleet import SshdFleet, sshd_missing_reason
 
 from fleet.errors import ExitCode
@@ -422,6 +422,45 @@ def test_12_a_broken_kernel_is_stopped_at_the_canary_with_its_reason(ff: Faults,
     (report_md,) = ff.work.glob(f"fleets/*/runs/{last_op(ff)['id']}/report.md")
     text = " ".join(report_md.read_text().split())
     assert "node01" in text and "residual_add/float" in text and "verify" in text, text[-2000:]
+    assert_truthful(ff, ExitCode.OK)
+
+
+def break_health(release: Path) -> None:
+    """A release whose own health check fails once it is activated (verify still passes)."""
+    wrap_health(
+        release,
+        "this release is unhealthy once activated",
+        "    report = _real_run()\n"
+        "    report['ok'] = False\n"
+        "    report['checks'].append(\n"
+        "        {'name': 'injected', 'status': 'failed', 'ok': False, 'detail': 'broken'}\n"
+        "    )\n"
+        "    return report\n",
+    )
+
+
+def test_12_a_health_failure_after_activation_names_its_check_everywhere(ff: Faults) -> None:
+    unhealthy = retag(ff.artifact(V1), ff.dist / "solfleet-ops-6.1.0.tar.gz", "6.1.0", break_health)
+    before = ff.links()
+    journals = {n: ff.journal(n) for n in NODES if n != "node01"}
+    result = ff.cli(
+        "deploy", "--version", "6.1.0", "--artifact", str(unhealthy), "--verify-ops", VERIFY_OPS, "--yes"
+    )
+    assert result.rc == ExitCode.OPERATION_FAILED, result.output[-3000:]
+    # the failing check and its detail, not "exit 1": in the operator's output, the ledger and the report
+    flat = " ".join(result.output.split())
+    assert "injected: broken" in flat and "restored current" in flat, flat[-3000:]
+    assert ff.links() == before, "the canary must be back on its prior current and previous"
+    assert {n: ff.journal(n) for n in NODES if n != "node01"} == journals, "a node past the canary moved"
+    with ff.ledger() as conn:
+        (outcome, message) = conn.execute(
+            "SELECT outcome, message FROM host_outcomes WHERE operation_id = ? AND host = 'node01'",
+            (last_op(ff)["id"],),
+        ).fetchone()
+    assert outcome == "health_failed" and "injected: broken" in message, (outcome, message)
+    (report_md,) = ff.work.glob(f"fleets/*/runs/{last_op(ff)['id']}/report.md")
+    text = " ".join(report_md.read_text().split())
+    assert "node01" in text and "injected: broken" in text, text[-2000:]
     assert_truthful(ff, ExitCode.OK)
 
 

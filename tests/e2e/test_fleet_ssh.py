@@ -222,6 +222,9 @@ def test_tampered_staged_release_is_refused_on_that_node_only(e2e: E2EFleet) -> 
         }
     assert rows[victim]["outcome"] == "refused"
     assert "sha256 mismatch" in rows[victim]["message"]
+    # every node is where the ledger wants it (the victim on its prior release), not all on one: split
+    status = e2e.cli("status")
+    assert status.rc == 8 and "split" in status.output, status.output[-3000:]
 
 
 def test_unreachable_node_fails_cleanly(e2e: E2EFleet) -> None:
@@ -240,6 +243,9 @@ def test_unreachable_node_fails_cleanly(e2e: E2EFleet) -> None:
         current = e2e.link(node, "current")
         assert current is not None and e2e.verified(node, current), f"{node} is not on a verified release"
         assert not list((e2e.root(node) / "releases").glob("*.partial"))
+    # back up, the node is where the ledger left it (its prior release), the others on V4: split, exit 8
+    status = e2e.cli("status")
+    assert status.rc == 8 and "split" in status.output, status.output[-3000:]
     op = e2e.last_operation()
     with e2e.ledger() as conn:
         rows = {

@@ -27,7 +27,7 @@ from typing import Any
 import ansible_runner
 import pytest
 import yaml
-from e2e_driver import REPO, break_residual_add
+from e2e_driver import REPO, break_residual_add, wrap_health
 
 # Real Ansible but no SSH (connection local): slow, not `e2e`.
 pytestmark = pytest.mark.slow
@@ -109,18 +109,6 @@ def repack(
         for member in extra_members or []:
             archive.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
     return dst
-
-
-def wrap_health(d: Path, why: str, body: str) -> None:
-    """Replace `run` in an unpacked release's kernels/harness/health.py with `body` (indented lines of a
-    function that may call the original as `_real_run()`); `why` says what the injection is for."""
-    path = d / "kernels" / "harness" / "health.py"
-    path.write_text(
-        path.read_text()
-        + f"\n\n_original_run = run\n\n\ndef run(*args, **kwargs):  # injected by test_node_module: {why}\n"
-        + "    def _real_run():\n        return _original_run(*args, **kwargs)\n\n"
-        + body
-    )
 
 
 def sha256(path: Path) -> str:
