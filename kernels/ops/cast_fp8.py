@@ -192,6 +192,21 @@ def _workspace_for(workspace: Any, need: int) -> Operand:
     return _workspace
 
 
+def _dtype_of(out: Any) -> np.dtype | None:
+    """`out`'s element type: numpy / numba / CuPy dtypes, else the CUDA array interface's typestr (a torch
+    tensor's dtype is not a numpy one: `fp8.view(torch.uint8)` arrives as typestr "|u1"). None: neither."""
+    try:
+        dt: np.dtype = np.dtype(out.dtype)  # first: an fp8 array's typestr is only "|V1"
+        return dt
+    except (TypeError, AttributeError):
+        pass
+    cai = getattr(out, "__cuda_array_interface__", None)
+    try:
+        return np.dtype(cai["typestr"]) if isinstance(cai, dict) else None
+    except (TypeError, KeyError):
+        return None
+
+
 def cast_fp8(
     x: Any, out: Any = None, scale_out: Any = None, *, stream: int = 0, workspace: Any = None
 ) -> tuple[Any, Any]:
@@ -205,7 +220,7 @@ def cast_fp8(
     arrays.check_nonempty(xo)
     target = FP8
     if out is not None:
-        odt = np.dtype(getattr(out, "dtype", FP8))
+        odt = _dtype_of(out)
         if odt not in (FP8, U8):
             raise TypeError(f"out: dtype {odt} is not allowed; expected float8_e4m3fn (or uint8 words)")
         target = odt

@@ -119,6 +119,13 @@ _SIGS = {dt: f"void({t}[::1], float32[::1], float32[::1], int64, int64)" for dt,
 _KERNELS = {dt: kernel(_FNS[dt], s) for dt, s in _SIGS.items()}
 
 
+# x is rewritten in place while every token's cos / sin rows are read by all of its heads' threads
+_OVERLAPS: tuple[arrays.Overlap, ...] = (
+    (0, 1, False, "x is written while cos is still being read"),
+    (0, 2, False, "x is written while sin is still being read"),
+)
+
+
 def rope(x: Any, cos: Any, sin: Any, *, stream: int = 0) -> Any:
     """Rotate x [tokens, heads, head_dim] in place by cos / sin [tokens, head_dim / 2] (fp32), NeoX layout
     (see the module doc). Returns x (a numpy x is copied back)."""
@@ -138,6 +145,7 @@ def rope(x: Any, cos: Any, sin: Any, *, stream: int = 0) -> Any:
         arrays.check_dtype(op, (F32,))
         arrays.check_shape(op, (tokens, h), "x's tokens by head_dim / 2")
         arrays.check_contiguous(op)
+    arrays.check_overlaps((xo, co, so), _OVERLAPS)
     grid = max(1, min(MAX_GRID, tokens))
     _KERNELS[xo.dtype].launch(grid, THREADS, (xo, co, so, heads, h), stream=stream)
     sync.finish()

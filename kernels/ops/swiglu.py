@@ -33,7 +33,8 @@ from kernels.runtime.launch import FastCache, OverlapGuard, kernel
 @cuda.jit(device=True, inline="always")
 def silu_mul(a, b):  # type: ignore[no-untyped-def]
     """silu(a) * b in fp32. a = +inf gives inf * b; a = -inf gives NaN (-inf / inf), as a * sigmoid(a) does
-    in IEEE arithmetic (-inf * 0); a large negative a gives -0 * b (exp(-a) overflows to inf)."""
+    in IEEE arithmetic (-inf * 0); a below about -88.7 gives -0 * b (exp(-a) overflows to inf), so NaN for
+    b = +-inf where float64 gives -+inf (docs/ops.md)."""
     return a / (float32(1.0) + math.exp(-a)) * b
 
 

@@ -39,13 +39,16 @@ def wrap_health(d: Path, why: str, body: str) -> None:
 
 def break_residual_add(release: Path) -> None:
     """A wrong kernel, for verify to refuse: out = x + r becomes out = x - r in residual_add, in the add
-    every tiled kernel inlines (`_add`) and in the vector kernel's tail. Fails loudly when the source no
+    every tiled kernel inlines (`_add`) and in the vector kernel (its main loop and its tail), so the
+    release is wrong on the simulator and on a GPU alike. Fails loudly when the source no
     longer has them, so a refactor cannot turn this into a release that still adds."""
     path = release / "kernels" / "ops" / "residual_add.py"
     source, inlined = re.subn(r"return a \+ b\b", "return a - b", path.read_text())
+    source, vectors = re.subn(r"a\[e\] \+= b\[e\]", "a[e] -= b[e]", source)
     source, tails = re.subn(r"(float32\([^()]*(?:\[[^\]]*\])?\))\s*\+\s*(float32\()", r"\1 - \2", source)
-    assert inlined == 1 and tails >= 1, (
-        f"residual_add's add no longer matches the breakage patterns ({inlined} `_add`, {tails} tails); "
+    assert inlined == 1 and vectors == 1 and tails >= 1, (
+        f"residual_add's add no longer matches the breakage patterns ({inlined} `_add`, {vectors} vector "
+        f"loops, {tails} tails); "
         "update break_residual_add"
     )
     path.write_text(source)

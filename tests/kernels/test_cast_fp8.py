@@ -12,7 +12,7 @@ from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, small_
 
 from kernels.ops import cast_fp8 as op
 from kernels.primitives.fp8 import f32_to_e4m3
-from kernels.runtime.arrays import BF16, FP8
+from kernels.runtime.arrays import BF16, FP8, SIMULATED
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf / inf, NaN compares in numpy
 
@@ -41,6 +41,11 @@ def _all_boundaries() -> np.ndarray:
     return np.concatenate([allv, -allv]).astype(np.float32)
 
 
+@pytest.mark.skipif(
+    not SIMULATED,
+    reason="the device function runs as Python only under the simulator "
+    "(on a GPU, test_kernel_rounding_edges_bitwise runs the same boundaries in the kernel)",
+)
 def test_conversion_matches_ml_dtypes_at_every_boundary():  # type: ignore[no-untyped-def]
     """The device function on its own (host-callable under the simulator and as a plain Python function):
     every rounding boundary of the format, against ml_dtypes of the value clipped to +-448."""
@@ -185,3 +190,19 @@ def test_validation_errors():  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("case", op.SPEC.bench_cases, ids=case_id)
 def test_bench_shapes(case):  # type: ignore[no-untyped-def]
     assert_case_passes(op.SPEC, case)
+
+
+def test_out_dtype_is_read_from_the_cuda_array_interface_when_it_is_not_numpy():  # type: ignore[no-untyped-def]
+    """A torch tensor's dtype is torch's own (np.dtype refuses it); its __cuda_array_interface__ says
+    "|u1" for `fp8.view(torch.uint8)`. The launcher reads that, and refuses another type by name."""
+    from kernels.ops.cast_fp8 import _dtype_of
+
+    class TorchLike:
+        def __init__(self, typestr: str) -> None:
+            self.dtype = object()  # what np.dtype cannot interpret, as torch.uint8
+            self.__cuda_array_interface__ = {"typestr": typestr, "shape": (4,), "data": (0, False)}
+
+    assert _dtype_of(TorchLike("|u1")) == np.dtype(np.uint8)
+    assert _dtype_of(TorchLike("<f2")) == np.dtype(np.float16)
+    assert _dtype_of(np.zeros(3, FP8)) == FP8
+    assert _dtype_of(object()) is None

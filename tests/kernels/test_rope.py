@@ -108,6 +108,11 @@ def test_validation_errors():  # type: ignore[no-untyped-def]
         op.rope(x, cos, sin[:2])
     with pytest.raises(ValueError, match="cos: expected a C-contiguous array"):
         op.rope(x, np.ones((3, 8), np.float32)[:, ::2], sin)
+    buf = np.ones(60, np.float32)  # x rewritten in place over the table it still reads: refused
+    with pytest.raises(ValueError, match=r"x: must not overlap cos \(x is written while cos is still"):
+        op.rope(buf[:48].reshape(3, 2, 8), buf[40:52].reshape(3, 4), sin)
+    with pytest.raises(ValueError, match="x: must not overlap sin"):
+        op.rope(buf[:48].reshape(3, 2, 8), cos, buf[44:56].reshape(3, 4))
 
 
 @pytest.mark.gpu

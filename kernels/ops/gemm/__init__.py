@@ -390,7 +390,8 @@ def explain(*, dtype: np.dtype, n: int, k: int, cc: tuple[int, int] | None, simu
 
 
 def choose_for(case: Case) -> Choice:
-    """`explain` for a registry case on this machine (`kernels info`, verify and bench records)."""
+    """`explain` for a registry case on this machine (`kernels info`, verify records; bench records the
+    path)."""
     cc = None if SIMULATED else compute_capability()
     return explain(dtype=np.dtype(case.dtype), n=case.params["N"], k=case.params["K"], cc=cc,
                    simulated=SIMULATED)  # fmt: skip
