@@ -174,8 +174,9 @@ def _one_line(text: object) -> str:
 # process: a controller killed with SIGKILL would leave it running, activating hosts no ledger row names.
 # The run dir gets this `ansible-playbook` in front of the real one on PATH. It asks the kernel to send it
 # SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG), runs the real one as its child in the
-# process group pexpect made for it, and on SIGTERM kills that whole group the way ansible-runner's own
-# cancel does (killpg, SIGKILL), so no worker is left behind. Otherwise it exits with the real one's status.
+# process group pexpect made for it, and on SIGTERM kills every descendant (ansible-core's per-host workers
+# put themselves in sessions of their own) and then that whole group the way ansible-runner's own cancel
+# does (killpg, SIGKILL), so no worker is left behind. Otherwise it exits with the real one's status.
 # `parent` is the controller's pid in local mode; in streaming mode the worker starts it, so the reaper
 # reads its parent before prctl and checks it after (the worker, in turn, dies with the controller).
 _REAPER = """#!{python}
@@ -188,8 +189,36 @@ if os.getppid() != parent or parent == 1:  # the starter died before prctl took 
 child = os.fork()
 if child == 0:
     os.execv({real!r}, [{real!r}] + sys.argv[1:])
+def descendants(root):
+    kids = {{}}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{{entry}}/stat", "rb") as fh:
+                    ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for pid in kids.get(todo.pop(), []):
+            found.append(pid)
+            todo.append(pid)
+    return found
 def stop(signum, frame):
-    os.killpg(os.getpgrp(), signal.SIGKILL)  # this process group: the reaper, ansible-playbook, its workers
+    # ansible-core's per-host workers leave this process group (os.setsid), so a group kill alone would
+    # let one finish its task on a host after the controller is gone: freeze ansible-playbook (no new
+    # worker), kill every descendant by parent link, then the group
+    try:
+        os.kill(child, signal.SIGSTOP)
+    except OSError:
+        pass
+    for pid in descendants(os.getpid()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os.killpg(os.getpgrp(), signal.SIGKILL)  # this process group: the reaper, ansible-playbook, the rest
 for sig in (signal.SIGTERM, signal.SIGHUP):
     signal.signal(sig, stop)
 _, status = os.waitpid(child, 0)

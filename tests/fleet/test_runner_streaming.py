@@ -99,8 +99,8 @@ def _sid(pid: int) -> int | None:
 
 def survivors(pdd: Path) -> list[str]:
     """This run's worker, reaper and ansible-playbook still alive. Left out: ansible-core's per-host fork
-    workers, which put themselves in their own session (os.setsid), so no process-group kill reaches them,
-    in local mode as in streaming mode; they end with their current task (docs/playbooks.md)."""
+    workers, which put themselves in their own session (os.setsid), so the group kill of ansible-runner's
+    own cancel does not reach them; they end with their current task (docs/playbooks.md)."""
     out = []
     for line in alive(str(pdd)):
         pid, cmd = line.split(" ", 1)
@@ -287,6 +287,38 @@ def test_a_controller_killed_outright_takes_the_worker_and_ansible_playbook_with
         while survivors(pdd) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not survivors(pdd), f"outlived the controller: {survivors(pdd)}"
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+
+
+def test_a_local_controller_killed_outright_takes_every_host_task_with_it(tmp_path: Path) -> None:
+    # local mode: the reaper in front of ansible-playbook gets SIGTERM from the kernel when the controller
+    # dies and kills every descendant, ansible-core's per-host workers included (they leave the process
+    # group with os.setsid), so no host's task runs on after the controller. (In streaming mode the
+    # worker's own ansible-runner kills the group first, SIGKILL, and a per-host worker ends with its
+    # task: docs/playbooks.md.)
+    marker = f"7{uuid.uuid4().int % 10}.{uuid.uuid4().int % 10**6}"
+    pdd = make_pdd(tmp_path, hanging_play(marker), "local")
+    controller = subprocess.Popen(
+        [sys.executable, "-c", CONTROLLER, str(pdd)],
+        env={**os.environ, "PYTHONPATH": str(Path(runner.__file__).parents[1])},
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(alive(f"sleep {marker}")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(alive(f"sleep {marker}")) == 2, "the job never reached both hosts' tasks"
+        os.kill(controller.pid, signal.SIGKILL)
+        controller.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while (alive(f"sleep {marker}") or alive(str(pdd))) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(f"sleep {marker}"), (
+            f"a host's task outlived the controller: {alive(f'sleep {marker}')}"
+        )
+        assert not alive(str(pdd)), f"outlived the controller: {alive(str(pdd))}"
     finally:
         if controller.poll() is None:
             controller.kill()

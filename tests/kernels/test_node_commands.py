@@ -44,7 +44,8 @@ def test_info_json_simulated():  # type: ignore[no-untyped-def]
     p = _run("info", "--json", sim=True)
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
-    assert rep["simulated"] is True and set(rep) == {"simulated", "device", "versions", "peaks"}
+    assert rep["simulated"] is True and set(rep) == {"simulated", "device", "versions", "peaks", "coverage"}
+    assert rep["coverage"]["rows"] and {r["tier"] for r in rep["coverage"]["rows"]} == {"simulated"}
     assert rep["peaks"]["mem_gbs"] is None
 
 
