@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -266,30 +267,39 @@ runner.run_playbook(private_data_dir=Path(sys.argv[1]), playbook="play.yml", hos
 """
 
 
-def test_a_controller_killed_outright_takes_the_worker_and_ansible_playbook_with_it(tmp_path: Path) -> None:
-    marker = f"6{uuid.uuid4().int % 10}.{uuid.uuid4().int % 10**6}"
-    pdd = make_pdd(tmp_path, hanging_play(marker), "streaming")
+def until(cond: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return cond()
+
+
+@contextlib.contextmanager
+def controller_of(pdd: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """run_playbook in a controller process of its own session, killed at the end if still alive."""
     controller = subprocess.Popen(
         [sys.executable, "-c", CONTROLLER, str(pdd)],
         env={**os.environ, "PYTHONPATH": str(Path(runner.__file__).parents[1])},
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not alive(f"sleep {marker}") and time.monotonic() < deadline:
-            time.sleep(0.2)
+        yield controller
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+
+
+def test_a_controller_killed_outright_takes_the_worker_and_ansible_playbook_with_it(tmp_path: Path) -> None:
+    marker = f"6{uuid.uuid4().int % 10}.{uuid.uuid4().int % 10**6}"
+    pdd = make_pdd(tmp_path, hanging_play(marker), "streaming")
+    with controller_of(pdd) as controller:
+        until(lambda: bool(alive(f"sleep {marker}")), 60)
         workers = [line for line in alive(str(pdd)) if "ansible_runner worker" in line]
         assert workers, f"no ansible-runner worker for {pdd}: {alive(str(pdd))}"
         assert alive(f"sleep {marker}"), "the job never started in the worker"
         os.kill(controller.pid, signal.SIGKILL)
         controller.wait(timeout=10)
-        deadline = time.monotonic() + 20
-        while survivors(pdd) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not survivors(pdd), f"outlived the controller: {survivors(pdd)}"
-    finally:
-        if controller.poll() is None:
-            controller.kill()
+        assert until(lambda: not survivors(pdd), 20), f"outlived the controller: {survivors(pdd)}"
 
 
 def test_a_local_controller_killed_outright_takes_every_host_task_with_it(tmp_path: Path) -> None:
@@ -300,28 +310,12 @@ def test_a_local_controller_killed_outright_takes_every_host_task_with_it(tmp_pa
     # task: docs/playbooks.md.)
     marker = f"7{uuid.uuid4().int % 10}.{uuid.uuid4().int % 10**6}"
     pdd = make_pdd(tmp_path, hanging_play(marker), "local")
-    controller = subprocess.Popen(
-        [sys.executable, "-c", CONTROLLER, str(pdd)],
-        env={**os.environ, "PYTHONPATH": str(Path(runner.__file__).parents[1])},
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while len(alive(f"sleep {marker}")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert len(alive(f"sleep {marker}")) == 2, "the job never reached both hosts' tasks"
+    with controller_of(pdd) as controller:
+        assert until(lambda: len(alive(f"sleep {marker}")) == 2, 60), "the job never reached both hosts"
         os.kill(controller.pid, signal.SIGKILL)
         controller.wait(timeout=10)
-        deadline = time.monotonic() + 20
-        while (alive(f"sleep {marker}") or alive(str(pdd))) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not alive(f"sleep {marker}"), (
-            f"a host's task outlived the controller: {alive(f'sleep {marker}')}"
-        )
-        assert not alive(str(pdd)), f"outlived the controller: {alive(str(pdd))}"
-    finally:
-        if controller.poll() is None:
-            controller.kill()
+        gone = until(lambda: not alive(f"sleep {marker}") and not alive(str(pdd)), 20)
+        assert gone, f"outlived the controller: {alive(f'sleep {marker}') + alive(str(pdd))}"
 
 
 LEAK_PLAY = """
