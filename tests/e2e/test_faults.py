@@ -16,6 +16,7 @@ previous).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -100,6 +101,23 @@ class Faults(E2EFleet):
                 return
             time.sleep(0.1)
         raise AssertionError(f"{node} never journaled {event} {version}: {self.journal(node)[-3:]}")
+
+    def wait_nodes_idle(self, *, timeout_s: float = 180) -> None:
+        """Until no node module holds any node's deploy lock: a step that was running on a node when the
+        controller died finishes there under its lock and journals it (docs/node-contract.md)."""
+        deadline = time.monotonic() + timeout_s
+        for node in NODES:
+            path = self.root(node) / ".lock"
+            while path.exists():
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break  # free: released again when fd closes
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, f"{node}'s node module still holds its lock"
+                    time.sleep(0.2)
+                finally:
+                    os.close(fd)
 
     def orphans(self) -> list[str]:
         """ansible-playbook processes of this controller's work dir still alive."""
@@ -240,6 +258,9 @@ def test_03_sigkill_leaves_no_orphan_and_reconcile_returns_the_baseline(ff: Faul
     proc.communicate(timeout=60)
     time.sleep(3)
     assert not ff.orphans(), f"ansible-playbook outlived the controller: {ff.orphans()}"
+    # the step a node was running finishes there (its switch and health are one locked step); after
+    # that nothing may start: no new step on any node
+    ff.wait_nodes_idle()
     frozen = {n: ff.journal(n) for n in NODES}
     time.sleep(5)
     assert {n: ff.journal(n) for n in NODES} == frozen, "something kept moving nodes after the SIGKILL"
