@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The H200 check after the kernels-tree refactor, from the repository root, in under 10 minutes (the step
-# timeouts: 30 + 200 + 140 + 30 + 200 = 600 s; H200_CHECK_VERIFY=0 skips step 2 when the real-node run has
-# just verified every op on this GPU):
+# The H200 check, from the repository root, in one device call of under 10 minutes (step deadlines from the
+# start: 210 + 420 + 555 s, after ~30 s of set-up; H200_CHECK_VERIFY=0 skips step 2 when the real-node run has just verified
+# every op on this GPU):
 #   1. a venv over the image's packages with the carried numpy 2.4 (numpy 2.5 breaks numba-cuda: FACTS.md),
-#   2. verify at the GPU verification shapes (and the NaN / inf special cases), 3. pytest -m gpu tests/kernels,
-#   then tests/kernels/test_views.py (strided views refused, misaligned ones on the scalar kernels),
+#   2. side by side (correctness only, so they may share the GPU; numba's compiles are CPU work on 16 cores):
+#      verify at the GPU verification shapes (and the NaN / inf special cases), and pytest -m gpu tests/kernels
+#      then tests/kernels/test_views.py (strided views refused, misaligned ones on the scalar kernels),
+#   3. benchmarks/h200_llm.py (H200_CHECK_LLM=0 skips it): the LLM ops beside torch eager and Liger-Kernel,
 #   4. the bench with --compare cupy, every figure compared with benchmarks/h200/latest.json (> 2 % slower is
-#      flagged). Full outputs under $OUT (or ./h200-check-out); the comparison table prints last.
-# Wheels: .whl/numpy-2.4.*-cp312-*manylinux*x86_64.whl (the lead installs it; this script uses it if there).
+#      flagged). The benches run alone on the GPU. Full outputs under $OUT (or ./h200-check-out); the tables
+#      print last.
+# Wheels: .whl/numpy-2.4.*-cp312-*manylinux*x86_64.whl, and .whl/bench/liger_kernel-*.whl for step 3.
 set -uo pipefail
 OUT="${OUT:-$PWD/h200-check-out}"
 mkdir -p "$OUT"
@@ -19,22 +22,44 @@ fi
 PY="$PWD/.venv-h200/bin/python"
 export PYTHONPATH="$PWD"
 $PY -c "import numpy, numba_cuda; print('numpy', numpy.__version__)" | tee "$OUT/versions.txt"
-echo "== verify (GPU verification shapes)"
+t0=$(date +%s)
+left() { local s=$(( $1 - ($(date +%s) - t0) )); echo $(( s > 1 ? s : 1 )); }  # seconds to the step's deadline
+echo "== verify (GPU verification shapes) beside pytest -m gpu tests/kernels"
 v=skipped
 if [ "${H200_CHECK_VERIFY:-1}" != 0 ]; then
-timeout 200 $PY -m kernels verify --shapes verify --json > "$OUT/verify.json"; v=$?
-$PY -c "import json,sys; d=json.load(open('$OUT/verify.json')); bad=[r for r in d['results'] if not r['ok']]; \
+  timeout "$(left 210)" $PY -m kernels verify --shapes verify --json > "$OUT/verify.json" 2>"$OUT/verify.err" &
+  VPID=$!
+fi
+( timeout "$(left 180)" $PY -m pytest -q -m gpu tests/kernels -p no:cacheprovider > "$OUT/pytest-gpu.txt" 2>&1
+  echo $? > "$OUT/pytest-gpu.rc"
+  timeout "$(left 210)" $PY -m pytest -q tests/kernels/test_views.py -p no:cacheprovider > "$OUT/pytest-views.txt" 2>&1
+  echo $? > "$OUT/pytest-views.rc" ) &
+TPID=$!
+if [ -n "${VPID:-}" ]; then
+  wait $VPID; v=$?
+  $PY -c "import json,sys; d=json.load(open('$OUT/verify.json')); bad=[r for r in d['results'] if not r['ok']]; \
 print('verify', 'PASS' if d['ok'] else 'FAIL', len(d['results']), 'cases'); [print('  ', r['op'], r['dtype'], r['case'], r.get('error')) for r in bad]; \
 print('   worst elem_err:', max((r.get('elem_err') or 0) for r in d['results']))"
+  tail -n 2 "$OUT/verify.err"
 fi
-echo "== pytest -m gpu tests/kernels"
-timeout 140 $PY -m pytest -q -m gpu tests/kernels -p no:cacheprovider > "$OUT/pytest-gpu.txt" 2>&1; t=$?
+wait $TPID
+t=$(cat "$OUT/pytest-gpu.rc" 2>/dev/null || echo none); w=$(cat "$OUT/pytest-views.rc" 2>/dev/null || echo none)
 tail -n 3 "$OUT/pytest-gpu.txt"
-timeout 30 $PY -m pytest -q tests/kernels/test_views.py -p no:cacheprovider > "$OUT/pytest-views.txt" 2>&1; w=$?
 tail -n 1 "$OUT/pytest-views.txt"
+l=skipped
+if [ "${H200_CHECK_LLM:-1}" != 0 ]; then
+  echo "== benchmarks/h200_llm.py: ours vs torch eager vs Liger-Kernel (after $(( $(date +%s) - t0 )) s)"
+  ( export PYTHONPATH="$PWD"
+    for w in .whl/bench/liger_kernel-*.whl; do [ -f "$w" ] && mkdir -p /tmp/h200-llm-site && $PY -m zipfile -e "$w" /tmp/h200-llm-site; done
+    [ -d /tmp/h200-llm-site ] && export PYTHONPATH="/tmp/h200-llm-site:$PYTHONPATH"
+    timeout "$(left 420)" $PY benchmarks/h200_llm.py --out "$OUT" ${H200_LLM_ARGS:-} > "$OUT/llm.txt" 2>&1 ); l=$?
+  grep -E "ERROR|Traceback" "$OUT/llm.txt" | head -5
+fi
 echo "== bench --compare cupy vs benchmarks/h200/latest.json"
-timeout 200 $PY benchmarks/bench.py --compare cupy --baseline benchmarks/h200/latest.json \
+echo "   (after $(( $(date +%s) - t0 )) s)"
+timeout "$(left 555)" $PY benchmarks/bench.py --compare cupy --baseline benchmarks/h200/latest.json \
   --out "$OUT/latest.json" --results "$OUT/results.jsonl" > "$OUT/bench-compare.txt" 2>"$OUT/bench-stderr.txt"; b=$?
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.csv" 2>&1
-echo "verify rc=$v  pytest rc=$t  views rc=$w  bench rc=$b (1: a case wrong or > 2 % slower)"
+echo "verify rc=$v  pytest rc=$t  views rc=$w  llm rc=$l  bench rc=$b (1: a case wrong or > 2 % slower); $(( $(date +%s) - t0 )) s"
+[ -f "$OUT/llm.txt" ] && sed -n '/^op /,$p' "$OUT/llm.txt"
 cat "$OUT/bench-compare.txt"

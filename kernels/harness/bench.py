@@ -102,7 +102,7 @@ def _time_calls(
 
 def time_interleaved(providers: list[Provider], iters: int) -> list[list[float]]:
     """Per-call device times in microseconds, rotating over `sets`, the providers' calls interleaved call by
-    call (ours, then a reference library's: benchmarks/h200_bf16_rows.py times torch this way).
+    call (ours, then a reference library's: benchmarks/h200_llm.py times torch and Liger-Kernel this way).
 
     Calls of out-of-place ops run back to back, so each call's host work overlaps the previous call's kernels
     and the events measure the device. An in-place op's inputs are restored before every call by a few small
@@ -256,7 +256,7 @@ def _interleave_cupy(
     except ImportError as e:
         return _time_calls(spec.launch, sets, rest, iters), None, {"error": f"cupy not importable: {e}"}
     if any(cuda.is_cuda_array(v) and np.dtype(v.dtype) == arrays.BF16 for v in sets[0].values()):
-        # (benchmarks/h200_bf16.py and h200_bf16_rows.py compare the bf16 cases with torch instead)
+        # (benchmarks/h200_bf16.py and h200_llm.py compare the bf16 cases with torch instead)
         return _time_calls(spec.launch, sets, rest, iters), None, {"error": "CuPy has no bfloat16"}
     wrap = [{k: cp.asarray(v) if cuda.is_cuda_array(v) else v for k, v in s.items()} for s in sets]
 
