@@ -54,6 +54,9 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/n
 . /etc/os-release 2>/dev/null || true
 OSNAME=$(case "${ID:-}" in ubuntu) echo Ubuntu;; debian) echo Debian;; rhel) echo RedHat;; rocky) echo Rocky;; *) echo "${NAME:-Linux}" | cut -d' ' -f1;; esac)
 SIMFLAG=$([ "$SIMULATED" = 1 ] && echo true || echo false)
+# the GPU model the spec declares: this machine's (H200 or H100), so the health check compares like with like
+MODEL=${SOLFLEET_REAL_MODEL:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oE 'H[0-9]+' || true)}
+MODEL=${MODEL:-H200}
 if [ "$SIMULATED" = 1 ]; then
   STACK='{python: auto, numba: auto, numba_cuda: auto, numpy: auto}'
 else
@@ -64,7 +67,7 @@ fleet: real-node
 defaults:
   connection: local
   simulated: $SIMFLAG
-  gpu: {count: 1, model: H200, cc: "9.0"}
+  gpu: {count: 1, model: $MODEL, cc: "9.0"}
 stack: $STACK
 provision:
   mode: layered              # the image holds numba, numba-cuda, llvmlite; the wheelhouse carries numpy
