@@ -2,7 +2,7 @@
 # The H200 check, from the repository root, in one device call of under 10 minutes (step deadlines from the
 # start: 210 + 420 + 555 s, after ~30 s of set-up; H200_CHECK_VERIFY=0 skips step 2 when the real-node run has just verified
 # every op on this GPU):
-#   1. a venv over the image's packages with the carried numpy 2.4 (numpy 2.5 breaks numba-cuda: FACTS.md),
+#   1. the image's python with the carried numpy 2.4 ahead on PYTHONPATH (numpy 2.5 breaks numba-cuda),
 #   2. side by side (correctness only, so they may share the GPU; numba's compiles are CPU work on 16 cores):
 #      verify at the GPU verification shapes (and the NaN / inf special cases), and pytest -m gpu tests/kernels
 #      then tests/kernels/test_views.py (strided views refused, misaligned ones on the scalar kernels),
@@ -14,13 +14,14 @@
 set -uo pipefail
 OUT="${OUT:-$PWD/h200-check-out}"
 mkdir -p "$OUT"
-PY=python3
-if [ ! -x .venv-h200/bin/python ]; then
-  timeout 10 $PY -m venv --system-site-packages .venv-h200
-  ls .whl/numpy-2.4*.whl >/dev/null 2>&1 && timeout 20 .venv-h200/bin/pip install -q --no-deps .whl/numpy-2.4*.whl
-fi
-PY="$PWD/.venv-h200/bin/python"
-export PYTHONPATH="$PWD"
+# the image's interpreter (torch, numba, numba-cuda, CuPy in its venv); a venv made from it would see the
+# system site-packages, not the image's, so the carried numpy goes to a directory ahead on PYTHONPATH
+PY=${PY:-/opt/torch/.venv/bin/python3}
+[ -x "$PY" ] || PY=python3
+SITE=/tmp/h200-check-site
+WHL=$(ls .whl/numpy-2.4*cp312*.whl 2>/dev/null | head -1)
+[ -n "$WHL" ] && [ ! -d "$SITE/numpy" ] && mkdir -p "$SITE" && timeout 60 $PY -m zipfile -e "$WHL" "$SITE"
+export PYTHONPATH="$SITE:$PWD"
 $PY -c "import numpy, numba_cuda; print('numpy', numpy.__version__)" | tee "$OUT/versions.txt"
 t0=$(date +%s)
 left() { local s=$(( $1 - ($(date +%s) - t0) )); echo $(( s > 1 ? s : 1 )); }  # seconds to the step's deadline
@@ -49,8 +50,7 @@ tail -n 1 "$OUT/pytest-views.txt"
 l=skipped
 if [ "${H200_CHECK_LLM:-1}" != 0 ]; then
   echo "== benchmarks/h200_llm.py: ours vs torch eager vs Liger-Kernel (after $(( $(date +%s) - t0 )) s)"
-  ( export PYTHONPATH="$PWD"
-    for w in .whl/bench/liger_kernel-*.whl; do [ -f "$w" ] && mkdir -p /tmp/h200-llm-site && $PY -m zipfile -e "$w" /tmp/h200-llm-site; done
+  (     for w in .whl/bench/liger_kernel-*.whl; do [ -f "$w" ] && mkdir -p /tmp/h200-llm-site && $PY -m zipfile -e "$w" /tmp/h200-llm-site; done
     [ -d /tmp/h200-llm-site ] && export PYTHONPATH="/tmp/h200-llm-site:$PYTHONPATH"
     timeout "$(left 420)" $PY benchmarks/h200_llm.py --out "$OUT" ${H200_LLM_ARGS:-} > "$OUT/llm.txt" 2>&1 ); l=$?
   grep -E "ERROR|Traceback" "$OUT/llm.txt" | head -5

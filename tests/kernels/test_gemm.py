@@ -11,6 +11,7 @@ from numba import cuda
 
 from kernels.ops import gemm as g
 from kernels.registry import Case
+from kernels.runtime import arrays
 from kernels.runtime.arrays import SIMULATED
 
 ON_GPU = not SIMULATED and cuda.is_available()
@@ -33,12 +34,12 @@ def run_case(case: Case, path: str, seed: int) -> float:
     """Fresh inputs, NaN-poisoned device output, one launch; returns ||c - ref|| / ||ref|| after checking
     that every element was written."""
     prob = g.SPEC.make_problem(case, np.random.default_rng(seed))
-    a = cuda.to_device(prob.inputs["a"])
-    b = cuda.to_device(prob.inputs["b"])
+    a = arrays.to_device(prob.inputs["a"])  # bf16 through its uint16 words
+    b = arrays.to_device(prob.inputs["b"])
     shape, dt = prob.outputs["c"]
-    c = cuda.to_device(np.full(shape, np.nan, dtype=dt))
+    c = arrays.to_device(np.full(shape, np.nan, dtype=dt))
     g.gemm(a, b, c, path=path)
-    got = c.copy_to_host().astype(np.float64)
+    got = arrays.to_host(c).astype(np.float64)
     assert np.isfinite(got).all(), f"{case.label} {case.dtype} {path}: output not fully written"
     ref = prob.reference["c"]
     return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))

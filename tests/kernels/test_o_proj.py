@@ -12,6 +12,7 @@ from numba import cuda
 from kernels.ops import gemm as g
 from kernels.ops import o_proj as op
 from kernels.registry import Case
+from kernels.runtime import arrays
 from kernels.runtime.arrays import SIMULATED
 
 ON_GPU = not SIMULATED and cuda.is_available()
@@ -23,11 +24,11 @@ needs_gpu = pytest.mark.skipif(not ON_GPU, reason="needs a real CUDA GPU")
 
 def run_case(case: Case, path: str, seed: int) -> float:
     prob = op.SPEC.make_problem(case, np.random.default_rng(seed))
-    dev = {k: cuda.to_device(v) for k, v in prob.inputs.items()}
+    dev = {k: arrays.to_device(v) for k, v in prob.inputs.items()}  # bf16 through its uint16 words
     shape, dt = prob.outputs["out"]
-    out = cuda.to_device(np.full(shape, np.nan, dtype=dt))
+    out = arrays.to_device(np.full(shape, np.nan, dtype=dt))
     op.o_proj(dev["attn"], dev["w"], dev["residual"], dev.get("bias"), out, path=path)
-    got = out.copy_to_host().astype(np.float64)
+    got = arrays.to_host(out).astype(np.float64)
     assert np.isfinite(got).all(), f"{case.label} {case.dtype} {path}: output not fully written"
     ref = prob.reference["out"]
     return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
