@@ -28,9 +28,11 @@ NODES = ["node01", "node02", "node03"]
 V1, V2, V3, V4 = "7.1.0", "7.2.0", "7.3.0", "7.4.0"
 # A batch deadline a normal verify overruns: ansible-runner checks its job timeout every 5 s at most
 # (pexpect_timeout), so the canary is stopped 6-11 s into its run, while its node module verifies these ops
-# (10-20 s under the simulator); the module then finishes under the node's lock, within the undo's 60 s wait.
+# (~14 s of verify on an idle 2-core machine, ~30 s loaded, under the simulator: three ops, ~7 s, once
+# finished before an 11 s cut-off and the canary read `activated`); the module then finishes under the node's
+# lock, within the undo's 60 s wait.
 DEADLINE_S = 6
-DEADLINE_VERIFY_OPS = "residual_add,rmsnorm,softmax"
+DEADLINE_VERIFY_OPS = "residual_add,rmsnorm,softmax,layernorm,fused_add_rmsnorm,swiglu"
 MODULE_TASK = "solfleet | Push, unpack, check, verify and activate release"
 Links = dict[str, tuple[str | None, str | None]]
 
