@@ -114,8 +114,8 @@ rm -rf "$W/v3" && mkdir -p "$W/v3" && cp -r kernels fleet playbooks inventory py
 F=$W/v3/kernels/ops/residual_add.py
 # x - r in the add every tiled kernel inlines (`_add`), the vector kernel's main loop and its tail (the same
 # three places as tests/e2e/e2e_driver.py break_residual_add): wrong on the simulator and on a GPU alike
-sed -i 's/return a + b$/return a - b/; s/a\[e\] += b\[e\]/a[e] -= b[e]/; s/float32(x\[i\]) + float32(r\[i\])/float32(x[i]) - float32(r[i])/' "$F"
-for pat in 'return a - b$' 'a\[e\] -= b\[e\]' 'float32(x\[i\]) - float32(r\[i\])'; do
+sed -i 's/return a + b$/return a - b/; s/a\[e\] += b\[e\]/a[e] -= b[e]/; s/store(load(x\[i\]) + load(r\[i\]))/store(load(x[i]) - load(r[i]))/' "$F"
+for pat in 'return a - b$' 'a\[e\] -= b\[e\]' 'store(load(x\[i\]) - load(r\[i\]))'; do
   grep -q "$pat" "$F" || { echo "run.sh: the V3 patch did not apply to $F ($pat)" | tee -a "$LOG"; exit 2; }
 done
 # V3's build (another tree: its own PTX) runs beside V1's; V2 is V1's tree, so its PTX comes from the cache

@@ -17,8 +17,11 @@ Kernels, one block of 256 threads per row, as rmsnorm:
     re-reads the row from L1/L2 and writes.
   - bf16 (`ml_dtypes.bfloat16`, the same dtype as residual_add / cast): the register and streaming kernels
     above, built from the same bodies with kernels.ops.rows.WORDS: uint16 words widened exactly to fp32,
-    fp32 arithmetic, one round to nearest even on the store (NaN stays NaN). No vector kernel yet: "auto"
-    takes the register kernel (streaming for rows past BLOCK * PER), "vector" is refused.
+    fp32 arithmetic, one round to nearest even on the store (NaN stays NaN); and the vector kernel, which
+    moves the words as 16-byte vectors of 8 (kernels.primitives.vector.ldg_into / stg_from).
+  - Vector rows in fp16 / bf16 past BLOCK * PER, or much shorter: the vector kernel at a kernels.ops.rows
+    WIDE_ROWS shape (128 x 8 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
+    32768 columns stay in registers (one read of the row) instead of streaming (two).
 """
 
 from __future__ import annotations
@@ -37,16 +40,18 @@ from kernels.ops.rows import (
     RowIO,
     RowKernels,
     VectorRows,
+    WideRows,
     row_cases,
     row_choice_of,
     row_path_of,
+    vec_jit,
 )
 from kernels.primitives.reductions import (
     BLOCK,
     PER,
     ROW_JIT,
-    VEC_ROW_JIT,
     block_sum,
+    make_block_sum,
     make_block_sum2,
     row_slots,
 )
@@ -176,14 +181,21 @@ def _make_reg(io: RowIO):  # type: ignore[no-untyped-def]
     return _layernorm_reg
 
 
-def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-def]
-    load_row, col_of = make_row_io(width, BLOCK, PER)
-    jit_kw: dict[str, Any] = dict(VEC_ROW_JIT, fastmath=True) if fastmath and not SIMULATED else VEC_ROW_JIT
+def _make_vec(  # type: ignore[no-untyped-def]
+    width: int, fastmath: bool = False, threads: int = BLOCK, per: int = PER, min_blocks: int = 0
+):
+    """The vector kernel: `threads` x `per` values per row in registers (rows of <= threads * per), 16-byte
+    loads and stores; the mean, then the variance of the registers (two reductions, alternating halves of
+    the shared slots). Other shapes than BLOCK x PER: kernels.ops.rows.WIDE_ROWS (and rows.vec_jit)."""
+    load_row, col_of = make_row_io(width, threads, per)
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm = 2 * slots  # a compile-time constant for the shared array (numba folds names, not expressions)
+    jit_kw = vec_jit(threads, min_blocks, fastmath)
 
     @cuda.jit(**jit_kw)
     def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
-        smem = cuda.shared.array(BLOCK, float32)
-        v = cuda.local.array(PER, float32)
+        sm = cuda.shared.array(nsm, float32)
+        v = cuda.local.array(per, float32)
         tw = cuda.local.array(width, float32)
         tb = cuda.local.array(width, float32)
         rows = x.shape[0]
@@ -194,17 +206,17 @@ def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-de
             orow = out[row]
             load_row(v, x[row], n, float32(0.0))
             s = float32(0.0)
-            for e in range(PER):
+            for e in range(per):
                 s += v[e]
-            mean = block_sum(s, smem) / fn
+            mean = bsum(s, sm, 0) / fn
             q2 = float32(0.0)
-            for q in range(PER // width):
+            for q in range(per // width):
                 if col_of(q) < n:  # padding lanes hold 0, not the mean: leave them out of the variance
                     for e in range(width):
                         d = v[q * width + e] - mean
                         q2 += d * d
-            rstd = float32(1.0) / math.sqrt(block_sum(q2, smem) / fn + eps)
-            for q in range(PER // width):
+            rstd = float32(1.0) / math.sqrt(bsum(q2, sm, slots) / fn + eps)
+            for q in range(per // width):
                 col = col_of(q)
                 if col < n:
                     ldg_into(tw, 0, w, col)
@@ -485,6 +497,8 @@ def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
     if isinstance(config, VectorRows):
         return _make_vec(width, config.fastmath), BLOCK, False
+    if isinstance(config, WideRows):
+        return _make_vec(width, False, config.threads, config.per, config.min_blocks), config.threads, False
     if isinstance(config, Half2Rows):  # fp16 only; one block per row
         if width != 8:
             raise ValueError("layernorm: half2 row kernels are for float16 rows")
@@ -542,8 +556,8 @@ def layernorm(
     oo = arrays.output("out", out, sync, xo.shape, xo.dtype)
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
-    ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, bo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    k, block, grid = _K.pick(path, xo.dtype, ok, n, xr.shape[0])
+    aligned = vector_ok((xo.ptr, wo.ptr, bo.ptr, oo.ptr), n * xo.dtype.itemsize)
+    k, block, grid = _K.pick(path, xo.dtype, aligned, n, xr.shape[0])
     args = (xr, wo, bo, arrays.as_rows(oo), e)
     k.launch(grid, block, args, stream=stream)
     if out is not None and xo.host is None and wo.host is None and bo.host is None and oo.host is None:

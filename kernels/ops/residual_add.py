@@ -8,8 +8,10 @@ Kernels: the arrays are seen as flat; one block per contiguous tile.
     16-byte aligned pointers (device allocations are 256-aligned); the last partial tile is done in scalar.
 `path="auto"` takes the vector kernel for fp16 on a GPU when aligned (kernels.primitives.vector.choose);
 both stay selectable so they can be timed side by side. fp16 adds in fp32 and rounds once.
-  - bf16: the scalar kernel's tiling on the raw 16-bit words (kernels.primitives.bf16): widened to fp32
-    exactly, added, rounded to nearest even once. Integer conversions: the simulator runs the same body.
+  - bf16: the raw 16-bit words (kernels.primitives.bf16), widened to fp32 exactly, added, rounded to
+    nearest even once, in either kernel: the vector kernel moves them as 16-byte vectors of 8 words (the
+    default on a GPU, as for fp16), the scalar one word by word. Integer conversions: the simulator runs
+    the same bodies.
 """
 
 from __future__ import annotations
@@ -77,10 +79,12 @@ def _add(a, b):  # type: ignore[no-untyped-def]
     return a + b
 
 
-def _make_vec_kernel(width: int, vunroll: int):  # type: ignore[no-untyped-def]
+def _make_vec_kernel(width: int, vunroll: int, io: RowIO):  # type: ignore[no-untyped-def]
     """Tiles of THREADS x vunroll vectors: thread `tid`'s vector u covers elements
-    base + (u * THREADS + tid) * width ... + width - 1, so a warp's 32 vectors are 512 contiguous bytes."""
+    base + (u * THREADS + tid) * width ... + width - 1, so a warp's 32 vectors are 512 contiguous bytes.
+    `io` converts the elements of the last, partial tile (the vectors convert their own)."""
     per = width * vunroll
+    load, store = io.load, io.store
 
     @cuda.jit
     def k(x, r, out):  # type: ignore[no-untyped-def]
@@ -104,7 +108,7 @@ def _make_vec_kernel(width: int, vunroll: int):  # type: ignore[no-untyped-def]
             else:  # the last, partial tile: one element per thread per step
                 i = base + tid
                 while i < n:
-                    out[i] = float32(x[i]) + float32(r[i])
+                    out[i] = store(load(x[i]) + load(r[i]))
                     i += THREADS
             chunk += cuda.gridDim.x
 
@@ -117,11 +121,14 @@ _SIGS: dict[np.dtype, str] = {
 }
 _DISPATCHERS = {dt: make_tiles(UNROLL[dt], NATIVE, _add) for dt in _SIGS}
 _KERNELS = {dt: kernel(_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
-_VEC_DISPATCHERS = {dt: _make_vec_kernel(WIDTH[dt], VEC_UNROLL) for dt in _SIGS}
-_VEC = {dt: kernel(_VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 _WORDS_SIG = "void(uint16[::1], uint16[::1], uint16[::1])"
 _WORDS_DISPATCHER = make_tiles(UNROLL[BF16], WORDS, _add)
 _WORDS = kernel(_WORDS_DISPATCHER, _WORDS_SIG)
+_VEC_SIGS = {**_SIGS, BF16: _WORDS_SIG}
+_VEC_DISPATCHERS = {
+    dt: _make_vec_kernel(WIDTH[dt], VEC_UNROLL, WORDS if dt == BF16 else NATIVE) for dt in _VEC_SIGS
+}
+_VEC = {dt: kernel(_VEC_DISPATCHERS[dt], sig) for dt, sig in _VEC_SIGS.items()}
 MAX_GRID = 2**31 - 1
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
@@ -160,16 +167,9 @@ def residual_add(x: Any, r: Any, out: Any = None, *, stream: int = 0, path: str 
 def _plan(xo: Operand, ro: Operand, oo: Operand, path: str) -> tuple[Kernel, int]:
     """The kernel and grid for these operands (1-d kernel slots take the N-d operands as flat)."""
     dt = xo.dtype
-    if dt == BF16:
-        if path == "vector":
-            raise ValueError(
-                "path: 'vector' has no bf16 kernel; use 'auto' or 'scalar' for bfloat16 operands"
-            )
-        choose(path, dt, False)  # the same check of the path's name
-        return _WORDS, grid_for(xo.size, UNROLL[BF16])
     if choose(path, dt, vector_ok((xo.ptr, ro.ptr, oo.ptr), 0)):
         return _VEC[dt], grid_for(xo.size, VEC_UNROLL * WIDTH[dt])
-    return _KERNELS[dt], grid_for(xo.size, UNROLL[dt])
+    return (_WORDS if dt == BF16 else _KERNELS[dt]), grid_for(xo.size, UNROLL[dt])
 
 
 def _launch(xo: Operand, ro: Operand, oo: Operand, stream: int = 0, path: str = "auto") -> None:
@@ -245,7 +245,7 @@ SPEC = register(
         bound="memory",
         ptx_kernels=(
             *((f"residual_add_{dt.name}", _DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
-            *((f"residual_add_vec_{dt.name}", _VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
+            *((f"residual_add_vec_{dt.name}", _VEC_DISPATCHERS[dt], sig) for dt, sig in _VEC_SIGS.items()),
             ("residual_add_bfloat16", _WORDS_DISPATCHER, _WORDS_SIG),
         ),
         path=lambda c: _choose(c).path,

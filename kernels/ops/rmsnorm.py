@@ -13,8 +13,11 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
     reads it again, from L1/L2 (the same block read it microseconds before), not device memory.
   - bf16 (`ml_dtypes.bfloat16`, the same dtype as residual_add / cast): the register and streaming kernels
     above, built from the same bodies with kernels.ops.rows.WORDS: uint16 words widened exactly to fp32,
-    fp32 arithmetic, one round to nearest even on the store (NaN stays NaN). No vector kernel yet: "auto"
-    takes the register kernel (streaming for rows past BLOCK * PER), "vector" is refused.
+    fp32 arithmetic, one round to nearest even on the store (NaN stays NaN); and the vector kernel, which
+    moves the words as 16-byte vectors of 8 (kernels.primitives.vector.ldg_into / stg_from).
+  - Vector rows in fp16 / bf16 past BLOCK * PER, or much shorter: the vector kernel at a kernels.ops.rows
+    WIDE_ROWS shape (128 x 8 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
+    32768 columns stay in registers (one read of the row) instead of streaming (two).
 """
 
 from __future__ import annotations
@@ -32,15 +35,24 @@ from kernels.ops.rows import (
     RowIO,
     RowKernels,
     VectorRows,
+    WideRows,
     row_cases,
     row_choice_of,
     row_path_of,
+    vec_jit,
 )
-from kernels.primitives.reductions import BLOCK, PER, ROW_JIT, VEC_ROW_JIT, block_sum
+from kernels.primitives.reductions import (
+    BLOCK,
+    PER,
+    ROW_JIT,
+    block_sum,
+    make_block_sum,
+    row_slots,
+)
 from kernels.primitives.vector import ldg_into, make_row_io, stg_from, vector_ok
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
-from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync
+from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, HostSync
 from kernels.runtime.launch import FastCache
 
 
@@ -163,26 +175,35 @@ def reg_norm_store(io: RowIO):  # type: ignore[no-untyped-def]
     return norm_store
 
 
-def _make_vec(width: int, fastmath: bool = False):  # type: ignore[no-untyped-def]
-    load_row, col_of = make_row_io(width, BLOCK, PER)
-    jit_kw: dict[str, Any] = dict(VEC_ROW_JIT, fastmath=True) if fastmath and not SIMULATED else VEC_ROW_JIT
+def _make_vec(  # type: ignore[no-untyped-def]
+    width: int, fastmath: bool = False, threads: int = BLOCK, per: int = PER, min_blocks: int = 0
+):
+    """The vector kernel: `threads` x `per` values per row in registers (rows of <= threads * per), 16-byte
+    loads and stores. The default shape is BLOCK x PER under VEC_ROW_JIT's register cap; other shapes
+    (kernels.ops.rows.WIDE_ROWS) take launch_bounds(threads, min_blocks) (kernels.ops.rows.vec_jit)."""
+    load_row, col_of = make_row_io(width, threads, per)
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm = 2 * slots  # a compile-time constant for the shared array (numba folds names, not expressions)
+    jit_kw = vec_jit(threads, min_blocks, fastmath)
 
     @cuda.jit(**jit_kw)
     def k(x, w, out, eps):  # type: ignore[no-untyped-def]
-        smem = cuda.shared.array(BLOCK, float32)
-        v = cuda.local.array(PER, float32)
+        sm = cuda.shared.array(nsm, float32)  # two halves: consecutive rows alternate (reductions)
+        v = cuda.local.array(per, float32)
         t = cuda.local.array(width, float32)
         rows = x.shape[0]
         n = x.shape[1]
         row = cuda.blockIdx.x
+        base = 0
         while row < rows:
             orow = out[row]
             load_row(v, x[row], n, float32(0.0))
             acc = float32(0.0)
-            for e in range(PER):
+            for e in range(per):
                 acc += v[e] * v[e]
-            inv = float32(1.0) / math.sqrt(block_sum(acc, smem) / float32(n) + eps)
-            for q in range(PER // width):
+            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
+            base = slots - base
+            for q in range(per // width):
                 col = col_of(q)
                 if col < n:
                     ldg_into(t, 0, w, col)
@@ -205,6 +226,9 @@ def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
     if isinstance(config, VectorRows):
         return _make_vec(width, config.fastmath), BLOCK, False
+    if isinstance(config, WideRows):
+        c = config
+        return _make_vec(width, False, c.threads, c.per, c.min_blocks), c.threads, False
     raise ValueError(f"rmsnorm: no row kernel for {config}")
 
 
@@ -236,8 +260,8 @@ def rmsnorm(
     oo = arrays.output("out", out, sync, xo.shape, xo.dtype)
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
-    ok = n <= BLOCK * PER and vector_ok((xo.ptr, wo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    k, block, grid = _K.pick(path, xo.dtype, ok, n, xr.shape[0])
+    aligned = vector_ok((xo.ptr, wo.ptr, oo.ptr), n * xo.dtype.itemsize)
+    k, block, grid = _K.pick(path, xo.dtype, aligned, n, xr.shape[0])
     args = (xr, wo, arrays.as_rows(oo), e)
     k.launch(grid, block, args, stream=stream)
     if out is not None and xo.host is None and wo.host is None and oo.host is None:

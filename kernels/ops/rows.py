@@ -19,7 +19,7 @@ import numpy as np
 from numba import float32
 
 from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
-from kernels.primitives.reductions import BLOCK, PER
+from kernels.primitives.reductions import BLOCK, PER, VEC_ROW_JIT
 from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose
 from kernels.registry import SPECIALS, Case, Choice
 from kernels.runtime.arrays import BF16, SIMULATED
@@ -95,7 +95,26 @@ class Half2Rows:
     label = "half2"
 
 
-RowConfig = VectorRows | BlockedRows | Half2Rows
+@dataclass(frozen=True)
+class WideRows:
+    """The op's 16-byte-load register kernel at another block shape: `threads` threads x `per` values hold
+    rows of up to threads x per columns (rmsnorm / layernorm: `_make_vec` with that shape; softmax:
+    `make_rows_blocked`). `min_blocks`: launch_bounds' blocks per SM (the register cap)."""
+
+    threads: int
+    per: int  # values per thread, a multiple of the vector width
+    min_blocks: int
+
+    @property
+    def cols(self) -> int:
+        return self.threads * self.per
+
+    @property
+    def label(self) -> str:
+        return f"block-{self.threads}x{self.per}"
+
+
+RowConfig = VectorRows | BlockedRows | Half2Rows | WideRows
 
 # The vector-path kernel of each row op and dtype, where it is not the plain `_make_vec` kernel without
 # fastmath. Chosen from the side-by-side H200 timings in benchmarks/notes-memory.md (which also records the
@@ -106,20 +125,77 @@ ROW_KERNELS: dict[str, dict[np.dtype, RowConfig]] = {
         F16: Half2Rows(threads=128, per=32, min_blocks=8, full_rows=True, wb_early=False, group=2),
         F32: VectorRows(fastmath=False),
     },
-    "softmax": {F16: BlockedRows(threads=256, per=16, min_blocks=8, fastmath=True)},
+    # bf16: the fp16 kernel (its 16-byte loads take bf16 words as they take halves)
+    "softmax": {
+        F16: BlockedRows(threads=256, per=16, min_blocks=8, fastmath=True),
+        BF16: BlockedRows(threads=256, per=16, min_blocks=8, fastmath=True),
+    },
     "rmsnorm": {F32: VectorRows(fastmath=False)},
 }
 
 
+# The row shapes of LLM nodes that one block of BLOCK x PER (4096 columns) fits badly: 1024-column rows
+# leave three quarters of its threads idle, and rows past 4096 columns would take the streaming kernel (two
+# reads of the row, scalar loads). The 2-byte dtypes' vector path runs these shapes instead: a row of n
+# columns takes the smallest kernel, of these and the op's own BLOCK x PER one, that holds it (ties: the
+# op's own). Register caps: 128 x 8 at 12 blocks per SM (<= 40 registers), 512 x 16 at 2 (<= 64), 1024 x
+# 16 and 1024 x 32 at 1 (<= 64; the fp32 values of a 32768-column row are 128 KB, half the register file).
+# fp32 rows keep BLOCK x PER and the streaming kernel past it.
+WIDE_ROWS: tuple[WideRows, ...] = (
+    WideRows(threads=128, per=8, min_blocks=12),
+    WideRows(threads=512, per=16, min_blocks=2),
+    WideRows(threads=1024, per=16, min_blocks=1),
+    WideRows(threads=1024, per=32, min_blocks=1),
+)
+WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
+
+
 def for_machine(config: RowConfig) -> RowConfig:
     """`config` as it runs here: under the simulator blocked / half2 kernels take BLOCK threads x PER values
-    (the same longest row as the vector kernel there) and one block per SM; otherwise unchanged."""
+    (the same longest row as the vector kernel there) and one block per SM, and WideRows 1/32 of its threads
+    (its rows as many vectors per thread, 32 times shorter); otherwise unchanged."""
+    if isinstance(config, WideRows):
+        return replace(config, threads=max(1, config.threads // 32), min_blocks=1) if SIMULATED else config
     if isinstance(config, (BlockedRows, Half2Rows)):
         if config.threads * config.per < BLOCK * PER:
             raise ValueError(f"{config}: threads x per must cover {BLOCK} x {PER}")
         if SIMULATED:
             return replace(config, threads=BLOCK, per=PER, min_blocks=1)
     return config
+
+
+def wide_for(dt: np.dtype, n: int) -> WideRows | None:
+    """The WIDE_ROWS shape (as it runs here) a vector row of `n` columns takes in `dt`; None: the op's own
+    BLOCK x PER kernel holds it best, or `dt` has no other shapes, or no shape holds it (see vector_cols)."""
+    if dt not in WIDE_DTYPES:
+        return None
+    shapes = [c for c in map(for_machine, WIDE_ROWS) if isinstance(c, WideRows) and c.cols >= n]
+    best = min(shapes, key=lambda c: c.cols, default=None)
+    if best is None or (n <= BLOCK * PER and best.cols >= BLOCK * PER):
+        return None
+    return best
+
+
+def vector_cols(dt: np.dtype) -> int:
+    """The longest row the vector path holds in registers in `dt` (longer rows stream)."""
+    wide = (
+        [c.cols for c in map(for_machine, WIDE_ROWS) if isinstance(c, WideRows)] if dt in WIDE_DTYPES else []
+    )
+    return max([BLOCK * PER, *wide])
+
+
+def vec_jit(threads: int, min_blocks: int, fastmath: bool) -> dict[str, Any]:
+    """cuda.jit options of a vector row kernel: launch_bounds(threads, min_blocks), or VEC_ROW_JIT's cap
+    for the BLOCK-thread kernels when `min_blocks` is 0; numba's fastmath flag when asked. None under the
+    simulator (its jit takes neither)."""
+    if SIMULATED:
+        return {}
+    if not min_blocks and threads != BLOCK:
+        raise ValueError(f"a {threads}-thread row kernel needs its own min_blocks")
+    kw: dict[str, Any] = {"launch_bounds": (threads, min_blocks)} if min_blocks else dict(VEC_ROW_JIT)
+    if fastmath:
+        kw["fastmath"] = True
+    return kw
 
 
 def row_grid(k: Kernel, threads: int, persistent: bool, rows: int) -> int:
@@ -132,11 +208,12 @@ def row_grid(k: Kernel, threads: int, persistent: bool, rows: int) -> int:
 
 class RowKernels:
     """One row op's kernels per dtype: `plain` (streaming, rows longer than BLOCK * PER), `reg` (the row in
-    registers), `vec` (`reg` with 16-byte loads and stores; dtypes with a vector width only, not bf16) and
-    `row` / `row_k` (the ROW_KERNELS entry of the dtype, where it has one: (function, threads per block,
-    grid-stride?) and its launchable kernel). `stream(io)` / `reg(io)` build the streaming / register kernel
-    for a RowIO (one dispatcher per RowIO: fp32 and fp16 share NATIVE's), `row_kernel(config, width)` an
-    entry's function, `make_vec(width)` the vector kernel (None: no vector kernel in any dtype)."""
+    registers), `vec` (`reg` with 16-byte loads and stores; dtypes with a vector width), `row` / `row_k` (the
+    ROW_KERNELS entry of the dtype, where it has one: (function, threads per block, grid-stride?) and its
+    launchable kernel) and `wide` / `wide_k` (the WIDE_ROWS shapes of the WIDE_DTYPES, by (dtype, shape)).
+    `stream(io)` / `reg(io)` build the streaming / register kernel for a RowIO (one dispatcher per RowIO:
+    fp32 and fp16 share NATIVE's), `row_kernel(config, width)` an entry's or a shape's function,
+    `make_vec(width)` the vector kernel (None: no vector kernel in any dtype, and no wide shapes)."""
 
     def __init__(
         self,
@@ -164,19 +241,36 @@ class RowKernels:
             raise ValueError(f"{name}: ROW_KERNELS lists {name} but it has no row_kernel factory")
         self.row = {dt: row_kernel(for_machine(c), WIDTH[dt]) for dt, c in configs.items() if row_kernel}
         self.row_k = {dt: kernel(fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()}
+        shapes = [c for c in map(for_machine, WIDE_ROWS) if isinstance(c, WideRows)]
+        self.wide = {
+            (dt, c): row_kernel(c, WIDTH[dt])[0]
+            for dt in sigs
+            if dt in WIDE_DTYPES and dt in self.vec_fns and row_kernel
+            for c in shapes
+        }
+        self.wide_k = {key: kernel(fn, sigs[key[0]]) for key, fn in self.wide.items()}
 
-    def pick(self, path: str, dt: np.dtype, ok: bool, n: int, rows: int) -> tuple[Kernel, int, int]:
+    def pick(self, path: str, dt: np.dtype, aligned: bool, n: int, rows: int) -> tuple[Kernel, int, int]:
         """(kernel, threads per block, grid) for `path`: the vector kernel when `choose` takes it, or on
-        "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`); else
-        the register kernel for rows that fit a block, the streaming one beyond. `ok`: the vector path's
-        alignment and row-length conditions hold. bf16 has no vector kernel: "vector" is refused for it."""
+        "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`), at
+        the WIDE_ROWS shape that `wide_for` names where it names one; else the register kernel for rows that
+        fit a block, the streaming one beyond. `aligned`: the operands meet `vector_ok`."""
+        ok = aligned and n <= vector_cols(dt)
         if dt not in self.vec:
             if path == "vector":
                 raise ValueError(
                     f"path: 'vector' has no {dt} kernel; use 'auto' or 'scalar' for {dt} operands"
                 )
             choose(path, dt, False)  # the same check of the path's name
+        elif path == "vector" and aligned and not ok:
+            raise ValueError(
+                f"path: 'vector' holds rows of up to {vector_cols(dt)} columns in {dt}, not {n}; "
+                "use 'auto' or 'scalar' (the streaming kernel)"
+            )
         elif choose(path, dt, ok) or (ok and path == "auto" and dt in self.row and not SIMULATED):
+            shape = wide_for(dt, n)
+            if shape is not None and (dt, shape) in self.wide_k:
+                return self.wide_k[(dt, shape)], shape.threads, min(rows, MAX_GRID)
             entry = self.row.get(dt)
             if entry is None:
                 return self.vec[dt], BLOCK, min(rows, MAX_GRID)
@@ -197,6 +291,7 @@ class RowKernels:
             if dt in fns
         ]
         out += [(f"{self.name}_row_{dt.name}", fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()]
+        out += [(f"{self.name}_{c.label}_{dt.name}", fn, sigs[dt]) for (dt, c), fn in self.wide.items()]
         return tuple(out)
 
 
@@ -211,20 +306,29 @@ class RowCases(TypedDict):
     special_cases: tuple[Case, ...]
 
 
+# GPU verify rows (rows, cols) for the WIDE_ROWS shapes, 16-byte aligned in fp16 / bf16: 1024 (128 x 8),
+# 5120 and 8192 (512 x 16), 16384 (1024 x 16), 32768 (1024 x 32); fp32 streams them
+_WIDE_VERIFY = ((257, 1024), (65, 5120), (33, 8192), (17, 16384), (9, 32768))
+
+
 def row_cases() -> RowCases:
     """sim: 3 rows of 133 (register path: <= 32 threads x PER), 2 rows of 601 (streaming path, its
     4-wide unrolled loop and its tail); verify: odd widths on both paths (1001 and 64: registers, 5003:
-    streaming);
+    streaming), and on a GPU the aligned widths of every WIDE_ROWS shape (_WIDE_VERIFY);
     bench: 16384 x 4096, 537 MB (fp32) / 268 MB (fp16) moved; specials (kernels.registry.poison): rows 0, 2,
     3 hold NaN, +inf, -inf; 136 columns (the vector / fp16 row kernel on a GPU, registers in the simulator),
-    601 (registers on a GPU, streaming in the simulator) and on a GPU 5003 (streaming)."""
+    601 (registers on a GPU, streaming in the simulator) and on a GPU 5003 (streaming) and 8200 (the
+    1024 x 16 shape in fp16 / bf16, its padding lanes beside the specials)."""
     return RowCases(
         sim_cases=_cases([("tiny-odd", 3, 133), ("long-odd", 2, 601)]),
-        verify_cases=_cases([("odd", 37, 1001), ("wide-odd", 129, 5003), ("narrow", 1031, 64)]),
+        verify_cases=_cases(
+            [("odd", 37, 1001), ("wide-odd", 129, 5003), ("narrow", 1031, 64)]
+            + ([] if SIMULATED else [(f"wide-{n}", m, n) for m, n in _WIDE_VERIFY])
+        ),
         bench_cases=_cases([("16384x4096", 16384, 4096)]),
         special_cases=_cases(
             [("specials", 4, 136), ("specials-odd", 4, 601)]
-            + ([] if SIMULATED else [("specials-long", 4, 5003)]),
+            + ([] if SIMULATED else [("specials-long", 4, 5003), ("specials-wide", 4, 8200)]),
             **{SPECIALS: 1},
         ),
     )
@@ -237,6 +341,8 @@ def row_path_of(op: str) -> Any:
     def path(case: Case) -> str:
         p = row_path(case)
         dt = np.dtype(case.dtype)
+        if p == "vector" and (shape := wide_for(dt, case.params["cols"])) is not None:
+            return shape.label
         config = ROW_KERNELS.get(op, {}).get(dt)
         if config is None or SIMULATED or p == "stream" or (case.params["cols"] * dt.itemsize) % VEC_BYTES:
             return p
@@ -255,7 +361,8 @@ def row_choice_of(op: str) -> Any:
         if SIMULATED:
             return Choice(p, "simulated", "the CUDA simulator runs the register or streaming kernel")
         if p == "stream":
-            return Choice(p, "fallback", f"rows of {n} columns pass the {BLOCK * PER} a block holds in "
+            held = vector_cols(dt) if (n * dt.itemsize) % VEC_BYTES == 0 else BLOCK * PER
+            return Choice(p, "fallback", f"rows of {n} columns pass the {held} a block holds in "
                           "registers: the streaming kernel")  # fmt: skip
         if (n * dt.itemsize) % VEC_BYTES and (dt in AUTO_VECTOR or dt in ROW_KERNELS.get(op, {})):
             return Choice(p, "fallback", f"rows of {n * dt.itemsize} bytes are not a multiple of "
@@ -264,6 +371,9 @@ def row_choice_of(op: str) -> Any:
             return Choice(p, "primary", f"{dt}: {VEC_BYTES}-byte vector loads, the row in registers")
         if p == "register":
             return Choice(p, "primary", f"{dt}: the row in registers, one element per load")
+        if (shape := wide_for(dt, n)) is not None:
+            return Choice(p, "primary", f"{dt}: {VEC_BYTES}-byte vector loads, the row in the registers of "
+                          f"{shape.threads} threads x {shape.per} values (rows.WIDE_ROWS)")  # fmt: skip
         return Choice(p, "primary", f"{dt}: the kernel tuned for it (rows.ROW_KERNELS[{op!r}])")
 
     return choose
@@ -272,11 +382,12 @@ def row_choice_of(op: str) -> Any:
 def row_path(case: Case) -> str:
     """The kernel a row op's "auto" launcher takes for `case` on this machine (verify/bench record it):
     "vector" (16-byte loads; device allocations are 256-byte aligned, so only the row length decides),
-    "register" (rows of <= BLOCK * PER, scalar loads) or "stream" (longer rows)."""
+    "register" (rows of <= BLOCK * PER, scalar loads) or "stream" (longer rows). The vector path of the
+    WIDE_DTYPES holds rows past BLOCK * PER too (vector_cols); row_path_of names its shape."""
     n = case.params["cols"]
     dt = np.dtype(case.dtype)
+    if not SIMULATED and dt in AUTO_VECTOR and (n * dt.itemsize) % VEC_BYTES == 0 and n <= vector_cols(dt):
+        return "vector"
     if n > BLOCK * PER:
         return "stream"
-    if not SIMULATED and dt in AUTO_VECTOR and (n * dt.itemsize) % VEC_BYTES == 0:
-        return "vector"
     return "register"

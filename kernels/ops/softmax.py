@@ -17,8 +17,11 @@ Kernels, one block of 256 threads per row:
     merge across the block with the same rule. Pass 2 re-reads the row from L1/L2 and writes.
   - bf16 (`ml_dtypes.bfloat16`, the same dtype as residual_add / cast): the register and streaming kernels
     above, built from the same bodies with kernels.ops.rows.WORDS: uint16 words widened exactly to fp32,
-    fp32 arithmetic, one round to nearest even on the store (NaN stays NaN). No vector kernel yet: "auto"
-    takes the register kernel (streaming for rows past BLOCK * PER), "vector" is refused.
+    fp32 arithmetic, one round to nearest even on the store (NaN stays NaN); on a GPU the blocked vector
+    kernel of fp16 (ROW_KERNELS), moving the words as 16-byte vectors of 8.
+  - Vector rows in fp16 / bf16 outside its 4096 columns: the blocked kernel at a kernels.ops.rows WIDE_ROWS
+    shape (128 x 8 up to 1024 x 32 threads x values, rows.wide_for), so rows of up to 32768 columns are read
+    once instead of streamed twice.
 Rows that are entirely -inf give NaN, as the float64 reference does.
 """
 
@@ -38,6 +41,7 @@ from kernels.ops.rows import (
     RowIO,
     RowKernels,
     VectorRows,
+    WideRows,
     row_cases,
     row_choice_of,
     row_path_of,
@@ -273,6 +277,9 @@ def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
     if isinstance(config, BlockedRows):
         c = config
         return make_rows_blocked(width, c.threads, c.per, c.min_blocks, c.fastmath), c.threads, False
+    if isinstance(config, WideRows):  # the fp16 "auto" kernel (BlockedRows, fastmath) at that shape
+        w = config
+        return make_rows_blocked(width, w.threads, w.per, w.min_blocks, True), w.threads, False
     raise ValueError(f"softmax: no row kernel for {config}")
 
 
@@ -299,8 +306,8 @@ def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> 
     oo = arrays.output("out", out, sync, xo.shape, xo.dtype)
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
-    ok = n <= BLOCK * PER and vector_ok((xo.ptr, oo.ptr), n * xo.dtype.itemsize)
-    k, block, grid = _K.pick(path, xo.dtype, ok, n, xr.shape[0])
+    aligned = vector_ok((xo.ptr, oo.ptr), n * xo.dtype.itemsize)
+    k, block, grid = _K.pick(path, xo.dtype, aligned, n, xr.shape[0])
     args = (xr, arrays.as_rows(oo))
     k.launch(grid, block, args, stream=stream)
     if out is not None and xo.host is None and oo.host is None:

@@ -25,17 +25,18 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, uint32
 
-from kernels.runtime.arrays import SIMULATED
+from kernels.primitives.bf16 import WORD, bf16_to_f32, f32_to_bf16
+from kernels.runtime.arrays import BF16, SIMULATED
 
 VEC_BYTES = 16
 PATHS = ("auto", "scalar", "vector")
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 # elements per 16-byte vector
-WIDTH: dict[np.dtype, int] = {F32: 4, F16: 8}
+WIDTH: dict[np.dtype, int] = {F32: 4, F16: 8, BF16: 8}
 # dtypes whose "auto" path is the vector one on a GPU. fp32 already reaches 0.91-1.03 of copy with scalar
 # loads (4 B per lane = 128 B per warp instruction); its vector kernels exist and are timed side by side
 # (benchmarks/notes-memory.md), but stay opt-in until they are measured to be no slower.
-AUTO_VECTOR: tuple[np.dtype, ...] = (F16,)
+AUTO_VECTOR: tuple[np.dtype, ...] = (F16, BF16)
 
 
 def vector_ok(ptrs: Iterable[int], row_bytes: int) -> bool:
@@ -66,19 +67,35 @@ def _intrinsics() -> tuple[Any, Any]:
     from numba.core import types
     from numba.cuda.extending import intrinsic
 
+    i32 = ir.IntType(32)
+
     def _vec(
         context: Any, builder: Any, arr_ty: Any, arr: Any, idx_ty: Any, idx: Any
     ) -> tuple[Any, Any, int]:
-        """A pointer to element `idx` of `arr` as a 16-byte vector in global memory, and the vector width."""
+        """A pointer to element `idx` of `arr` as a 16-byte vector in global memory, its element type, and the
+        array elements it holds. bf16 words (uint16 arrays) move as 4 x i32, two words each: NVPTX has no
+        8-wide 16-bit integer load, and splits <8 x i16> into two 8-byte loads."""
         ary = context.make_array(arr_ty)(context, builder, arr)
         i = context.cast(builder, idx, idx_ty, types.intp)
         # numba stores float16 as i16 (its data model); the vector is typed half so LLVM converts it directly
-        elem = ir.HalfType() if arr_ty.dtype == types.float16 else ir.FloatType()
+        elem = {types.float16: ir.HalfType(), types.uint16: i32}.get(arr_ty.dtype, ir.FloatType())
         width = VEC_BYTES // (arr_ty.dtype.bitwidth // 8)
+        lanes = 4 if arr_ty.dtype == types.uint16 else width
         p = builder.gep(ary.data, [i])
         gp = builder.addrspacecast(p, ir.PointerType(p.type.pointee, 1))  # 1 = global
-        vp = builder.bitcast(gp, ir.PointerType(ir.VectorType(elem, width), 1))
+        vp = builder.bitcast(gp, ir.PointerType(ir.VectorType(elem, lanes), 1))
         return vp, elem, width
+
+    def _bf16_word(builder: Any, x: Any) -> Any:
+        """kernels.primitives.bf16.f32_to_bf16 on an fp32 value, as the low 16 bits of an i32: round to
+        nearest even on the bits; NaN kept NaN (quiet bit set); overflow to +-inf as IEEE rounding does."""
+        u = builder.bitcast(x, i32)
+        hi = builder.lshr(u, ir.Constant(i32, 16))
+        odd = builder.and_(hi, ir.Constant(i32, 1))
+        rne = builder.lshr(builder.add(builder.add(u, ir.Constant(i32, 0x7FFF)), odd), ir.Constant(i32, 16))
+        mag = builder.and_(u, ir.Constant(i32, 0x7FFFFFFF))
+        nan = builder.icmp_unsigned(">", mag, ir.Constant(i32, 0x7F800000))
+        return builder.select(nan, builder.or_(hi, ir.Constant(i32, 0x40)), rne)
 
     def _local_slot(context: Any, builder: Any, loc_ty: Any, loc: Any, off_ty: Any, off: Any, k: int) -> Any:
         la = context.make_array(loc_ty)(context, builder, loc)
@@ -86,8 +103,8 @@ def _intrinsics() -> tuple[Any, Any]:
         return builder.gep(la.data, [builder.add(o, ir.Constant(o.type, k))])
 
     def _check(arr: Any, loc: Any) -> None:
-        if not isinstance(arr, types.Array) or arr.dtype not in (types.float16, types.float32):
-            raise TypeError(f"vector access needs a float16 or float32 array, got {arr}")
+        if not isinstance(arr, types.Array) or arr.dtype not in (types.float16, types.float32, types.uint16):
+            raise TypeError(f"vector access needs a float16, float32 or uint16 (bf16 words) array, got {arr}")
         if not isinstance(loc, types.Array) or loc.dtype != types.float32:
             raise TypeError(f"vector access needs a float32 local array, got {loc}")
 
@@ -99,11 +116,20 @@ def _intrinsics() -> tuple[Any, Any]:
         def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
             vp, elem, width = _vec(context, builder, sig.args[2], args[2], sig.args[3], args[3])
             v = builder.load(vp, align=VEC_BYTES)
-            for k in range(width):
-                e = builder.extract_element(v, ir.Constant(ir.IntType(32), k))
-                if elem != ir.FloatType():
-                    e = builder.fpext(e, ir.FloatType())
+
+            def put(k: int, e: Any) -> None:
                 builder.store(e, _local_slot(context, builder, sig.args[0], args[0], sig.args[1], args[1], k))
+
+            if elem == i32:  # bf16 words, little-endian pairs: the fp32 of a word is the word << 16 (exact)
+                for k in range(4):
+                    w = builder.extract_element(v, ir.Constant(i32, k))
+                    put(2 * k, builder.bitcast(builder.shl(w, ir.Constant(i32, 16)), ir.FloatType()))
+                    hi = builder.and_(w, ir.Constant(i32, 0xFFFF0000))
+                    put(2 * k + 1, builder.bitcast(hi, ir.FloatType()))
+                return context.get_dummy_value()
+            for k in range(width):
+                e = builder.extract_element(v, ir.Constant(i32, k))
+                put(k, e if elem == ir.FloatType() else builder.fpext(e, ir.FloatType()))
             return context.get_dummy_value()
 
         return sig, codegen
@@ -115,12 +141,25 @@ def _intrinsics() -> tuple[Any, Any]:
 
         def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
             vp, elem, width = _vec(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            v = ir.Constant(ir.VectorType(elem, width), ir.Undefined)
-            for k in range(width):
-                e = builder.load(_local_slot(context, builder, sig.args[2], args[2], sig.args[3], args[3], k))
-                if elem != ir.FloatType():
-                    e = builder.fptrunc(e, elem)  # round to nearest even, as float16(x) does
-                v = builder.insert_element(v, e, ir.Constant(ir.IntType(32), k))
+
+            def get(k: int) -> Any:
+                return builder.load(
+                    _local_slot(context, builder, sig.args[2], args[2], sig.args[3], args[3], k)
+                )
+
+            if elem == i32:  # bf16: two rounded words per i32, the even element in the low half
+                v = ir.Constant(ir.VectorType(i32, 4), ir.Undefined)
+                for k in range(4):
+                    lo, hi = _bf16_word(builder, get(2 * k)), _bf16_word(builder, get(2 * k + 1))
+                    w = builder.or_(builder.shl(hi, ir.Constant(i32, 16)), lo)
+                    v = builder.insert_element(v, w, ir.Constant(i32, k))
+            else:
+                v = ir.Constant(ir.VectorType(elem, width), ir.Undefined)
+                for k in range(width):
+                    e = get(k)
+                    if elem != ir.FloatType():
+                        e = builder.fptrunc(e, elem)  # round to nearest even, as float16(x) does
+                    v = builder.insert_element(v, e, ir.Constant(i32, k))
             builder.store(v, vp, align=VEC_BYTES)
             return context.get_dummy_value()
 
@@ -215,13 +254,15 @@ if SIMULATED:
 
     @cuda.jit(device=True)
     def ldg_into(dst, off, arr, idx):  # type: ignore[no-untyped-def]
+        words = arr.dtype == WORD
         for k in range(VEC_BYTES // arr.dtype.itemsize):
-            dst[off + k] = float32(arr[idx + k])
+            dst[off + k] = bf16_to_f32(arr[idx + k]) if words else float32(arr[idx + k])
 
     @cuda.jit(device=True)
     def stg_from(arr, idx, src, off):  # type: ignore[no-untyped-def]
+        words = arr.dtype == WORD
         for k in range(VEC_BYTES // arr.dtype.itemsize):
-            arr[idx + k] = src[off + k]
+            arr[idx + k] = f32_to_bf16(src[off + k]) if words else src[off + k]
 
 else:
     ldg_into, stg_from = _intrinsics()

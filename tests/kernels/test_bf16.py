@@ -18,7 +18,7 @@ from kernels.ops.cast import cast
 from kernels.ops.gemm import gemm
 from kernels.ops.o_proj import o_proj
 from kernels.ops.residual_add import residual_add
-from kernels.ops.rows import RowIO
+from kernels.ops.rows import WIDE_ROWS, RowIO, for_machine, wide_for
 from kernels.primitives.bf16 import bf16_to_f32, f32_bits, f32_to_bf16
 from kernels.registry import Case
 from kernels.runtime.arrays import BF16
@@ -106,11 +106,70 @@ def test_row_ops_bf16_round_the_float64_result(op: str, rows: int, cols: int) ->
     np.testing.assert_array_equal(_call(op, args, path="scalar").view(np.uint16), out.view(np.uint16))
 
 
+# bf16 rows of every vector shape the simulator runs (kernels.ops.rows.wide_for there: 32 / 256 / 512 / 1024
+# columns a block, 1/32 of their threads, as many values per thread; the op's own BLOCK x PER kernel holds
+# 512): 24 -> the 128 x 8 shape, 200 -> 512 x 16, 384 -> the op's own (no smaller shape holds it),
+# 1000 -> 1024 x 32. The third field: the WIDE_ROWS index of the shape, None for the op's own.
+VECTOR_SHAPES = [(3, 24, 0), (2, 200, 1), (2, 384, None), (2, 1000, 3)]
+
+
 @needs_device
-def test_row_ops_bf16_refuse_the_vector_path() -> None:
-    args, _ = _row_problem("softmax", 2, 64, seed=0)
-    with pytest.raises(ValueError, match="path: 'vector' has no bfloat16 kernel"):
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
+@pytest.mark.parametrize(("rows", "cols", "shape"), VECTOR_SHAPES)
+def test_row_ops_bf16_vector_rounds_the_float64_result(op: str, rows: int, cols: int, shape: Any) -> None:
+    assert wide_for(BF16, cols) == (None if shape is None else for_machine(WIDE_ROWS[shape]))
+    args, ref = _row_problem(op, rows, cols, seed=rows + cols)
+    out = _call(op, args, path="vector")
+    o = out.astype(np.float64)
+    assert _rounded_share(out, ref) >= 0.99
+    assert np.linalg.norm(o - ref) / np.linalg.norm(ref) <= 2.0**-8
+    assert np.abs(o - ref).max() <= 2.0**-8 * np.abs(ref).max()
+    same = np.mean(_call(op, args, path="scalar").view(np.uint16) == out.view(np.uint16))
+    assert same >= 0.99  # fp32 sums in another order: a rare word one ulp apart
+
+
+@needs_device
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's threads warn on NaN arithmetic
+def test_row_ops_bf16_vector_path_keeps_nan_and_inf(op: str) -> None:
+    args, _ = _row_problem(op, 4, 200, seed=5)
+    x = args[0].copy()
+    x[0, 3] = np.nan
+    x[1, 7] = np.inf
+    out = _call(op, (x, *args[1:]), path="vector").astype(np.float64)
+    ref = _call(op, (x, *args[1:]), path="scalar").astype(np.float64)
+    assert np.isnan(out[0]).all() and np.isnan(out[1]).any()  # the NaN row; the inf row where inf meets inf
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    fin = ~np.isnan(ref)
+    np.testing.assert_allclose(out[fin], ref[fin], rtol=2.0**-7, atol=0)
+
+
+@needs_device
+def test_residual_add_bf16_vector_path_rounds_once() -> None:
+    rng = np.random.default_rng(11)
+    # (3, 200): one full vector tile (32 threads x 2 vectors x 8 words under the simulator) and a scalar tail
+    x = rng.standard_normal((3, 200)).astype(BF16)
+    r = rng.standard_normal((3, 200)).astype(BF16)
+    x[0, 0], x[0, 1], r[0, 2] = np.nan, np.inf, -np.inf
+    x[1, 0], r[1, 0] = 1.0, 2.0**-8  # a tie: 1 + 2^-8 rounds to even, 1.0
+    x[1, 1], r[1, 1] = 1.0 + 2.0**-7, 2.0**-8  # a tie to the odd side: up to 1 + 2^-6
+    out = residual_add(x, r, path="vector")
+    with np.errstate(invalid="ignore"):
+        ref = (x.astype(np.float64) + r.astype(np.float64)).astype(BF16)
+    nan = np.isnan(ref.astype(np.float32))
+    assert np.array_equal(np.isnan(out.astype(np.float32)), nan)
+    assert np.array_equal(out.view(np.uint16)[~nan], ref.view(np.uint16)[~nan])
+    assert out[1, 0] == 1.0 and out[1, 1] == 1.0 + 2.0**-6
+
+
+@needs_device
+def test_row_ops_bf16_vector_path_refusals() -> None:
+    args, _ = _row_problem("softmax", 2, 37, seed=0)  # 74-byte rows: not a multiple of 16
+    with pytest.raises(ValueError, match="path: 'vector' needs 16-byte aligned pointers"):
         softmax.softmax(*args, path="vector")
+    long_rows, _ = _row_problem("softmax", 1, 2048 if verify.SIMULATED else 65536, seed=0)
+    with pytest.raises(ValueError, match="path: 'vector' holds rows of up to"):
+        softmax.softmax(*long_rows, path="vector")
     with pytest.raises(TypeError, match="weight: dtype float16 must match x's dtype bfloat16"):
         rmsnorm.rmsnorm(np.ones((2, 8), BF16), np.ones(8, np.float16))
 
