@@ -269,7 +269,9 @@ class RowKernels:
             )
         elif choose(path, dt, ok) or (ok and path == "auto" and dt in self.row and not SIMULATED):
             shape = wide_for(dt, n)
-            if shape is not None and (dt, shape) in self.wide_k:
+            if shape is not None:
+                if (dt, shape) not in self.wide_k:  # the op was built without it: never fall back silently
+                    raise RuntimeError(f"{self.name}: no {shape.label} kernel built for {dt} rows of {n}")
                 return self.wide_k[(dt, shape)], shape.threads, min(rows, MAX_GRID)
             entry = self.row.get(dt)
             if entry is None:
