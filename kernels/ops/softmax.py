@@ -291,8 +291,8 @@ _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.lau
 
 def softmax(x: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> Any:
     """Numerically stable softmax over the last dimension of x (any ndim >= 1).
-    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose; vector covers rows of <= BLOCK *
-    PER)."""
+    `path`: "auto", "scalar" or "vector" (kernels.primitives.vector.choose; vector covers aligned rows of up
+    to kernels.ops.rows.vector_cols columns: BLOCK * PER, or 32768 in fp16 / bf16 on a GPU)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, out), path)
         if bound is not None:

@@ -9,6 +9,9 @@ the technique kernels/ops/gemm/__init__.py uses for shared memory, here in addre
   ldg_into(dst, off, arr, i): dst[off + k] = float32(arr[i + k]) for k < width(arr)  (one 16-byte load)
   stg_from(arr, i, src, off): arr[i + k] = src[off + k] for k < width(arr)            (one 16-byte store)
 
+A uint16 `arr` is bf16 as raw words (kernels.primitives.bf16): the load widens each word exactly (a shift
+into the high half), the store rounds to nearest even in integer arithmetic and keeps NaN a quiet NaN; both
+move the 8 words as one `<4 x i32>`.
 `dst`/`src` are float32 local arrays indexed with constants after unrolling, so they stay in registers.
 The caller guarantees alignment: `arr`'s element `i` must sit on a 16-byte boundary (see `vector_ok`).
 
