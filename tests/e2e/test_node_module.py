@@ -490,14 +490,18 @@ def test_truncated_artifact_refused_when_no_sha256_was_given(
     assert result.results["n1"]["outcome"] == "refused"
 
 
-def _opened_elsewhere(path: Path) -> bool:
-    """Another process than this one holds `path` open (Linux: /proc/<pid>/fd links)."""
+def _opened_elsewhere(path: Path, by: str = "solfleet_release") -> bool:
+    """A process running `by` (its command line names it: the node module, AnsiballZ_solfleet_release.py)
+    holds `path` open (Linux: /proc/<pid>/fd links). Not just any other process: a child forked from this
+    one holds this process's descriptors until it execs, and under load that came seconds before the module
+    itself opened the lock (the releaser then let go before the module tried: lock_wait 0.0)."""
     target = str(path)
     for fd_dir in Path("/proc").glob("[0-9]*/fd"):
         if fd_dir.parent.name == str(os.getpid()):
             continue
         try:
-            if any(os.readlink(fd) == target for fd in fd_dir.iterdir()):
+            opened = any(os.readlink(fd) == target for fd in fd_dir.iterdir())
+            if opened and by.encode() in (fd_dir.parent / "cmdline").read_bytes():
                 return True
         except OSError:
             continue  # gone, or not ours to read
