@@ -19,7 +19,15 @@ Kernels: rmsnorm's (kernels/ops/rmsnorm.py), one block of BLOCK threads per row,
     rmsnorm's own tail (`reg_norm_store`) reduces and writes out from registers.
   - streaming (longer rows): pass 1 adds, stores and squares with four elements in flight per thread; pass
     2 is rmsnorm's (`stream_scale`) over the new residual, read back from L1/L2.
-No 16-byte vector kernel yet: "auto" and "scalar" take the kernels above, "vector" is refused.
+  - vector (16-byte aligned x, residual, weight, out; rows a multiple of 16 bytes): rmsnorm's vector kernel
+    with the add in front. Each thread loads its x vectors (all in flight), then its residual vectors
+    added on top (all in flight, before any store), rounds the sums in registers to the dtype
+    (kernels.primitives.vector.round_like: what storing and reloading gives), stores them to residual as
+    16-byte vectors, and reduces and writes `out` from the same registers. Rows of up to BLOCK * PER at
+    BLOCK threads; fp16 / bf16 rows at rmsnorm's kernels.ops.rows.WIDE_ROWS shapes (128 x 8 to 1024 x 32
+    threads x values, by rows.wide_for), so rows of up to 32768 columns are read once instead of streamed.
+`path="auto"` takes the vector kernel for fp16 / bf16 on a GPU when aligned
+(kernels.primitives.vector.choose), as rmsnorm does; fp32 keeps the register kernel (opt-in "vector").
 Aliasing: out may be x itself (vLLM writes the normed rows over its input); residual may overlap neither x
 nor out, and weight may overlap neither residual nor out (refused with one line each).
 """
@@ -33,11 +41,23 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from kernels.ops.rmsnorm import reg_norm_store, stream_scale
-from kernels.ops.rows import BF16_ELEM_TOL, BF16_TOL, RowIO, RowKernels, row_cases
-from kernels.primitives.reductions import BLOCK, PER, ROW_JIT, block_sum
-from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
+from kernels.ops.rows import (
+    BF16_ELEM_TOL,
+    BF16_TOL,
+    RowConfig,
+    RowIO,
+    RowKernels,
+    WideRows,
+    row_cases,
+    row_choice_of,
+    row_path_of,
+    vec_jit,
+)
+from kernels.primitives.reductions import BLOCK, PER, ROW_JIT, block_sum, make_block_sum, row_slots
+from kernels.primitives.vector import ldg_into, make_row_io, round_like, stg_from, vector_ok
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
-from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync
+from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, HostSync
 from kernels.runtime.launch import FastCache, OverlapGuard
 
 
@@ -129,6 +149,63 @@ def _make_reg(io: RowIO):  # type: ignore[no-untyped-def]
     return _fused_add_rmsnorm_reg
 
 
+def _make_vec(  # type: ignore[no-untyped-def]
+    width: int, threads: int = BLOCK, per: int = PER, min_blocks: int = 0
+):
+    """The vector kernel: `threads` x `per` values per row in registers (rows of <= threads * per), 16-byte
+    loads and stores; BLOCK x PER under VEC_ROW_JIT's register cap, other shapes (kernels.ops.rows.WIDE_ROWS)
+    under launch_bounds(threads, min_blocks) (kernels.ops.rows.vec_jit)."""
+    load_row, col_of = make_row_io(width, threads, per)
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm = 2 * slots  # a compile-time constant for the shared array (numba folds names, not expressions)
+    nv = per // width
+
+    @cuda.jit(**vec_jit(threads, min_blocks, False))
+    def k(x, r, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)  # two halves: consecutive rows alternate (reductions)
+        v = cuda.local.array(per, float32)
+        t = cuda.local.array(width, float32)
+        rows = x.shape[0]
+        n = x.shape[1]
+        row = cuda.blockIdx.x
+        base = 0
+        while row < rows:
+            rr = r[row]
+            load_row(v, x[row], n, float32(0.0))
+            for q in range(nv):  # every residual load issues before the first store
+                if col_of(q) < n:
+                    ldg_into(t, 0, rr, col_of(q))
+                    for e in range(width):
+                        v[q * width + e] = round_like(rr, v[q * width + e] + t[e])
+            for q in range(nv):
+                if col_of(q) < n:
+                    stg_from(rr, col_of(q), v, q * width)
+            acc = float32(0.0)
+            for e in range(per):
+                acc += v[e] * v[e]
+            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
+            base = slots - base
+            orow = out[row]
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    ldg_into(t, 0, w, col)
+                    for e in range(width):
+                        t[e] = v[q * width + e] * inv * t[e]
+                    stg_from(orow, col, t, 0)
+            row += cuda.gridDim.x
+
+    return k
+
+
+def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
+    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows WIDE_ROWS shape."""
+    if isinstance(config, WideRows):
+        c = config
+        return _make_vec(width, c.threads, c.per, c.min_blocks), c.threads, False
+    raise ValueError(f"fused_add_rmsnorm: no row kernel for {config}")
+
+
 _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[:, ::1], float16[::1], float16[:, ::1], float32)",
@@ -136,7 +213,7 @@ _SIGS: dict[np.dtype, str] = {
 }
 
 _K = RowKernels(
-    "fused_add_rmsnorm", _SIGS, stream=_make_stream, reg=_make_reg, make_vec=None, row_kernel=None
+    "fused_add_rmsnorm", _SIGS, stream=_make_stream, reg=_make_reg, make_vec=_make_vec, row_kernel=_row_kernel
 )
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 # aliasing, over the operands (x, residual, weight, out): kernels.runtime.arrays.Overlap
@@ -160,8 +237,9 @@ def fused_add_rmsnorm(
     path: str = "auto",
 ) -> Any:
     """residual <- x + residual (rounded to the dtype, in place); returns out = rmsnorm(residual) * weight
-    over the last dimension (any ndim >= 1; weight [x.shape[-1]]). `out` may be x itself. `path`: "auto" or
-    "scalar" (both the register kernel for rows of <= BLOCK * PER, streaming beyond); "vector" is refused."""
+    over the last dimension (any ndim >= 1; weight [x.shape[-1]]). `out` may be x itself. `path`: "auto",
+    "scalar" (the register kernel for rows of <= BLOCK * PER, streaming beyond) or "vector" (16-byte aligned
+    operands; rows of up to rows.vector_cols columns)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, residual, weight, out), (eps, path))
         if bound is not None:
@@ -181,7 +259,8 @@ def fused_add_rmsnorm(
     arrays.check_overlaps((xo, ro, wo, oo), _OVERLAPS)
     xr = arrays.as_rows(xo)
     n = xr.shape[1]
-    k, block, grid = _K.pick(path, xo.dtype, False, n, xr.shape[0])
+    aligned = vector_ok((xo.ptr, ro.ptr, wo.ptr, oo.ptr), n * xo.dtype.itemsize)
+    k, block, grid = _K.pick(path, xo.dtype, aligned, n, xr.shape[0])
     args = (xr, arrays.as_rows(ro), wo, arrays.as_rows(oo), e)
     k.launch(grid, block, args, stream=stream)
     if out is not None and all(o.host is None for o in (xo, ro, wo, oo)):
@@ -244,20 +323,6 @@ def _bytes(c: Case) -> float:
     return float((4 * c.params["rows"] + 1) * c.params["cols"] * it)
 
 
-def _path(case: Case) -> str:
-    return "register" if case.params["cols"] <= BLOCK * PER else "stream"
-
-
-def _choose(case: Case) -> Choice:
-    path = _path(case)
-    if SIMULATED:
-        return Choice(path, "simulated", "the CUDA simulator runs the register or streaming kernel")
-    if path == "stream":
-        return Choice(path, "fallback", f"rows of {case.params['cols']} columns pass the {BLOCK * PER} a "
-                      "block holds in registers: the streaming kernel")  # fmt: skip
-    return Choice(path, "primary", "the row in registers, one element per load (no vector kernel yet)")
-
-
 SPEC = register(
     OpSpec(
         name="fused_add_rmsnorm",
@@ -277,7 +342,7 @@ SPEC = register(
         cupy=_cupy,
         bound="memory",
         ptx_kernels=_K.ptx_kernels(),
-        path=_path,
-        choose=_choose,
+        path=row_path_of("fused_add_rmsnorm"),
+        choose=row_choice_of("fused_add_rmsnorm"),
     )
 )

@@ -79,10 +79,13 @@ def _add(a, b):  # type: ignore[no-untyped-def]
     return a + b
 
 
-def _make_vec_kernel(width: int, vunroll: int, io: RowIO):  # type: ignore[no-untyped-def]
-    """Tiles of THREADS x vunroll vectors: thread `tid`'s vector u covers elements
-    base + (u * THREADS + tid) * width ... + width - 1, so a warp's 32 vectors are 512 contiguous bytes.
-    `io` converts the elements of the last, partial tile (the vectors convert their own)."""
+def make_vec_tiles(width: int, vunroll: int, io: RowIO, fn: Any):  # type: ignore[no-untyped-def]
+    """The vector elementwise kernel k(x, r, out): out = fn(x, r) over flat arrays, as `make_tiles` but in
+    tiles of THREADS x vunroll 16-byte vectors per operand (kernels.primitives.vector.ldg_into / stg_from):
+    thread `tid`'s vector u covers elements base + (u * THREADS + tid) * width ... + width - 1, so a warp's
+    32 vectors are 512 contiguous bytes. Every load of a tile issues before the first `fn`. `io` converts
+    the elements of the last, partial tile (the vectors convert their own). Needs 16-byte aligned x, r,
+    out (`vector_ok`). residual_add: fn = add; swiglu: silu(a) * b."""
     per = width * vunroll
     load, store = io.load, io.store
 
@@ -102,13 +105,13 @@ def _make_vec_kernel(width: int, vunroll: int, io: RowIO):  # type: ignore[no-un
                 for u in range(vunroll):
                     ldg_into(b, u * width, r, base + (u * THREADS + tid) * width)
                 for e in range(per):
-                    a[e] += b[e]
+                    a[e] = fn(a[e], b[e])
                 for u in range(vunroll):
                     stg_from(out, base + (u * THREADS + tid) * width, a, u * width)
             else:  # the last, partial tile: one element per thread per step
                 i = base + tid
                 while i < n:
-                    out[i] = store(load(x[i]) + load(r[i]))
+                    out[i] = store(fn(load(x[i]), load(r[i])))
                     i += THREADS
             chunk += cuda.gridDim.x
 
@@ -126,7 +129,7 @@ _WORDS_DISPATCHER = make_tiles(UNROLL[BF16], WORDS, _add)
 _WORDS = kernel(_WORDS_DISPATCHER, _WORDS_SIG)
 _VEC_SIGS = {**_SIGS, BF16: _WORDS_SIG}
 _VEC_DISPATCHERS = {
-    dt: _make_vec_kernel(WIDTH[dt], VEC_UNROLL, WORDS if dt == BF16 else NATIVE) for dt in _VEC_SIGS
+    dt: make_vec_tiles(WIDTH[dt], VEC_UNROLL, WORDS if dt == BF16 else NATIVE, _add) for dt in _VEC_SIGS
 }
 _VEC = {dt: kernel(_VEC_DISPATCHERS[dt], sig) for dt, sig in _VEC_SIGS.items()}
 MAX_GRID = 2**31 - 1

@@ -18,10 +18,21 @@ with opposite signs). The reference is the same arithmetic in float64.
 Floors per element of x: 3 FLOP (two multiplies and an add per output); bytes = 2 * itemsize (read and
 write x) + the cos / sin tables, 2 * 4 * tokens * h, read once.
 
-Kernel: one block per token (a grid-stride loop past 2^31 - 1 tokens); thread q of the block takes the pairs
-q, q + THREADS, ... of the token's heads * h pairs, UNROLL of them per step (all loads, then all stores), so
-a warp reads 32 consecutive x1 elements, 32 x2 and 32 cos / sin of the same row (cached in L1: every head
-reads it). (head, j) of the next pair is updated without a division (THREADS = dh * h + dj, precomputed).
+Kernels:
+  - scalar: one block per token (a grid-stride loop past 2^31 - 1 tokens); thread q of the block takes the
+    pairs q, q + THREADS, ... of the token's heads * h pairs, UNROLL of them per step (all loads, then all
+    stores), so a warp reads 32 consecutive x1 elements, 32 x2 and 32 cos / sin of the same row (cached in
+    L1: every head reads it). (head, j) of the next pair is updated without a division (THREADS = dh * h +
+    dj, precomputed).
+  - vector (x, cos, sin 16-byte aligned and h * itemsize a multiple of 16: h % 8 == 0 for 16-bit x, so every
+    Llama / Mistral / Qwen head_dim): the flat index space of "pair vectors", W = 16 / itemsize pairs each
+    (W elements of x1, the W of x2 beside them, W cos and W sin), one pair vector per thread per step in
+    block-contiguous tiles; a thread's 16-byte loads of x1 and x2 and its W cos / sin (2 x 16 bytes each for
+    16-bit x) all issue before its two 16-byte stores. (token, head, j) by one uint32 division each, so the
+    kernel takes tensors of under 2^31 pair vectors (32 G elements of 16-bit x); larger ones run the scalar
+    kernel.
+`path="auto"` takes the vector kernel for fp16 / bf16 on a GPU when it applies
+(kernels.primitives.vector.choose); "scalar" and "vector" stay selectable so they can be timed side by side.
 """
 
 from __future__ import annotations
@@ -29,11 +40,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32, int64
+from numba import cuda, float32, int64, uint32
 
 from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
 from kernels.primitives.reductions import BLOCK
-from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_from, vector_ok
+from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, HostSync
 from kernels.runtime.launch import kernel
@@ -109,6 +121,46 @@ def _make_rope(load: Any, store: Any) -> Any:
     return k
 
 
+def _make_rope_vec(width: int) -> Any:
+    """The vector kernel for x elements of 16 / width bytes: x [tokens * heads * d] flat, cos / sin [tokens *
+    h] flat (fp32, read as width / 4 16-byte vectors per pair vector); heads, h as scalars; h % width == 0."""
+    cvec = width // 4  # 16-byte fp32 vectors of cos (and of sin) per pair vector
+
+    @cuda.jit
+    def k(x, cos, sin, heads, h):  # type: ignore[no-untyped-def]
+        a1 = cuda.local.array(width, float32)
+        a2 = cuda.local.array(width, float32)
+        cc = cuda.local.array(width, float32)
+        ss = cuda.local.array(width, float32)
+        hv = uint32(h // width)  # pair vectors per head
+        per_token = uint32(heads) * hv
+        total = cos.shape[0] // width  # tokens * hv: the pair vectors of one head, over all tokens
+        total *= heads
+        d = 2 * h
+        g = cuda.blockIdx.x * THREADS + cuda.threadIdx.x
+        while g < total:
+            t = uint32(g) // per_token
+            rem = uint32(g) - t * per_token
+            head = rem // hv
+            jw = (rem - head * hv) * uint32(width)
+            i = int64(t) * heads * d + int64(head) * d + jw
+            ci = int64(t) * h + jw
+            ldg_into(a1, 0, x, i)
+            ldg_into(a2, 0, x, i + h)
+            for q in range(cvec):
+                ldg_into(cc, 4 * q, cos, ci + 4 * q)
+                ldg_into(ss, 4 * q, sin, ci + 4 * q)
+            for e in range(width):
+                y1 = a1[e] * cc[e] - a2[e] * ss[e]
+                a2[e] = a2[e] * cc[e] + a1[e] * ss[e]
+                a1[e] = y1
+            stg_from(x, i, a1, 0)
+            stg_from(x, i + h, a2, 0)
+            g += cuda.gridDim.x * THREADS
+
+    return k
+
+
 _IN: dict[np.dtype, str] = {F32: "float32", F16: "float16", BF16: "uint16"}  # bf16 as its raw words
 _FNS = {
     F32: _make_rope(_widen, _same),
@@ -117,6 +169,9 @@ _FNS = {
 }
 _SIGS = {dt: f"void({t}[::1], float32[::1], float32[::1], int64, int64)" for dt, t in _IN.items()}
 _KERNELS = {dt: kernel(_FNS[dt], s) for dt, s in _SIGS.items()}
+_VEC_FNS = {dt: _make_rope_vec(WIDTH[dt]) for dt in _SIGS}
+_VEC = {dt: kernel(_VEC_FNS[dt], s) for dt, s in _SIGS.items()}
+VEC_LIMIT = 2**31  # pair vectors: the vector kernel's uint32 (token, head, j) arithmetic
 
 
 # x is rewritten in place while every token's cos / sin rows are read by all of its heads' threads
@@ -126,9 +181,11 @@ _OVERLAPS: tuple[arrays.Overlap, ...] = (
 )
 
 
-def rope(x: Any, cos: Any, sin: Any, *, stream: int = 0) -> Any:
+def rope(x: Any, cos: Any, sin: Any, *, stream: int = 0, path: str = "auto") -> Any:
     """Rotate x [tokens, heads, head_dim] in place by cos / sin [tokens, head_dim / 2] (fp32), NeoX layout
-    (see the module doc). Returns x (a numpy x is copied back)."""
+    (see the module doc). Returns x (a numpy x is copied back). `path`: "auto", "scalar" or "vector"
+    (kernels.primitives.vector.choose; "vector" needs 16-byte aligned x, cos, sin and head_dim / 2 elements
+    of x a multiple of 16 bytes)."""
     sync = HostSync()
     xo = arrays.operand("x", x, sync, writeback=True)
     arrays.check_dtype(xo, FLOAT_IO_BF16)
@@ -146,8 +203,14 @@ def rope(x: Any, cos: Any, sin: Any, *, stream: int = 0) -> Any:
         arrays.check_shape(op, (tokens, h), "x's tokens by head_dim / 2")
         arrays.check_contiguous(op)
     arrays.check_overlaps((xo, co, so), _OVERLAPS)
-    grid = max(1, min(MAX_GRID, tokens))
-    _KERNELS[xo.dtype].launch(grid, THREADS, (xo, co, so, heads, h), stream=stream)
+    dt = xo.dtype
+    w = WIDTH[dt]
+    ok = vector_ok((xo.ptr, co.ptr, so.ptr), h * dt.itemsize) and xo.size // (2 * w) < VEC_LIMIT
+    if choose(path, dt, ok):
+        grid = max(1, min(MAX_GRID, (xo.size // (2 * w) + THREADS - 1) // THREADS))
+        _VEC[dt].launch(grid, THREADS, (xo, co, so, heads, h), stream=stream)
+    else:
+        _KERNELS[dt].launch(max(1, min(MAX_GRID, tokens)), THREADS, (xo, co, so, heads, h), stream=stream)
     sync.finish()
     return x
 
@@ -215,6 +278,20 @@ def _bytes(c: Case) -> float:
     return float(2 * _elems(c) * np.dtype(c.dtype).itemsize + tables_bytes)
 
 
+def _choose(case: Case) -> Choice:
+    """What "auto" runs for a registry case (device allocations are aligned: dtype and head_dim decide)."""
+    dt = np.dtype(case.dtype)
+    h = case.params["head_dim"] // 2
+    if arrays.SIMULATED:
+        return Choice("scalar", "simulated", "the CUDA simulator runs the scalar kernel")
+    if dt not in AUTO_VECTOR:
+        return Choice("scalar", "primary", f"{dt}: one element per load, UNROLL pairs in flight per thread")
+    if (h * dt.itemsize) % 16:
+        return Choice("scalar", "fallback", f"head_dim / 2 = {h} elements of {dt} is not a multiple of 16 "
+                      "bytes: scalar loads instead of the vector kernel")  # fmt: skip
+    return Choice("vector", "primary", f"{dt}: 16-byte loads of x1, x2, cos and sin")
+
+
 def _cases(shapes: list[tuple[str, int, int, int]], **extra: int) -> tuple[Case, ...]:
     return tuple(
         Case(label, {"tokens": t, "heads": nh, "head_dim": d, **extra}, dt)
@@ -239,12 +316,18 @@ SPEC = register(
         elem_tolerance={"float32": 1e-5, "float16": 1e-3, "bfloat16": 5e-3},
         sim_cases=_cases([("tiny-odd", 3, 5, 38)]),
         verify_cases=_cases([("odd", 37, 7, 94), ("gqa-like", 1001, 3, 128)]),
-        special_cases=_cases([("specials", 4, 2, 34)], specials=1),
+        # head_dim 34: the scalar kernel; 128: the vector kernel on a GPU (the simulator runs it by path)
+        special_cases=_cases([("specials", 4, 2, 34), ("specials-aligned", 4, 2, 128)], specials=1),
         # 16384 tokens x 32 heads x 128: fp32 reads and writes 268 MB each (545 MB with the tables), 16-bit
         # 277 MB
         bench_cases=_cases([("16384x32x128", 16384, 32, 128)]),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=tuple((f"rope_{dt.name}", _FNS[dt], s) for dt, s in _SIGS.items()),
+        ptx_kernels=(
+            *((f"rope_{dt.name}", _FNS[dt], s) for dt, s in _SIGS.items()),
+            *((f"rope_vec_{dt.name}", _VEC_FNS[dt], s) for dt, s in _SIGS.items()),
+        ),
+        path=lambda c: _choose(c).path,
+        choose=_choose,
     )
 )

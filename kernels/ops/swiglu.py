@@ -6,11 +6,18 @@ fastmath) and rounded once to the input dtype on the store (fp16: numba's cast, 
 on the raw words, kernels/primitives/bf16.py).
 Floors per element: 4 FLOP (exp counted as one, add, divide, multiply); bytes = 3 * itemsize (two reads,
 one write). Bandwidth-bound: one expf per element through the SFUs is far below the memory time.
-Kernel: residual_add's scalar tiles (`make_tiles`: THREADS x UNROLL elements per block, every load of a
-tile in flight before the first exp), built per RowIO (NATIVE for fp32 / fp16, WORDS for bf16). No 16-byte
-vector kernel yet: "auto" and "scalar" take the tiles, "vector" is refused.
-Aliasing: out may be a or b itself (each element is read before the same thread writes it); any other
-overlap of out with a or b is refused.
+Kernels: residual_add's elementwise tiles with `silu_mul` in place of the add, built per RowIO (NATIVE for
+fp32 / fp16, WORDS for bf16):
+  - scalar (`make_tiles`): THREADS x UNROLL elements per block, every load of a tile in flight before the
+    first exp;
+  - vector (`make_vec_tiles`): THREADS x VEC_UNROLL 16-byte vectors per operand per block (8 halves or
+    bf16 words, 4 floats per `ld.global.v4.b32`), the last partial tile in scalar. Needs 16-byte aligned
+    a, b, out.
+`path="auto"` takes the vector kernel for fp16 / bf16 on a GPU when aligned
+(kernels.primitives.vector.choose), as residual_add does; "scalar" and "vector" stay selectable so they
+can be timed side by side.
+Aliasing: out may be a or b itself (each element, or 16-byte vector, is read before the same thread writes
+it); any other overlap of out with a or b is refused.
 """
 
 from __future__ import annotations
@@ -21,10 +28,10 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32
 
-from kernels.ops.residual_add import THREADS, UNROLL, grid_for, make_tiles
+from kernels.ops.residual_add import THREADS, UNROLL, VEC_UNROLL, grid_for, make_tiles, make_vec_tiles
 from kernels.ops.rows import BF16_ELEM_TOL, BF16_TOL, IO_OF
-from kernels.primitives.vector import choose
-from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
+from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, vector_ok
+from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, HostSync
 from kernels.runtime.launch import FastCache, OverlapGuard, kernel
@@ -46,6 +53,8 @@ _SIGS: dict[np.dtype, str] = {
 # one dispatcher per (RowIO, unroll): fp32 and fp16 share NATIVE's body, bf16 takes WORDS
 _DISPATCHERS = {dt: make_tiles(UNROLL[dt], IO_OF[dt], silu_mul) for dt in _SIGS}
 _KERNELS = {dt: kernel(_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
+_VEC_DISPATCHERS = {dt: make_vec_tiles(WIDTH[dt], VEC_UNROLL, IO_OF[dt], silu_mul) for dt in _SIGS}
+_VEC = {dt: kernel(_VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()}
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 # aliasing, over the operands (a, b, out): kernels.runtime.arrays.Overlap
 _OVERLAPS: tuple[arrays.Overlap, ...] = (
@@ -56,7 +65,8 @@ _OVERLAPS: tuple[arrays.Overlap, ...] = (
 
 def swiglu(a: Any, b: Any, out: Any = None, *, stream: int = 0, path: str = "auto") -> Any:
     """out = silu(a) * b. Returns `out` (a new device array when None; a numpy array when the inputs are
-    numpy). `out` may be a or b itself. `path`: "auto" or "scalar" (the same kernel); "vector" is refused."""
+    numpy). `out` may be a or b itself. `path`: "auto", "scalar" or "vector"
+    (kernels.primitives.vector.choose; "vector" needs 16-byte aligned operands)."""
     if out is not None:
         bound, ptrs = _FAST.find((a, b, out), path)
         if bound is not None:
@@ -71,11 +81,11 @@ def swiglu(a: Any, b: Any, out: Any = None, *, stream: int = 0, path: str = "aut
     arrays.check_like(bo, ao, "same as a")
     oo = arrays.output("out", out, sync, ao.shape, ao.dtype)
     arrays.check_overlaps((ao, bo, oo), _OVERLAPS)
-    if path == "vector":
-        raise ValueError("path: 'vector' has no swiglu kernel yet; use 'auto' or 'scalar'")
-    choose(path, ao.dtype, False)  # the same check of the path's name as the other ops
     dt = ao.dtype
-    k, grid = _KERNELS[dt], grid_for(ao.size, UNROLL[dt])
+    if choose(path, dt, vector_ok((ao.ptr, bo.ptr, oo.ptr), 0)):
+        k, grid = _VEC[dt], grid_for(ao.size, VEC_UNROLL * WIDTH[dt])
+    else:
+        k, grid = _KERNELS[dt], grid_for(ao.size, UNROLL[dt])
     k.launch(grid, THREADS, (ao, bo, oo), stream=stream)
     if out is not None and ao.host is None and bo.host is None and oo.host is None:
         span = ao.size * dt.itemsize
@@ -131,6 +141,16 @@ def _elems(c: Case) -> int:
     return c.params["rows"] * c.params["cols"]
 
 
+def _choose(case: Case) -> Choice:
+    """What "auto" runs for a registry case (device allocations are aligned, so only the dtype decides)."""
+    dt = np.dtype(case.dtype)
+    if arrays.SIMULATED:
+        return Choice("scalar", "simulated", "the CUDA simulator runs the scalar kernel")
+    if dt in AUTO_VECTOR:
+        return Choice("vector", "primary", f"{dt}: 16-byte vector loads")
+    return Choice("scalar", "primary", f"{dt}: coalesced scalar tiles, several loads in flight per thread")
+
+
 def _cases(shapes: list[tuple[str, int, int]], **extra: int) -> tuple[Case, ...]:
     return tuple(
         Case(label, {"rows": m, "cols": n, **extra}, dt)
@@ -163,7 +183,11 @@ SPEC = register(
         bench_cases=_cases([("16384x4096", 16384, 4096), ("4096x14336", 4096, 14336)]),
         cupy=_cupy,
         bound="memory",
-        ptx_kernels=tuple((f"swiglu_{dt.name}", _DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
-        path=lambda c: "scalar",
+        ptx_kernels=(
+            *((f"swiglu_{dt.name}", _DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
+            *((f"swiglu_vec_{dt.name}", _VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
+        ),
+        path=lambda c: _choose(c).path,
+        choose=_choose,
     )
 )

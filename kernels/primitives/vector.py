@@ -8,6 +8,9 @@ the technique kernels/ops/gemm/__init__.py uses for shared memory, here in addre
 
   ldg_into(dst, off, arr, i): dst[off + k] = float32(arr[i + k]) for k < width(arr)  (one 16-byte load)
   stg_from(arr, i, src, off): arr[i + k] = src[off + k] for k < width(arr)            (one 16-byte store)
+  round_like(arr, x):         x rounded to arr's element type and widened back to fp32, in registers: what
+                              storing x into arr and loading it back gives (fp16: round to nearest even;
+                              bf16 words: stg_from's rounding; fp32: x itself)
 
 A uint16 `arr` is bf16 as raw words (kernels.primitives.bf16): the load widens each word exactly (a shift
 into the high half), the store rounds to nearest even in integer arithmetic and keeps NaN a quiet NaN; both
@@ -65,7 +68,7 @@ def choose(path: str, dtype: np.dtype, ok: bool) -> bool:
     raise ValueError(f"path: {path!r} is not a path; expected one of: {', '.join(PATHS)}")
 
 
-def _intrinsics() -> tuple[Any, Any]:
+def _intrinsics() -> tuple[Any, Any, Any]:
     from llvmlite import ir
     from numba.core import types
     from numba.cuda.extending import intrinsic
@@ -168,7 +171,27 @@ def _intrinsics() -> tuple[Any, Any]:
 
         return sig, codegen
 
-    return ldg_into, stg_from
+    @intrinsic
+    def round_like(typingctx, arr, x):  # type: ignore[no-untyped-def]
+        if not isinstance(arr, types.Array) or arr.dtype not in (types.float16, types.float32, types.uint16):
+            raise TypeError(f"round_like needs a float16, float32 or uint16 (bf16 words) array, got {arr}")
+        if x != types.float32:
+            raise TypeError(f"round_like rounds a float32, got {x}")
+        sig = types.float32(arr, x)
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            v, dt = args[1], sig.args[0].dtype
+            if dt == types.float16:
+                return builder.fpext(builder.fptrunc(v, ir.HalfType()), ir.FloatType())
+            if dt == types.uint16:
+                return builder.bitcast(
+                    builder.shl(_bf16_word(builder, v), ir.Constant(i32, 16)), ir.FloatType()
+                )
+            return v
+
+        return sig, codegen
+
+    return ldg_into, stg_from, round_like
 
 
 def _raw_intrinsics() -> tuple[Any, Any]:
@@ -267,8 +290,14 @@ if SIMULATED:
         for k in range(VEC_BYTES // arr.dtype.itemsize):
             arr[idx + k] = f32_to_bf16(src[off + k]) if words else src[off + k]
 
+    @cuda.jit(device=True)
+    def round_like(arr, x):  # type: ignore[no-untyped-def]
+        if arr.dtype == WORD:
+            return bf16_to_f32(f32_to_bf16(x))
+        return float32(arr.dtype.type(x))
+
 else:
-    ldg_into, stg_from = _intrinsics()
+    ldg_into, stg_from, round_like = _intrinsics()
 
 
 def make_row_io(width: int, block: int, per: int) -> tuple[Any, Any]:

@@ -51,6 +51,45 @@ def test_residual_in_place_and_out_is_rmsnorm_of_it(dt, n):  # type: ignore[no-u
     )
 
 
+def _vector_widths(dt) -> list[int]:  # type: ignore[no-untyped-def]
+    """Aligned widths for the vector path: a row shorter than the smallest WIDE_ROWS shape, one that leaves
+    most of a block's vectors masked, exactly BLOCK * PER, and (fp16 / bf16) one that takes the widest
+    shape (its last vectors masked)."""
+    from kernels.ops.rows import vector_cols
+
+    widths = [24, 136, BLOCK * PER]
+    return widths + ([vector_cols(np.dtype(dt)) - 24] if vector_cols(np.dtype(dt)) > BLOCK * PER else [])
+
+
+@needs_device
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's numpy on NaN / inf (its threads)
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_vector_path_is_the_rounded_sum_then_rmsnorm_of_it(dt):  # type: ignore[no-untyped-def]
+    """path="vector" (the 16-byte kernel, at each row shape it takes): residual is round(x + residual) bit for
+    bit, and out is rmsnorm's own vector kernel on that rounded residual, bit for bit: the same sums in the
+    same order, so the fusion changes nothing but the memory traffic. Row 1 holds a NaN, an inf and a -inf."""
+    for n in _vector_widths(dt):
+        x, r, w = _inputs(3, n, dt, seed=n)
+        x[1] = poison(x[1:2], 1)[0]
+        want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(dt)
+        res = r.copy()
+        out = op.fused_add_rmsnorm(x, res, w, eps=1e-6, path="vector")
+        np.testing.assert_array_equal(res.astype(np.float32), want_r.astype(np.float32), err_msg=f"n={n}")
+        want = rmsnorm.rmsnorm(want_r, w, eps=1e-6, path="vector")
+        np.testing.assert_array_equal(out.astype(np.float32), want.astype(np.float32), err_msg=f"n={n}")
+        assert np.isnan(out[1].astype(np.float32)).all() and np.isfinite(out[[0, 2]].astype(np.float32)).all()
+
+
+@needs_device
+def test_vector_path_refuses_rows_it_cannot_hold():  # type: ignore[no-untyped-def]
+    from kernels.ops.rows import vector_cols
+
+    n = vector_cols(np.dtype(np.float16)) + 8
+    x, r, w = _inputs(1, n, np.float16)
+    with pytest.raises(ValueError, match=f"path: 'vector' holds rows of up to {n - 8} columns in float16"):
+        op.fused_add_rmsnorm(x, r, w, path="vector")
+
+
 @needs_device
 def test_device_arrays_out_over_x_and_nd():  # type: ignore[no-untyped-def]
     x, r, w = _inputs(6, 45, np.float16, seed=1)
@@ -109,8 +148,8 @@ def test_validation_errors():  # type: ignore[no-untyped-def]
         f(x, r, w, np.empty((4, 7), np.float32))
     with pytest.raises(TypeError, match="out: dtype float16 is not allowed; expected float32"):
         f(x, r, w, np.empty((4, 6), np.float16))
-    with pytest.raises(ValueError, match="path: 'vector' has no float32 kernel"):
-        f(x, r, w, path="vector")
+    with pytest.raises(ValueError, match="path: 'vector' needs 16-byte aligned pointers"):
+        f(x, r, w, path="vector")  # rows of 24 bytes
 
 
 @needs_device

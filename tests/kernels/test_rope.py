@@ -56,6 +56,36 @@ def test_shapes_against_reference(dtype, tokens, heads, d):  # type: ignore[no-u
 
 
 @needs_device
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize(
+    ("tokens", "heads", "d"),
+    # pair vectors: fewer than one block's threads; a token's pair vectors across block boundaries (the
+    # uint32 (token, head, j) split); head_dim 128 (Llama); NaN / inf in x
+    [(1, 1, 16), (3, 5, 48), (9, 4, 128)],
+)
+def test_vector_path_matches_scalar_bit_for_bit(dtype, tokens, heads, d):  # type: ignore[no-untyped-def]
+    """The 16-byte kernel does the same fp32 rotation per element as the scalar one (the same expressions,
+    rounded once), so the two agree bit for bit, NaN and inf included."""
+    x, cos, sin = _problem(tokens, heads, d, dtype, seed=d)
+    x.reshape(-1)[[0, 5, -1]] = [np.nan, np.inf, -np.inf]
+    want = op.rope(x.copy(), cos, sin, path="scalar")
+    got = op.rope(x.copy(), cos, sin, path="vector")
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    dx = cuda.to_device(x)
+    assert op.rope(dx, cos, sin, path="vector") is dx
+    np.testing.assert_array_equal(dx.copy_to_host().view(np.uint8), want.view(np.uint8))
+
+
+@needs_device
+def test_vector_path_refuses_head_dims_it_cannot_take():  # type: ignore[no-untyped-def]
+    x, cos, sin = _problem(2, 3, 20, np.float16)  # h = 10 halves: 20 bytes
+    with pytest.raises(ValueError, match="path: 'vector' needs 16-byte aligned pointers"):
+        op.rope(x, cos, sin, path="vector")
+    with pytest.raises(ValueError, match="path: 'fast' is not a path; expected one of"):
+        op.rope(x, cos, sin, path="fast")
+
+
+@needs_device
 def test_in_place_and_device_arrays():  # type: ignore[no-untyped-def]
     x, cos, sin = _problem(4, 3, 10, np.float32)
     ref = op.reference(x, cos, sin)

@@ -103,8 +103,9 @@ def test_misaligned_device_views_fall_back_to_scalar():  # type: ignore[no-untyp
 PTX_CODE = """
 import re
 from kernels.runtime.ptx import compile_one
-from kernels.ops import residual_add, softmax
-for name, fn, sig in residual_add.SPEC.ptx_kernels + softmax.SPEC.ptx_kernels:
+from kernels.ops import fused_add_rmsnorm, residual_add, softmax, swiglu
+specs = (residual_add, softmax, swiglu, fused_add_rmsnorm)
+for name, fn, sig in (k for m in specs for k in m.SPEC.ptx_kernels):
     if name.endswith("float16") and ("_vec_" in name or name == "residual_add_float16"):
         ptx = compile_one(fn, sig, (9, 0))
         print(name, sorted(set(re.findall(r"(?:ld|st)\\.global\\.v4\\.\\w+", ptx))), ".local" in ptx)
@@ -120,6 +121,8 @@ def test_vector_kernels_emit_16_byte_global_accesses():  # type: ignore[no-untyp
     both = "['ld.global.v4.b32', 'st.global.v4.b32'] False"
     assert lines["residual_add_vec_float16"].endswith(both), lines
     assert lines["softmax_vec_float16"].endswith(both), lines
+    assert lines["swiglu_vec_float16"].endswith(both), lines
+    assert lines["fused_add_rmsnorm_vec_float16"].endswith(both), lines
     assert lines["residual_add_float16"].endswith("[] False"), lines  # the scalar kernel: no vectors
 
 
