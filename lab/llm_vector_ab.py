@@ -9,8 +9,9 @@ elements per operand, 1024 to 32768 columns). SOL = the op's byte model over ker
 Checks, on fresh inputs after the timing: swiglu and rope, the two paths' outputs bit for bit; fused_add_rmsnorm,
 the new residual bit for bit and `out` within the bf16 / fp16 tolerance of the scalar path's (the two sum the
 squares in another order). In-place ops (rope's x, fused_add_rmsnorm's residual) are timed on drifting inputs
-(a rotation keeps norms; the residual grows by x per call and stays finite). Prints one line per case and
-writes $OUT/llm_vector_ab.json.
+(a rotation keeps norms; the residual grows by x per call and stays finite). cast_fp8: the vector kernel
+with the hardware cvt, with the integer conversion, and the scalar kernel, three ways, codes bit for bit
+(no NaN in the inputs). Prints one line per case and writes $OUT/llm_vector_ab.json.
 
     PYTHONPATH=<numpy 2.4 site>:. python lab/llm_vector_ab.py
 """
@@ -125,6 +126,39 @@ def ab_rope(rng, gbs: float) -> list[dict]:  # type: ignore[no-untyped-def]
     return out
 
 
+def ab_cast_fp8(rng, gbs: float) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Three kernels: vector with the hardware cvt (what "auto" runs on the H200), vector with the integer
+    conversion (what it runs before sm_89), scalar. `vector_us` is the cvt kernel's; the integer one is in
+    `vector_int_us`."""
+    import kernels.ops.cast_fp8 as cf
+
+    hw = cf.hardware_cvt
+    out = []
+    m, n = (16, 512) if SMALL else (16384, 4096)
+    for dt in (F16, BF16, np.dtype(np.float32)):
+        xs = [arrays.to_device((rng.standard_normal((m, n)) * np.exp(rng.uniform(-6, 4, (m, n)))).astype(dt)) for _ in range(SETS)]
+        o = {p: [cuda.device_array((m, n), np.uint8) for _ in range(SETS)] for p in ("cvt", "int", "scalar")}
+        sc = cuda.device_array(1, np.float32)
+
+        def call(p: str):  # type: ignore[no-untyped-def]
+            def f(s: int) -> None:
+                cf.hardware_cvt = hw if p == "cvt" else (lambda: False)
+                cf.cast_fp8(xs[s], o[p][s], sc, path="scalar" if p == "scalar" else "vector")
+                cf.hardware_cvt = hw
+
+            return f
+
+        tc, ti, ts = timed([call("cvt"), call("int"), call("scalar")])
+        codes = {p: host(o[p][0]) for p in o}
+        same = bool(np.array_equal(codes["cvt"], codes["scalar"]) and np.array_equal(codes["int"], codes["scalar"]))
+        r = row("cast_fp8", dt, f"{m}x{n}", m * n * (2 * dt.itemsize + 1), tc, ts, gbs, bit_identical=same,
+                hardware_cvt=bool(hw()), vector_int_us=round(ti, 2))  # fmt: skip
+        out.append(r)
+        print(json.dumps(r), flush=True)
+        del xs, o
+    return out
+
+
 def main() -> int:
     from kernels.runtime.device import peaks
 
@@ -132,14 +166,14 @@ def main() -> int:
     rng = np.random.default_rng(0)
     gbs = float(peaks()["mem_gbs"] or 1.0)
     print(f"copy {gbs:.0f} GB/s", flush=True)
-    which = os.environ.get("AB_OPS", "swiglu,rope,fused_add_rmsnorm").split(",")
-    fns = {"swiglu": ab_swiglu, "rope": ab_rope, "fused_add_rmsnorm": ab_fused}
+    which = os.environ.get("AB_OPS", "swiglu,rope,fused_add_rmsnorm,cast_fp8").split(",")
+    fns = {"swiglu": ab_swiglu, "rope": ab_rope, "fused_add_rmsnorm": ab_fused, "cast_fp8": ab_cast_fp8}
     rows_out = [r for op in which for r in fns[op](rng, gbs)]
     with open(os.path.join(out_dir, "llm_vector_ab.json"), "w") as f:
         json.dump({"copy_gbs": gbs, "device": str(getattr(cuda.get_current_device(), "name", "simulator")), "rows": rows_out}, f, indent=1)
     print(f"{'op':17s} {'dtype':9s} {'shape':13s} {'vector':>8s} {'scalar':>8s} {'v sol':>6s} {'s sol':>6s} s/v  check")
     for r in rows_out:
-        check = {k: v for k, v in r.items() if k.startswith(("bit", "residual", "out_"))}
+        check = {k: v for k, v in r.items() if k.startswith(("bit", "residual", "out_", "vector_int", "hard"))}
         print(f"{r['op']:17s} {r['dtype']:9s} {r['shape']:13s} {r['vector_us']:8.1f} {r['scalar_us']:8.1f} "
               f"{r['vector_sol']:6.3f} {r['scalar_sol']:6.3f} {r['scalar_over_vector']:.2f} {check}")  # fmt: skip
     return 0

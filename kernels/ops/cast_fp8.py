@@ -32,6 +32,16 @@ Kernels (2 launches, no atomics, no zeroing):
      one uint32 partial per block in `workspace`.
   2. `cast`: a persistent grid; every block reduces the PARTS partials itself (the same bits in every block:
      max is order-free), derives the scale, block 0 writes it, then the tiles are converted.
+Both kernels come in two forms (`path`):
+  - scalar: tiles of THREADS x UNROLL elements, one element per load, one byte per store, the integer
+    conversion (kernels.primitives.fp8.f32_to_e4m3);
+  - vector (x and out 16-byte aligned; what "auto" runs for fp16 / bf16 on a GPU, as the other ops): groups of
+    8 consecutive elements per thread (one 16-byte load of 16-bit x, two of fp32), GROUPS[dt] groups in
+    flight per thread per tile, the 8 codes packed into two words and written as one 8-byte store; the last
+    partial tile element by element. On sm_89 and newer the conversion is PTX's
+    cvt.rn.satfinite.e4m3x2.f32 (one instruction per two codes, kernels.primitives.fp8.pack8_cvt): the same
+    codes as f32_to_e4m3, a NaN's sign apart (the hardware's NaN is 0x7f); older GPUs and the simulator
+    convert in integer arithmetic.
 `workspace` (uint32, >= PARTS) is one cached array per process: calls on several streams at once must pass
 their own.
 """
@@ -44,11 +54,12 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from kernels.primitives.bf16 import bf16_to_f32, bits_f32, f32_bits
-from kernels.primitives.fp8 import E4M3_MAX, f32_to_e4m3
+from kernels.primitives.fp8 import E4M3_MAX, f32_to_e4m3, pack8, pack8_cvt, store8
 from kernels.primitives.reductions import BLOCK
-from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
-from kernels.runtime import arrays
-from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, FP8, HostSync, Operand
+from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, vector_ok
+from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
+from kernels.runtime import arrays, device
+from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, FP8, SIMULATED, HostSync, Operand
 from kernels.runtime.launch import kernel, sm_count
 
 THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.primitives.reductions)
@@ -57,6 +68,10 @@ U8, U32 = np.dtype(np.uint8), np.dtype(np.uint32)
 # elements per thread per tile: 16-bit loads carry half the bytes, so twice as many are kept in flight
 UNROLL = {F32: 8, F16: 16, BF16: 16}
 BLOCKS_PER_SM = 8  # both persistent grids: PARTS = sm_count() * BLOCKS_PER_SM blocks
+GROUP = 8  # the vector kernels' elements per group: 8 codes, one 8-byte store
+# groups per thread per tile: 4 x 16 bytes of 16-bit x in flight per thread (fp32: 2 groups, 4 x 16 bytes)
+GROUPS = {F32: 2, F16: 4, BF16: 4}
+CVT_CC = (8, 9)  # cvt.rn.satfinite.e4m3x2.f32: sm_89 and newer
 
 
 @cuda.jit(device=True, inline="always")
@@ -120,6 +135,27 @@ def _make_amax(load, unroll: int):  # type: ignore[no-untyped-def]
     return k
 
 
+@cuda.jit(device=True, inline="always")
+def _scale_of(part, nparts, scale_out, smem):  # type: ignore[no-untyped-def]
+    """Kernel 2's prologue: the scale from the `nparts` partials (the same in every block); block 0 writes
+    it."""
+    tid = cuda.threadIdx.x
+    m = uint32(0)
+    j = tid
+    while j < nparts:
+        p = part[j]
+        if p > m:
+            m = p
+        j += THREADS
+    m = _block_umax(uint32(m), smem)
+    scale = bits_f32(m) / float32(E4M3_MAX)  # type: ignore[no-untyped-call]
+    if scale == float32(0.0):
+        scale = float32(1.0)
+    if tid == 0 and cuda.blockIdx.x == 0:
+        scale_out[0] = scale
+    return scale
+
+
 def _make_cast(load, unroll: int):  # type: ignore[no-untyped-def]
     """Kernel 2: the scale from the `nparts` partials, then out = e4m3(x / scale) over the block's tiles."""
 
@@ -128,19 +164,7 @@ def _make_cast(load, unroll: int):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(THREADS, uint32)
         a = cuda.local.array(unroll, float32)
         tid = cuda.threadIdx.x
-        m = uint32(0)
-        j = tid
-        while j < nparts:
-            p = part[j]
-            if p > m:
-                m = p
-            j += THREADS
-        m = _block_umax(uint32(m), smem)
-        scale = bits_f32(m) / float32(E4M3_MAX)  # type: ignore[no-untyped-call]
-        if scale == float32(0.0):
-            scale = float32(1.0)
-        if tid == 0 and cuda.blockIdx.x == 0:
-            scale_out[0] = scale
+        scale = _scale_of(part, nparts, scale_out, smem)
         n = x.shape[0]
         tile = THREADS * unroll
         chunk = cuda.blockIdx.x
@@ -161,6 +185,80 @@ def _make_cast(load, unroll: int):  # type: ignore[no-untyped-def]
     return k
 
 
+def _make_amax_vec(load, width: int, groups: int):  # type: ignore[no-untyped-def]
+    """Kernel 1 on 16-byte loads: tiles of THREADS x groups x GROUP elements; thread `tid`'s group g is the 8
+    elements from base + (g * THREADS + tid) * GROUP (GROUP / width vectors); a tile's loads all in flight."""
+    per = GROUP * groups
+    nv = GROUP // width
+
+    @cuda.jit
+    def k(x, part):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(THREADS, uint32)
+        a = cuda.local.array(per, float32)
+        n = x.shape[0]
+        tid = cuda.threadIdx.x
+        tile = THREADS * per
+        chunk = cuda.blockIdx.x
+        m = uint32(0)
+        while chunk * tile < n:
+            base = chunk * tile
+            if base + tile <= n:
+                for g in range(groups):
+                    for v in range(nv):
+                        ldg_into(a, g * GROUP + v * width, x, base + (g * THREADS + tid) * GROUP + v * width)
+                for e in range(per):
+                    b = f32_bits(a[e]) & uint32(0x7FFFFFFF)  # type: ignore[no-untyped-call]
+                    if b > m:
+                        m = b
+            else:  # the last, partial tile: one element per thread per step
+                i = base + tid
+                while i < n:
+                    b = f32_bits(load(x[i])) & uint32(0x7FFFFFFF)  # type: ignore[no-untyped-call]
+                    if b > m:
+                        m = b
+                    i += THREADS
+            chunk += cuda.gridDim.x
+        m = _block_umax(uint32(m), smem)
+        if tid == 0:
+            part[cuda.blockIdx.x] = m
+
+    return k
+
+
+def _make_cast_vec(load, width: int, groups: int, pack):  # type: ignore[no-untyped-def]
+    """Kernel 2 on 16-byte loads and 8-byte stores, the tiles of _make_amax_vec; `pack`: fp8.pack8 or
+    fp8.pack8_cvt (8 codes as two words)."""
+    per = GROUP * groups
+    nv = GROUP // width
+
+    @cuda.jit
+    def k(x, part, nparts, out, scale_out):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(THREADS, uint32)
+        a = cuda.local.array(per, float32)
+        tid = cuda.threadIdx.x
+        scale = _scale_of(part, nparts, scale_out, smem)
+        n = x.shape[0]
+        tile = THREADS * per
+        chunk = cuda.blockIdx.x
+        while chunk * tile < n:
+            base = chunk * tile
+            if base + tile <= n:
+                for g in range(groups):
+                    for v in range(nv):
+                        ldg_into(a, g * GROUP + v * width, x, base + (g * THREADS + tid) * GROUP + v * width)
+                for g in range(groups):
+                    lo, hi = pack(a, g * GROUP, scale)
+                    store8(out, base + (g * THREADS + tid) * GROUP, lo, hi)
+            else:
+                i = base + tid
+                while i < n:
+                    out[i] = f32_to_e4m3(load(x[i]) / scale)
+                    i += THREADS
+            chunk += cuda.gridDim.x
+
+    return k
+
+
 _IN: dict[np.dtype, str] = {F32: "float32", F16: "float16", BF16: "uint16"}  # bf16 arrives as its raw words
 _LOAD = {F32: _widen, F16: _widen, BF16: bf16_to_f32}
 _AMAX_SIGS = {dt: f"void({t}[::1], uint32[::1])" for dt, t in _IN.items()}
@@ -169,6 +267,15 @@ _AMAX_FNS = {dt: _make_amax(_LOAD[dt], UNROLL[dt]) for dt in _IN}
 _CAST_FNS = {dt: _make_cast(_LOAD[dt], UNROLL[dt]) for dt in _IN}
 _AMAX = {dt: kernel(_AMAX_FNS[dt], s) for dt, s in _AMAX_SIGS.items()}
 _CAST = {dt: kernel(_CAST_FNS[dt], s) for dt, s in _CAST_SIGS.items()}
+_AMAX_VEC_FNS = {dt: _make_amax_vec(_LOAD[dt], WIDTH[dt], GROUPS[dt]) for dt in _IN}
+_AMAX_VEC = {dt: kernel(_AMAX_VEC_FNS[dt], s) for dt, s in _AMAX_SIGS.items()}
+# by (dtype, hardware cvt?): the cvt kernels are only built for, and launched on, GPUs of CVT_CC and newer
+_CAST_VEC_FNS = {
+    (dt, cvt): _make_cast_vec(_LOAD[dt], WIDTH[dt], GROUPS[dt], pack8_cvt if cvt else pack8)
+    for dt in _IN
+    for cvt in (False, True)
+}
+_CAST_VEC = {key: kernel(fn, _CAST_SIGS[key[0]]) for key, fn in _CAST_VEC_FNS.items()}
 _workspace: Operand | None = None
 
 
@@ -207,12 +314,27 @@ def _dtype_of(out: Any) -> np.dtype | None:
         return None
 
 
+def hardware_cvt() -> bool:
+    """Whether the vector cast converts with cvt.rn.satfinite.e4m3x2.f32 here (a GPU of CVT_CC or newer)."""
+    if SIMULATED:
+        return False
+    cc = device.compute_capability()
+    return cc is not None and tuple(cc) >= CVT_CC
+
+
 def cast_fp8(
-    x: Any, out: Any = None, scale_out: Any = None, *, stream: int = 0, workspace: Any = None
+    x: Any,
+    out: Any = None,
+    scale_out: Any = None,
+    *,
+    stream: int = 0,
+    workspace: Any = None,
+    path: str = "auto",
 ) -> tuple[Any, Any]:
     """out = e4m3fn(x / scale), scale = amax(|x|) / 448 (1.0 for amax 0): see the module doc. Returns
     (out, scale_out): the caller's arrays, or new ones (numpy when x is numpy): out float8_e4m3fn of x's
-    shape, scale_out float32 of shape (1,)."""
+    shape, scale_out float32 of shape (1,). `path`: "auto", "scalar" or "vector"
+    (kernels.primitives.vector.choose; "vector" needs 16-byte aligned x and out)."""
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     arrays.check_dtype(xo, FLOAT_IO_BF16)
@@ -230,10 +352,15 @@ def cast_fp8(
     wo = _workspace_for(workspace, g)
     dt = xo.dtype
     n = xo.size
-    grid = max(1, min(g, (n + THREADS * UNROLL[dt] - 1) // (THREADS * UNROLL[dt])))
+    if choose(path, dt, vector_ok((xo.ptr, oo.ptr), 0)):
+        per = GROUP * GROUPS[dt]
+        amax, cast = _AMAX_VEC[dt], _CAST_VEC[(dt, hardware_cvt())]
+    else:
+        per, amax, cast = UNROLL[dt], _AMAX[dt], _CAST[dt]
+    grid = max(1, min(g, (n + THREADS * per - 1) // (THREADS * per)))
     # kernel 1 writes partials 0 .. grid - 1; kernel 2 reduces exactly those
-    _AMAX[dt].launch(grid, THREADS, (xo, wo), stream=stream)
-    _CAST[dt].launch(grid, THREADS, (xo, wo, grid, oo, so), stream=stream)
+    amax.launch(grid, THREADS, (xo, wo), stream=stream)
+    cast.launch(grid, THREADS, (xo, wo, grid, oo, so), stream=stream)
     sync.finish()
     return _result(oo, out, xo), _result(so, scale_out, xo)
 
@@ -293,6 +420,17 @@ def _elems(c: Case) -> int:
     return c.params["rows"] * c.params["cols"]
 
 
+def _choose(case: Case) -> Choice:
+    """What "auto" runs for a registry case (device allocations are aligned, so only the dtype decides)."""
+    dt = np.dtype(case.dtype)
+    if SIMULATED:
+        return Choice("scalar", "simulated", "the CUDA simulator runs the scalar kernels")
+    if dt not in AUTO_VECTOR:
+        return Choice("scalar", "primary", f"{dt}: one element per load, one byte per store")
+    how = "cvt.rn.satfinite.e4m3x2" if hardware_cvt() else "integer conversion (no sm_89 cvt here)"
+    return Choice("vector", "primary", f"{dt}: 16-byte loads, 8-byte stores, {how}")
+
+
 def _cases(shapes: list[tuple[str, int, int]], **extra: int) -> tuple[Case, ...]:
     return tuple(
         Case(label, {"rows": m, "cols": n, **extra}, dt)
@@ -324,6 +462,15 @@ SPEC = register(
         ptx_kernels=(
             *((f"cast_fp8_amax_{dt.name}", _AMAX_FNS[dt], s) for dt, s in _AMAX_SIGS.items()),
             *((f"cast_fp8_cast_{dt.name}", _CAST_FNS[dt], s) for dt, s in _CAST_SIGS.items()),
+            *((f"cast_fp8_amax_vec_{dt.name}", _AMAX_VEC_FNS[dt], s) for dt, s in _AMAX_SIGS.items()),
+            *((f"cast_fp8_cast_vec_{dt.name}", _CAST_VEC_FNS[(dt, False)], _CAST_SIGS[dt]) for dt in _IN),
+            # cvt.rn.satfinite.e4m3x2 needs sm_89: listed for sm_90 only (compile_all skips other targets)
+            *(
+                (f"cast_fp8_cast_cvt_{dt.name}", _CAST_VEC_FNS[(dt, True)], _CAST_SIGS[dt], (), (9, 0))
+                for dt in _IN
+            ),
         ),
+        path=lambda c: _choose(c).path,
+        choose=_choose,
     )
 )

@@ -28,6 +28,7 @@ import numpy as np
 from numba import cuda, float32, uint8, uint32
 
 from kernels.primitives.bf16 import f32_bits
+from kernels.runtime.arrays import SIMULATED
 
 WORD = np.dtype(np.uint8)  # how an fp8 array reaches the kernels
 E4M3_MAX = 448.0  # largest finite e4m3fn
@@ -58,3 +59,91 @@ def f32_to_e4m3(x):  # type: ignore[no-untyped-def]
     if rem > half or (rem == half and (q & uint32(1)) != uint32(0)):
         q += uint32(1)
     return uint8(sign | q)
+
+
+# --- 8 codes at a time: the cast_fp8 vector kernel's conversion and its 8-byte store ----------------------
+#
+#   pack8(a, off, scale) -> (lo, hi): the codes of a[off + k] / scale, k < 8, as two little-endian uint32
+#                           words (k = 0 in the lowest byte of lo): f32_to_e4m3 per element, bit for bit
+#   pack8_cvt(...)       -> the same words through PTX's cvt.rn.satfinite.e4m3x2.f32 (sm_89 and newer; one
+#                           instruction per two codes): the same codes, except that a NaN is 0x7f whatever its
+#                           sign (the hardware's canonical NaN)
+#   store8(out, i, lo, hi): out[i .. i + 7] = the bytes of lo, hi, as one 8-byte `st.global.v2.b32` (out a
+#                           uint8 array, element i on an 8-byte boundary)
+#
+# Under the simulator pack8_cvt is pack8 and store8 stores byte by byte (no PTX there); the GPU variants are
+# checked on a GPU against pack8 (tests/kernels/test_cast_fp8.py) and by the registry's verify cases.
+
+
+@cuda.jit(device=True, inline="always")
+def pack8(a, off, scale):  # type: ignore[no-untyped-def]
+    lo = uint32(0)
+    hi = uint32(0)
+    for k in range(4):
+        lo |= uint32(f32_to_e4m3(a[off + k] / scale)) << uint32(8 * k)
+        hi |= uint32(f32_to_e4m3(a[off + 4 + k] / scale)) << uint32(8 * k)
+    return lo, hi
+
+
+def _gpu_intrinsics():  # type: ignore[no-untyped-def]
+    from llvmlite import ir
+    from numba.core import types
+    from numba.cuda.extending import intrinsic
+
+    i16, i32 = ir.IntType(16), ir.IntType(32)
+    f32 = ir.FloatType()
+    # d = {cvt(a) in the high byte, cvt(b) in the low byte}
+    cvt = ir.InlineAsm(ir.FunctionType(i16, [f32, f32]), "cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;", "=h,f,f")
+
+    @intrinsic
+    def e4m3x4(typingctx, a0, a1, a2, a3):  # type: ignore[no-untyped-def]
+        if any(t != types.float32 for t in (a0, a1, a2, a3)):
+            raise TypeError("e4m3x4 converts four float32 values")
+        sig = types.uint32(types.float32, types.float32, types.float32, types.float32)
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            lo = builder.zext(builder.call(cvt, [args[1], args[0]]), i32)
+            hi = builder.zext(builder.call(cvt, [args[3], args[2]]), i32)
+            return builder.or_(lo, builder.shl(hi, ir.Constant(i32, 16)))
+
+        return sig, codegen
+
+    @intrinsic
+    def store8(typingctx, out, idx, lo, hi):  # type: ignore[no-untyped-def]
+        if not isinstance(out, types.Array) or out.dtype != types.uint8:
+            raise TypeError(f"store8 needs a uint8 array, got {out}")
+        sig = types.void(out, idx, types.uint32, types.uint32)
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            i = context.cast(builder, args[1], sig.args[1], types.intp)
+            p = builder.addrspacecast(builder.gep(ary.data, [i]), ir.PointerType(ir.IntType(8), 1))
+            vp = builder.bitcast(p, ir.PointerType(ir.VectorType(i32, 2), 1))
+            v = ir.Constant(ir.VectorType(i32, 2), ir.Undefined)
+            v = builder.insert_element(v, args[2], ir.Constant(i32, 0))
+            v = builder.insert_element(v, args[3], ir.Constant(i32, 1))
+            builder.store(v, vp, align=8)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return e4m3x4, store8
+
+
+if SIMULATED:
+    pack8_cvt = pack8
+
+    @cuda.jit(device=True)
+    def store8(out, i, lo, hi):  # type: ignore[no-untyped-def]
+        for k in range(4):
+            out[i + k] = uint8((lo >> uint32(8 * k)) & uint32(0xFF))
+            out[i + 4 + k] = uint8((hi >> uint32(8 * k)) & uint32(0xFF))
+
+else:
+    e4m3x4, store8 = _gpu_intrinsics()
+
+    @cuda.jit(device=True, inline="always")
+    def pack8_cvt(a, off, scale):  # type: ignore[no-untyped-def]
+        lo = e4m3x4(a[off] / scale, a[off + 1] / scale, a[off + 2] / scale, a[off + 3] / scale)
+        hi = e4m3x4(a[off + 4] / scale, a[off + 5] / scale, a[off + 6] / scale, a[off + 7] / scale)
+        return lo, hi

@@ -58,12 +58,15 @@ def test_conversion_matches_ml_dtypes_at_every_boundary():  # type: ignore[no-un
 
 
 @needs_device
-def test_kernel_rounding_edges_bitwise():  # type: ignore[no-untyped-def]
-    # amax 1792 -> scale exactly 4: x / 4 is exact, so the boundaries reach the conversion unchanged
+@pytest.mark.parametrize("path", ["scalar", "vector"])
+def test_kernel_rounding_edges_bitwise(path):  # type: ignore[no-untyped-def]
+    """Both kernels (vector: ~6000 values are whole tiles of 8-code groups, then a partial tile; on sm_89+
+    GPUs its conversion is the hardware cvt). amax 1792 -> scale exactly 4: x / 4 is exact, so the
+    boundaries reach the conversion unchanged."""
     b = _all_boundaries()
     b = b[np.abs(b) <= 448]
     x = np.concatenate([[1792.0], b * 4]).astype(np.float32)
-    out, scale = op.cast_fp8(x)
+    out, scale = op.cast_fp8(x, path=path)
     assert out.dtype == FP8 and scale.dtype == np.float32 and scale.shape == (1,)
     assert scale[0] == np.float32(4.0)
     q, s = op.reference(x)
@@ -73,9 +76,9 @@ def test_kernel_rounding_edges_bitwise():  # type: ignore[no-untyped-def]
     # 2.5 steps of 2^-9 -> 2 steps), the 2^-10 tie to zero (both signs), signed zero, 448, the smallest
     # normal, the largest subnormal
     y = np.array([448.0 * 4, 1.0625 * 4, 1.1875 * 4, 3 * 2**-8, 5 * 2**-8, 2**-8, -(2**-8), 448 * 4, -0.0,
-                  2**-6 * 4, 7 * 2**-7], np.float32)  # fmt: skip
-    out, _ = op.cast_fp8(y)
-    want = np.array([0x7E, 0x38, 0x3A, 0x02, 0x02, 0x00, 0x80, 0x7E, 0x80, 0x08, 0x07], np.uint8)
+                  2**-6 * 4, 7 * 2**-7, *([0.0] * 5)], np.float32)  # fmt: skip
+    out, _ = op.cast_fp8(y, path=path)  # 16 values: two whole groups (the vector kernel's stores)
+    want = np.array([0x7E, 0x38, 0x3A, 0x02, 0x02, 0x00, 0x80, 0x7E, 0x80, 0x08, 0x07, *([0] * 5)], np.uint8)
     np.testing.assert_array_equal(_codes(out), want)
 
 
@@ -107,20 +110,22 @@ def test_zero_tensor_scale_is_one():  # type: ignore[no-untyped-def]
 
 
 @needs_device
-def test_nan_anywhere_makes_everything_nan():  # type: ignore[no-untyped-def]
-    x = np.linspace(-3, 3, 41).astype(np.float32)
+@pytest.mark.parametrize("path", ["scalar", "vector"])
+def test_nan_anywhere_makes_everything_nan(path):  # type: ignore[no-untyped-def]
+    x = np.linspace(-3, 3, 2049).astype(np.float32)  # (vector: whole tiles, then a partial one)
     x[17] = np.nan
-    out, scale = op.cast_fp8(x)
+    out, scale = op.cast_fp8(x, path=path)
     assert np.isnan(scale[0])
     assert set(np.unique(_codes(out) & 0x7F).tolist()) == {0x7F}
 
 
 @needs_device
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["float32", "float16", "bfloat16"])
-def test_inf_makes_scale_inf_zeros_and_nan(dtype):  # type: ignore[no-untyped-def]
-    x = np.linspace(-3, 3, 41).astype(np.float32)
+@pytest.mark.parametrize("path", ["scalar", "vector"])
+def test_inf_makes_scale_inf_zeros_and_nan(dtype, path):  # type: ignore[no-untyped-def]
+    x = np.linspace(-3, 3, 2049).astype(np.float32)
     x[[4, 30]] = [np.inf, -np.inf]
-    out, scale = op.cast_fp8(x.astype(dtype))
+    out, scale = op.cast_fp8(x.astype(dtype), path=path)
     assert scale[0] == np.inf
     codes = _codes(out)
     assert (codes[[4, 30]] & 0x7F == 0x7F).all()  # inf / inf: NaN
@@ -131,10 +136,12 @@ def test_inf_makes_scale_inf_zeros_and_nan(dtype):  # type: ignore[no-untyped-de
 
 @needs_device
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["float16", "bfloat16"])
-def test_16_bit_inputs_bitwise(dtype):  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("path", ["scalar", "vector"])
+@pytest.mark.parametrize("shape", [(7, 33), (37, 101)])  # vector: the partial tile only; whole tiles too
+def test_16_bit_inputs_bitwise(dtype, path, shape):  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(3)
-    x = (rng.standard_normal((7, 33)) * np.exp(rng.uniform(-8, 4, (7, 33)))).astype(dtype)
-    out, scale = op.cast_fp8(x)
+    x = (rng.standard_normal(shape) * np.exp(rng.uniform(-8, 4, shape))).astype(dtype)
+    out, scale = op.cast_fp8(x, path=path)
     q, s = op.reference(x)
     assert s == scale[0]
     np.testing.assert_array_equal(_codes(out), _codes(q))
@@ -183,6 +190,18 @@ def test_validation_errors():  # type: ignore[no-untyped-def]
         op.cast_fp8(x, workspace=cuda.device_array(1, np.uint32))
     with pytest.raises(TypeError, match="workspace: dtype int32 is not supported; expected one of: uint32"):
         op.cast_fp8(x, workspace=cuda.device_array(op.parts(), np.int32))
+    with pytest.raises(ValueError, match="path: 'fast' is not a path; expected one of: auto, scalar, vector"):
+        op.cast_fp8(x, path="fast")
+
+
+@needs_gpu  # the simulator's device views do not carry their offset into the pointer
+def test_vector_path_refuses_unaligned_operands_and_auto_falls_back():  # type: ignore[no-untyped-def]
+    x = np.random.default_rng(9).standard_normal(4097).astype(np.float16)
+    dx = cuda.to_device(x)
+    with pytest.raises(ValueError, match="path: 'vector' needs 16-byte aligned pointers"):
+        op.cast_fp8(dx[1:], path="vector")
+    out, _ = op.cast_fp8(dx[1:])
+    np.testing.assert_array_equal(_codes(out.copy_to_host()), _codes(op.reference(x[1:])[0]))
 
 
 @pytest.mark.gpu
