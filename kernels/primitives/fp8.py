@@ -24,6 +24,8 @@ e4m3fn: 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits; no infinities; Na
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import cuda, float32, uint8, uint32
 
@@ -85,7 +87,7 @@ def pack8(a, off, scale):  # type: ignore[no-untyped-def]
     return lo, hi
 
 
-def _gpu_intrinsics():  # type: ignore[no-untyped-def]
+def _gpu_intrinsics() -> tuple[Any, Any]:
     from llvmlite import ir
     from numba.core import types
     from numba.cuda.extending import intrinsic
