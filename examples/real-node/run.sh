@@ -112,10 +112,10 @@ step provision-again 0 "${CLI[@]}" provision --wheelhouse "$W"/dist/solfleet-whe
 # V3: a copy of the tree whose residual_add subtracts instead of adding (it compiles, and computes wrong values)
 rm -rf "$W/v3" && mkdir -p "$W/v3" && cp -r kernels fleet playbooks inventory pyproject.toml "$W/v3/"
 F=$W/v3/kernels/ops/residual_add.py
-# x - r in the add every tiled kernel inlines (`_add`), the vector kernel's main loop and its tail (the same
-# three places as tests/e2e/e2e_driver.py break_residual_add): wrong on the simulator and on a GPU alike
-sed -i 's/return a + b$/return a - b/; s/a\[e\] += b\[e\]/a[e] -= b[e]/; s/store(load(x\[i\]) + load(r\[i\]))/store(load(x[i]) - load(r[i]))/' "$F"
-for pat in 'return a - b$' 'a\[e\] -= b\[e\]' 'store(load(x\[i\]) - load(r\[i\]))'; do
+# x - r in the add that every residual_add kernel inlines (`_add`: the scalar tiles, the vector tiles' main
+# loop and their tail; as tests/e2e/e2e_driver.py break_residual_add): wrong on the simulator and on a GPU
+sed -i 's/return a + b$/return a - b/' "$F"
+for pat in 'return a - b$' 'a\[e\] = fn(a\[e\], b\[e\])' 'store(fn(load(x\[i\]), load(r\[i\])))'; do
   grep -q "$pat" "$F" || { echo "run.sh: the V3 patch did not apply to $F ($pat)" | tee -a "$LOG"; exit 2; }
 done
 # V3's build (another tree: its own PTX) runs beside V1's; V2 is V1's tree, so its PTX comes from the cache
