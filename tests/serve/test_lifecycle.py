@@ -31,6 +31,21 @@ def _ra_inputs(n: int = 5) -> list[th.InferInput]:
     return ins
 
 
+def _wait_admitted(inst: Instance, running: int, queued: int, timeout: float = 10.0) -> None:
+    """Poll the instance's own gauges until `running` requests compute and `queued` wait (a fixed sleep
+    is not enough on a loaded CI machine: the requests reach the server late)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = (
+            inst.metric("solfleet_serve_in_flight", device="0"),
+            inst.metric("solfleet_serve_queued", device="0"),
+        )
+        if got == (running, queued):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"not {running} computing and {queued} queued within {timeout} s: {got}")
+
+
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory: pytest.TempPathFactory) -> Instance:
     d = tmp_path_factory.mktemp("serve-slow")
@@ -82,7 +97,7 @@ def test_overflow_serves_four_rejects_six_at_once(slow: Instance) -> None:
 def test_rejection_carries_retry_after(slow: Instance) -> None:
     client = th.InferenceServerClient(slow.url, concurrency=4, network_timeout=30)
     pending = [client.async_infer("residual_add", _ra_inputs()) for _ in range(4)]
-    time.sleep(0.5)  # all four admitted (2 computing, 2 queued)
+    _wait_admitted(slow, running=2, queued=2)  # all four admitted
     body = json.dumps(
         {"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 1], "data": [1]} for n in "xr"]}
     )
@@ -101,12 +116,20 @@ def test_rejection_carries_retry_after(slow: Instance) -> None:
 
 def test_sigterm_drains_in_flight_then_exits_0(slow: Instance) -> None:
     client = th.InferenceServerClient(slow.url, concurrency=3, network_timeout=30)
-    pending = [client.async_infer("residual_add", _ra_inputs()) for _ in range(3)]  # 2 computing, 1 queued
-    time.sleep(0.4)
+    pending = [client.async_infer("residual_add", _ra_inputs()) for _ in range(3)]
+    _wait_admitted(slow, running=2, queued=1)
     slow.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
-    with pytest.raises(ConnectionRefusedError):  # stopped accepting
-        http.client.HTTPConnection("127.0.0.1", slow.port, timeout=5).connect()
+    deadline = time.monotonic() + 5.0  # it stops accepting at once (0.3 s unloaded; polled for loaded CI)
+    while True:
+        conn = http.client.HTTPConnection("127.0.0.1", slow.port, timeout=5)
+        try:
+            conn.connect()
+        except ConnectionRefusedError:
+            break  # stopped accepting
+        finally:
+            conn.close()
+        assert time.monotonic() < deadline, "still accepting connections 5 s after SIGTERM"
+        time.sleep(0.05)
     results = [p.get_result(timeout=30).as_numpy("out") for p in pending]  # all three finish
     assert all(r.tolist() == [[0.0, 2.0, 4.0, 6.0, 8.0]] for r in results)
     assert slow.proc.wait(timeout=30) == 0
