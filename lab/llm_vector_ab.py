@@ -30,27 +30,13 @@ from kernels.ops.fused_add_rmsnorm import fused_add_rmsnorm
 from kernels.ops.rope import rope, tables
 from kernels.ops.swiglu import swiglu
 from kernels.runtime import arrays
+from wide_rows_ab import SETS, timed  # the same interleaved CUDA-event timing (lab/ is on sys.path: the script's dir)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
 ELEMS = int(os.environ.get("AB_ELEMS", 1 << 25))  # AB_ELEMS=4096 AB_COLS=512: a simulator smoke run
 SMALL = ELEMS < 1 << 20  # the smoke run's swiglu / rope shapes too
-ITERS, WARMUP, SETS = 30, 5, 3
 PATHS = ("vector", "scalar")
-
-
-def timed(calls: list, iters: int = ITERS) -> list[float]:
-    ev: list[list] = [[] for _ in calls]
-    for i in range(WARMUP + iters):
-        for j, c in enumerate(calls):
-            a, b = cuda.event(), cuda.event()
-            a.record()
-            c(i % SETS)
-            b.record()
-            if i >= WARMUP:
-                ev[j].append((a, b))
-    cuda.synchronize()
-    return [float(np.median([a.elapsed_time(b) * 1e3 for a, b in e])) for e in ev]
 
 
 def host(d) -> np.ndarray:  # type: ignore[no-untyped-def]

@@ -219,8 +219,9 @@ def _cases(shapes: list[tuple[str, int, int]], **extra: int) -> tuple[Case, ...]
     )
 
 
-def _choose(case: Case) -> Choice:
-    """What "auto" runs for a registry case (device allocations are aligned, so only the dtype decides)."""
+def tiles_choice(case: Case) -> Choice:
+    """What "auto" runs for a registry case of an elementwise-tiles op (residual_add, swiglu): device
+    allocations are aligned, so only the dtype decides."""
     dt = np.dtype(case.dtype)
     if arrays.SIMULATED:
         return Choice("scalar", "simulated", "the CUDA simulator runs the scalar kernel")
@@ -251,7 +252,7 @@ SPEC = register(
             *((f"residual_add_vec_{dt.name}", _VEC_DISPATCHERS[dt], sig) for dt, sig in _VEC_SIGS.items()),
             ("residual_add_bfloat16", _WORDS_DISPATCHER, _WORDS_SIG),
         ),
-        path=lambda c: _choose(c).path,
-        choose=_choose,
+        path=lambda c: tiles_choice(c).path,
+        choose=tiles_choice,
     )
 )

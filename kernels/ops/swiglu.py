@@ -28,10 +28,18 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32
 
-from kernels.ops.residual_add import THREADS, UNROLL, VEC_UNROLL, grid_for, make_tiles, make_vec_tiles
+from kernels.ops.residual_add import (
+    THREADS,
+    UNROLL,
+    VEC_UNROLL,
+    grid_for,
+    make_tiles,
+    make_vec_tiles,
+    tiles_choice,
+)
 from kernels.ops.rows import BF16_ELEM_TOL, BF16_TOL, IO_OF
-from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, vector_ok
-from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
+from kernels.primitives.vector import WIDTH, choose, vector_ok
+from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, HostSync
 from kernels.runtime.launch import FastCache, OverlapGuard, kernel
@@ -141,16 +149,6 @@ def _elems(c: Case) -> int:
     return c.params["rows"] * c.params["cols"]
 
 
-def _choose(case: Case) -> Choice:
-    """What "auto" runs for a registry case (device allocations are aligned, so only the dtype decides)."""
-    dt = np.dtype(case.dtype)
-    if arrays.SIMULATED:
-        return Choice("scalar", "simulated", "the CUDA simulator runs the scalar kernel")
-    if dt in AUTO_VECTOR:
-        return Choice("vector", "primary", f"{dt}: 16-byte vector loads")
-    return Choice("scalar", "primary", f"{dt}: coalesced scalar tiles, several loads in flight per thread")
-
-
 def _cases(shapes: list[tuple[str, int, int]], **extra: int) -> tuple[Case, ...]:
     return tuple(
         Case(label, {"rows": m, "cols": n, **extra}, dt)
@@ -187,7 +185,7 @@ SPEC = register(
             *((f"swiglu_{dt.name}", _DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
             *((f"swiglu_vec_{dt.name}", _VEC_DISPATCHERS[dt], sig) for dt, sig in _SIGS.items()),
         ),
-        path=lambda c: _choose(c).path,
-        choose=_choose,
+        path=lambda c: tiles_choice(c).path,
+        choose=tiles_choice,
     )
 )
