@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from kernels.runtime import arrays
 from kernels.runtime.arrays import operand
 
 CALLS = 2000
@@ -96,6 +97,8 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
     attn16 = cuda.to_device(rng.standard_normal((2, 64, 128), dtype=f32).astype(f16))
     resid16 = cuda.to_device(rng.standard_normal((2, 64, 128), dtype=f32).astype(f16))
     oout16 = cuda.device_array((2, 64, 128), dtype=f16)
+    # Llama-3-8B's 291 gradient shapes / 4096, bf16: the table path (more arrays than two_pass's SLOTS)
+    g_llama = [arrays.to_device(np.ones(k, dtype=arrays.BF16)) for k in clip_grad_norm.llama3_8b_sizes(4096)]
     mx_new = itertools.count(1e9)  # 1e9, 1e9 + 1, ...: never a repeat
     out_alt = itertools.cycle((out, cuda.device_array_like(out)))
     mc_alt = itertools.cycle((mc, cuda.device_array_like(mc)))
@@ -117,6 +120,7 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
         # max_norm new on every call: no graph is built or found (clip_grad_norm's plan keys its graphs by the
         # arrays and max_norm), so every call repacks and launches both kernels directly: the worst case
         ("clip_grad_norm fp16, max_norm new each call", lambda: clip(g16, next(mx_new), norm_out=norm)),
+        ("clip_grad_norm bf16, 291 arrays (table)", lambda: clip(g_llama, 1e9, norm_out=norm)),
         ("gemm fp32 128^3", lambda: gemm.gemm(ma, mb, mc)),
         ("gemm fp16 128^3", lambda: gemm.gemm(ma16, mb16, mc)),
         ("gemm fp16 128^3, pointers new each call", lambda: gemm.gemm(ma16, mb16, next(mc_alt))),

@@ -40,13 +40,15 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, float64, int64, uint64
 
+from kernels.ops.rows import BF16_ELEM_TOL, BF16_TOL, IO_OF, NATIVE, RowIO
 from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last, ldg_hint_into
+from kernels.primitives.pointers import address_of, view_at
 from kernels.primitives.reductions import BLOCK, block_sum
 from kernels.primitives.vector import VEC_BYTES, WIDTH, ldg_into, stg_from, vector_ok
 from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime import launch as _launch
-from kernels.runtime.arrays import FLOAT_IO, SIMULATED, HostSync, Operand
+from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync, Operand
 from kernels.runtime.launch import (
     USE_DISPATCHER,
     GraphCache,
@@ -58,7 +60,7 @@ from kernels.runtime.launch import (
 )
 
 BLOCKS_PER_SM = 8
-PATHS = ("auto", "two_pass", "per_array")
+PATHS = ("auto", "two_pass", "table", "per_array")
 CLIP_EPS = 1e-6
 MAX_GRID = 2**31 - 1
 
@@ -69,9 +71,11 @@ def _zero(acc):  # type: ignore[no-untyped-def]
         acc[0] = 0.0
 
 
-def _make_sumsq(unroll: int):  # type: ignore[no-untyped-def]
+def _make_sumsq(unroll: int, io: RowIO = NATIVE):  # type: ignore[no-untyped-def]
     """Persistent blocks walk contiguous tiles of BLOCK x unroll elements (all loads of a tile in flight),
-    keep an fp32 partial per thread, reduce it per block, and add it to the float64 accumulator once."""
+    keep an fp32 partial per thread, reduce it per block, and add it to the float64 accumulator once.
+    `io`: how elements load (bf16 words through kernels.ops.rows.WORDS)."""
+    load = io.load
 
     @cuda.jit
     def k(g, acc):  # type: ignore[no-untyped-def]
@@ -86,14 +90,14 @@ def _make_sumsq(unroll: int):  # type: ignore[no-untyped-def]
             base = chunk * tile + tid
             if base + (unroll - 1) * BLOCK < n:
                 for u in range(unroll):
-                    v[u] = float32(g[base + u * BLOCK])
+                    v[u] = load(g[base + u * BLOCK])
                 for u in range(unroll):
                     s += v[u] * v[u]
             else:
                 for u in range(unroll):
                     i = base + u * BLOCK
                     if i < n:
-                        t = float32(g[i])
+                        t = load(g[i])
                         s += t * t
             chunk += cuda.gridDim.x
         total = block_sum(s, smem)
@@ -103,9 +107,10 @@ def _make_sumsq(unroll: int):  # type: ignore[no-untyped-def]
     return k
 
 
-def _make_scale(unroll: int):  # type: ignore[no-untyped-def]
+def _make_scale(unroll: int, io: RowIO = NATIVE):  # type: ignore[no-untyped-def]
     """One block per tile; every thread derives the coefficient from the accumulator itself and returns at
     once when there is nothing to clip. Block 0 publishes the norm."""
+    load, store = io.load, io.store
 
     @cuda.jit
     def k(g, acc, norm_out, max_norm):  # type: ignore[no-untyped-def]
@@ -125,34 +130,37 @@ def _make_scale(unroll: int):  # type: ignore[no-untyped-def]
             base = chunk * tile + tid
             if base + (unroll - 1) * BLOCK < n:
                 for u in range(unroll):
-                    v[u] = float32(g[base + u * BLOCK])
+                    v[u] = load(g[base + u * BLOCK])
                 for u in range(unroll):
-                    g[base + u * BLOCK] = v[u] * c
+                    g[base + u * BLOCK] = store(v[u] * c)
             else:
                 for u in range(unroll):
                     i = base + u * BLOCK
                     if i < n:
-                        g[i] = float32(g[i]) * c
+                        g[i] = store(load(g[i]) * c)
             chunk += cuda.gridDim.x
 
     return k
 
 
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
-SUMSQ_UNROLL = {F32: 8, F16: 16}
-SCALE_UNROLL = {F32: 4, F16: 8}
-_sumsq = {dt: _make_sumsq(u) for dt, u in SUMSQ_UNROLL.items()}
-_scale = {dt: _make_scale(u) for dt, u in SCALE_UNROLL.items()}
+DTYPES = (F32, F16, BF16)
+SUMSQ_UNROLL = {F32: 8, F16: 16, BF16: 16}
+SCALE_UNROLL = {F32: 4, F16: 8, BF16: 8}
+_sumsq = {dt: _make_sumsq(u, IO_OF[dt]) for dt, u in SUMSQ_UNROLL.items()}
+_scale = {dt: _make_scale(u, IO_OF[dt]) for dt, u in SCALE_UNROLL.items()}
 
 
 _ZERO_SIG = "void(float64[::1])"
 _SUMSQ_SIGS: dict[np.dtype, str] = {
-    np.dtype(np.float32): "void(float32[::1], float64[::1])",
-    np.dtype(np.float16): "void(float16[::1], float64[::1])",
+    F32: "void(float32[::1], float64[::1])",
+    F16: "void(float16[::1], float64[::1])",
+    BF16: "void(uint16[::1], float64[::1])",  # bf16 as its words
 }
 _SCALE_SIGS: dict[np.dtype, str] = {
-    np.dtype(np.float32): "void(float32[::1], float64[::1], float32[::1], float64)",
-    np.dtype(np.float16): "void(float16[::1], float64[::1], float32[::1], float64)",
+    F32: "void(float32[::1], float64[::1], float32[::1], float64)",
+    F16: "void(float16[::1], float64[::1], float32[::1], float64)",
+    BF16: "void(uint16[::1], float64[::1], float32[::1], float64)",
 }
 _ZERO = kernel(_zero, _ZERO_SIG)
 _SUMSQ: dict[np.dtype, Kernel] = {dt: kernel(_sumsq[dt], s) for dt, s in _SUMSQ_SIGS.items()}
@@ -204,7 +212,9 @@ class TwoPassConfig:
     l2_keep_mb: int = -1
 
 
-def _two_pass_parts(u_sq: int, u_sc: int, width: int, hint_sq: bool = False) -> tuple[Any, Any, Any]:
+def _two_pass_parts(
+    u_sq: int, u_sc: int, width: int, hint_sq: bool = False, io: RowIO = NATIVE
+) -> tuple[Any, Any, Any]:
     """Device helpers over one array slot, for block b of a grid of G blocks:
     ntiles(g, tile): tiles of `tile` elements covering g;
     sq_one(g, b, G, e, acc, v, lim, pl, pf): adds b's tiles of g to acc[0..u_sq) (e = global index of g's
@@ -214,6 +224,7 @@ def _two_pass_parts(u_sq: int, u_sc: int, width: int, hint_sq: bool = False) -> 
         index `end` of T; walking backwards, b owns the tiles t = T - 1 - b mod G); returns end - ntiles."""
     tq = BLOCK * u_sq * width
     tc = BLOCK * u_sc * width
+    load, store = io.load, io.store  # the scalar tails' conversions (bf16: its words)
 
     @cuda.jit(device=True, inline="always")
     def ntiles(g, tile):  # type: ignore[no-untyped-def]
@@ -241,7 +252,7 @@ def _two_pass_parts(u_sq: int, u_sc: int, width: int, hint_sq: bool = False) -> 
             else:
                 i = base + tid
                 while i < n:
-                    x = float32(g[i])
+                    x = load(g[i])
                     acc[0] += x * x
                     i += BLOCK
             chunk += G
@@ -260,7 +271,7 @@ def _two_pass_parts(u_sq: int, u_sc: int, width: int, hint_sq: bool = False) -> 
         else:
             i = base + tid
             while i < n:
-                g[i] = float32(g[i]) * c
+                g[i] = store(load(g[i]) * c)
                 i += BLOCK
 
     @cuda.jit(device=True, inline="always")
@@ -280,6 +291,17 @@ def _two_pass_parts(u_sq: int, u_sc: int, width: int, hint_sq: bool = False) -> 
 def kept_tiles(keep_mb: int, u_sq: int) -> int:
     """Norm tiles in `keep_mb` MB (10^6 bytes): a tile is BLOCK x u_sq 16-byte vectors whatever the dtype."""
     return max(0, keep_mb) * 10**6 // (BLOCK * u_sq * VEC_BYTES)
+
+
+@cuda.jit(device=True, inline="always")
+def sum_parts(part, smem):  # type: ignore[no-untyped-def]
+    """sum(part) in one fixed order: every block that calls it gets the same bits."""
+    s = float32(0.0)
+    i = cuda.threadIdx.x
+    while i < part.shape[0]:
+        s += part[i]
+        i += BLOCK
+    return block_sum(s, smem)
 
 
 def _two_pass_kernels(
@@ -328,16 +350,6 @@ def _two_pass_kernels(
         s = float32(0.0)
         for u in range(u_sq):
             s += acc[u]
-        return block_sum(s, smem)
-
-    @cuda.jit(device=True, inline="always")
-    def sum_parts(part, smem):  # type: ignore[no-untyped-def]
-        """sum(part) in one fixed order: every block that calls it gets the same bits."""
-        s = float32(0.0)
-        i = cuda.threadIdx.x
-        while i < part.shape[0]:
-            s += part[i]
-            i += BLOCK
         return block_sum(s, smem)
 
     @cuda.jit(device=True, inline="always")
@@ -393,12 +405,93 @@ def _two_pass_sigs(dt: np.dtype) -> dict[str, str]:
     }
 
 
+# --- table: any number of arrays, two launches ------------------------------------------------------------
+#
+# two_pass's algorithm over a device table of (address, elements) rows instead of SLOTS array arguments: the
+# same global tile numbering, dealt round-robin to the same persistent grids, the same L2 hints, the same
+# fixed-order partial sums (kernels.primitives.pointers turns a row back into an array). Each block walks
+# every row (a few integer operations per array: ~300 rows cost a block well under a microsecond), so a
+# model's ~300 gradients take two launches, not 1 + 2N. The table lives on the device and is reused while
+# the same (address, elements) rows come back (`table_for`).
+
+
+def _table_kernels(
+    u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, keep_mb: int, dt: np.dtype
+) -> dict[str, Any]:
+    """ "norm" (tab, part, tiles): partials over the arrays of `tab` (int64 rows: address, elements), whose
+    norm tiles number `tiles` in all; "scale" (tab, part, norm_out, max_norm, tiles): sums the partials,
+    publishes the norm and scales, `tiles` being the scale tiles in all."""
+    hint_sq = keep_mb >= 0
+    keep_tiles = kept_tiles(keep_mb, u_sq)
+    _ntiles, sq_one, sc_one = _two_pass_parts(u_sq, u_sc, width, hint_sq, IO_OF[dt])
+    at = view_at(dt)
+    nv = max(u_sq, u_sc) * width
+    jit_sq: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, bps_sq)}
+    jit_sc: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, bps_sc)}
+
+    @cuda.jit(**jit_sq)
+    def norm(tab, part, tiles):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        v = cuda.local.array(nv, float32)
+        acc = cuda.local.array(u_sq, float32)
+        for u in range(u_sq):
+            acc[u] = float32(0.0)
+        b = int64(cuda.blockIdx.x)
+        G = int64(cuda.gridDim.x)
+        if hint_sq:  # (a compile-time constant) the last keep_tiles tiles: evict_last; the rest evict_first
+            lim = tiles - keep_tiles
+            pl = l2_evict_last()
+            pf = l2_evict_first()
+        else:
+            lim = int64(0)
+            pl = uint64(0)
+            pf = uint64(0)
+        e = int64(0)
+        for j in range(tab.shape[0]):
+            e = sq_one(at(tab[j, 0], tab[j, 1]), b, G, e, acc, v, lim, pl, pf)
+        s = float32(0.0)
+        for u in range(u_sq):
+            s += acc[u]
+        total = block_sum(s, smem)
+        if cuda.threadIdx.x == 0:
+            part[cuda.blockIdx.x] = total
+
+    @cuda.jit(**jit_sc)
+    def scale(tab, part, norm_out, max_norm, tiles):  # type: ignore[no-untyped-def]
+        smem = cuda.shared.array(BLOCK, float32)
+        total = sum_parts(part, smem)
+        nrm = math.sqrt(float64(total))
+        if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
+            norm_out[0] = float32(nrm)
+        coef = max_norm / (nrm + CLIP_EPS)
+        if not (coef < 1.0 and coef > 0.0):
+            return  # nothing to clip (no traffic at all), or a non-finite norm (see the module doc)
+        c = float32(coef)
+        v = cuda.local.array(nv, float32)
+        b = int64(cuda.blockIdx.x)
+        G = int64(cuda.gridDim.x)
+        end = tiles
+        j = tab.shape[0] - 1
+        while j >= 0:  # the last array first: what the norm pass read last is still in L2
+            end = sc_one(at(tab[j, 0], tab[j, 1]), b, G, end, tiles, c, v)
+            j -= 1
+
+    return {"norm": norm, "scale": scale, "tq": BLOCK * u_sq * width, "tc": BLOCK * u_sc * width}
+
+
+_TABLE_SIGS = {
+    "norm": "void(int64[:, ::1], float32[::1], int64)",
+    "scale": "void(int64[:, ::1], float32[::1], float32[::1], float64, int64)",
+}
+
+
 # per dtype, from the H200 side-by-side runs (notes-clip.md): 64 KB of loads in flight per SM in the norm pass
 # (ptxas: 64 registers, no spills); the last 24 MB of the norm pass kept in L2 for the backward scale pass
 _TUNED = TwoPassConfig(
     norm_unroll=4, scale_unroll=2, norm_blocks_per_sm=4, scale_blocks_per_sm=4, l2_keep_mb=24
 )
-TWO_PASS_DEFAULT: dict[np.dtype, TwoPassConfig] = {F32: _TUNED, F16: _TUNED}
+TWO_PASS_DEFAULT: dict[np.dtype, TwoPassConfig] = {F32: _TUNED, F16: _TUNED, BF16: _TUNED}
+TWO_PASS_DTYPES = (F32, F16)  # what the SLOTS kernels (and their lean host path) take; bf16 runs "table"
 
 
 def two_pass_config(dt: np.dtype) -> TwoPassConfig:
@@ -490,6 +583,74 @@ def launch_two_pass(
     """One two_pass call through the general (Kernel.launch) path."""
     for k, grid, args in two_pass_launches(flat, norm_out, max_norm, cfg):
         k.launch(grid, BLOCK, args, stream=stream)
+
+
+_TABLE_FNS: dict[tuple[np.dtype, TwoPassConfig], dict[str, Any]] = {}
+_TABLE_KERNELS: dict[tuple[np.dtype, TwoPassConfig, str], Kernel] = {}
+TABLES_MAX = 16  # device tables kept (one per set of arrays: a training loop needs one)
+_tables: dict[tuple[Any, ...], tuple[Operand, int, int]] = {}
+
+
+def table_fns(dt: np.dtype, cfg: TwoPassConfig) -> dict[str, Any]:
+    key = (dt, cfg)
+    if key not in _TABLE_FNS:
+        _TABLE_FNS[key] = _table_kernels(
+            cfg.norm_unroll, cfg.scale_unroll, WIDTH[dt], cfg.norm_blocks_per_sm, cfg.scale_blocks_per_sm,
+            cfg.l2_keep_mb, dt,
+        )  # fmt: skip
+    return _TABLE_FNS[key]
+
+
+def _table_kernel(dt: np.dtype, cfg: TwoPassConfig, name: str) -> Kernel:
+    key = (dt, cfg, name)
+    k = _TABLE_KERNELS.get(key)
+    if k is None:
+        k = _TABLE_KERNELS[key] = kernel(table_fns(dt, cfg)[name], _TABLE_SIGS[name])
+    return k
+
+
+def table_for(flat: list[Operand], cfg: TwoPassConfig) -> tuple[Operand, int, int]:
+    """(the device table of `flat`'s (address, elements) rows, norm tiles in all, scale tiles in all).
+    Kept per rows: a table is keyed by its own contents, so a hit is right even when the arrays were freed
+    and others allocated at the same addresses. Up to TABLES_MAX, the oldest dropped (freeing a device
+    array waits for the kernels that may read it)."""
+    dt = flat[0].dtype
+    rows = tuple((op.ptr if not SIMULATED else address_of(op.dev), op.size) for op in flat)
+    key = (dt, cfg, rows)
+    hit = _tables.pop(key, None)
+    if hit is None:
+        fns = table_fns(dt, cfg)
+        tq, tc = fns["tq"], fns["tc"]
+        tiles_q = sum((n + tq - 1) // tq for _, n in rows)
+        tiles_c = sum((n + tc - 1) // tc for _, n in rows)
+        dev = cuda.to_device(np.array(rows, dtype=np.int64).reshape(len(rows), 2))
+        i64 = np.dtype(np.int64)
+        ptr = 0 if SIMULATED else address_of(dev)
+        hit = (Operand("table", ptr, (len(rows), 2), (16, 8), i64, dev, None, dev), tiles_q, tiles_c)
+        while len(_tables) >= TABLES_MAX:
+            _tables.pop(next(iter(_tables)))
+    _tables[key] = hit  # (re)inserted last: the most recently used
+    return hit
+
+
+def table_launches(
+    flat: list[Operand], norm_out: Operand, max_norm: float, cfg: TwoPassConfig | None = None
+) -> list[tuple[Kernel, int, tuple[Any, ...]]]:
+    """The two launches of one "table" call over `flat` (any number of contiguous, 16-byte aligned 1-d
+    operands of one dtype), in order: (kernel, grid, arguments). The grids are two_pass's."""
+    dt = flat[0].dtype
+    c = two_pass_config(dt) if cfg is None else cfg
+    tab, tiles_q, tiles_c = table_for(flat, c)
+    gq = two_pass_grid(dt, c, "norm")
+    part = _buffer("part", gq, np.float32)
+    return [
+        (_table_kernel(dt, c, "norm"), gq, (tab, part, tiles_q)),
+        (
+            _table_kernel(dt, c, "scale"),
+            two_pass_grid(dt, c, "scale"),
+            (tab, part, norm_out, max_norm, tiles_c),
+        ),
+    ]
 
 
 # --- two_pass host path: a lean launcher for device arrays -------------------------------------------------
@@ -748,7 +909,7 @@ def clip_grad_norm(
     mx = arrays.check_positive("max_norm", max_norm)
     sync = HostSync()
     ops = [arrays.operand(f"grads[{k}]", g, sync, writeback=True) for k, g in enumerate(grads)]
-    arrays.check_dtype(ops[0], FLOAT_IO)
+    arrays.check_dtype(ops[0], FLOAT_IO_BF16)
     for op in ops:
         arrays.check_same_dtype(op, ops[0])
         arrays.check_contiguous(op)
@@ -766,8 +927,10 @@ def clip_grad_norm(
     dt = ops[0].dtype
     flat = [op.reshaped((op.size,)) for op in ops]
     chosen = _choose_path(path, flat, workspace is not None)
-    if chosen == "two_pass":
-        launch_two_pass(flat, no, mx, stream)
+    if chosen == "two_pass" or chosen == "table":
+        launches = (two_pass_launches if chosen == "two_pass" else table_launches)(flat, no, mx)
+        for k, grid, args in launches:
+            k.launch(grid, BLOCK, args, stream=stream)
         sync.finish()
         return float(no.dev.copy_to_host()[0]) if norm_out is None else norm_out
     _ZERO.launch(1, 1, (acc,), stream=stream)
@@ -785,15 +948,26 @@ def clip_grad_norm(
 
 
 def _choose_path(path: str, flat: list[Operand], has_workspace: bool) -> str:
-    fits = len(flat) <= SLOTS and not has_workspace
+    """What runs: "two_pass" for up to SLOTS fp32 / fp16 arrays, "table" for more (or bf16), both on 16-byte
+    aligned arrays and without a `workspace`; "per_array" otherwise. An explicit path that cannot run here is
+    an error naming why."""
+    dt = flat[0].dtype
     aligned = vector_ok((f.ptr for f in flat), 0)
+    slots = len(flat) <= SLOTS and dt in TWO_PASS_DTYPES
     if path == "auto":
-        return "two_pass" if fits and aligned else "per_array"
-    if path == "two_pass" and not fits:
-        why = "a workspace was given" if has_workspace else f"{len(flat)} arrays (at most {SLOTS})"
-        raise ValueError(f"path: 'two_pass' cannot run here: {why}; use 'auto' or 'per_array'")
-    if path == "two_pass" and not aligned:
-        raise ValueError("path: 'two_pass' needs 16-byte aligned arrays; use 'auto' or 'per_array'")
+        if has_workspace or not aligned:
+            return "per_array"
+        return "two_pass" if slots else "table"
+    if path == "per_array":
+        return path
+    if has_workspace:
+        why = "a workspace was given (calls on several streams at once take 'per_array')"
+        raise ValueError(f"path: {path!r} cannot run here: {why}; use 'auto' or 'per_array'")
+    if not aligned:
+        raise ValueError(f"path: {path!r} needs 16-byte aligned arrays; use 'auto' or 'per_array'")
+    if path == "two_pass" and not slots:
+        why = f"{len(flat)} arrays (at most {SLOTS})" if len(flat) > SLOTS else f"dtype {dt.name}"
+        raise ValueError(f"path: 'two_pass' cannot run here: {why}; use 'auto', 'table' or 'per_array'")
     return path
 
 
@@ -804,11 +978,28 @@ def reference(grads: list[np.ndarray], max_norm: float) -> tuple[float, list[np.
     return total, [g * coef for g in g64] if 0.0 < coef < 1.0 else g64
 
 
+def llama3_8b_sizes(div: int = 1) -> list[int]:
+    """The elements of Llama-3-8B's 291 parameter tensors in model order (embedding; per layer of 32: the
+    input norm, q, k, v, o, the post-attention norm, gate, up, down; the final norm; lm_head), each divided
+    by `div` (at least 1 element)."""
+    h, kv, mlp, vocab = 4096, 1024, 14336, 128256
+    layer = [h, h * h, kv * h, kv * h, h * h, h, mlp * h, mlp * h, h * mlp]
+    sizes = [vocab * h, *(layer * 32), h, vocab * h]
+    return [max(1, n // div) for n in sizes]
+
+
+def _sizes(c: Case) -> list[int]:
+    """Every array's elements: Llama-3-8B's tensors / `llama_div`, or `count` arrays of elems + 7k (sizes
+    that differ and are odd, so every array has its own tail)."""
+    if "llama_div" in c.params:
+        return llama3_8b_sizes(c.params["llama_div"])
+    return [c.params["elems"] + 7 * k for k in range(c.params["count"])]
+
+
 def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
-    count, elems = case.params["count"], case.params["elems"]
     dt = np.dtype(case.dtype)
-    # sizes differ and are odd, so every per-array launch sees its own tail
-    grads = [(rng.standard_normal(elems + 7 * k, dtype=np.float32) * 0.1).astype(dt) for k in range(count)]
+    grads = [(rng.standard_normal(n, dtype=np.float32) * 0.1).astype(dt) for n in _sizes(case)]
+    count = len(grads)
     norm = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads))
     # clip=1: max_norm at 0.37 of the norm (scales; not a power of two, so an fp16 scaling is not exact);
     # clip=0: twice the norm (leaves the arrays alone)
@@ -826,7 +1017,7 @@ def _make_problem(case: Case, rng: np.random.Generator) -> Problem:
     )
 
 
-_GNAMES = tuple(f"g{k}" for k in range(1024))
+_GNAMES = tuple(f"g{k}" for k in range(1024))  # more than any case has (Llama-3-8B: 291)
 
 
 def _grads(a: dict[str, Any]) -> list[Any]:
@@ -861,21 +1052,21 @@ def _cupy(a: dict[str, Any]) -> None:
 
 def _case_path(c: Case) -> str:
     """What "auto" runs for a registry case (device allocations are 256-byte aligned)."""
-    return "two_pass" if c.params["count"] <= SLOTS else "per_array"
+    fits = len(_sizes(c)) <= SLOTS and np.dtype(c.dtype) in TWO_PASS_DTYPES
+    return "two_pass" if fits else "table"
 
 
 def _case_choice(c: Case) -> Choice:
-    path, count = _case_path(c), c.params["count"]
+    path, count = _case_path(c), len(_sizes(c))
     if SIMULATED:
         return Choice(path, "simulated", "the CUDA simulator runs the same kernels")
     if path == "two_pass":
         return Choice(path, "primary", f"{count} arrays <= {SLOTS}: one norm and one scale launch")
-    return Choice(path, "fallback", f"{count} arrays > {SLOTS}: 1 + 2N launches, one array at a time")
+    return Choice(path, "primary", f"{count} arrays through a device table: one norm and one scale launch")
 
 
 def _elems(c: Case) -> int:
-    count, elems = c.params["count"], c.params["elems"]
-    return count * elems + 7 * count * (count - 1) // 2
+    return sum(_sizes(c))
 
 
 def _bytes(c: Case) -> float:
@@ -893,28 +1084,38 @@ def _cases(
             dt,
         )
         for clip in clips
-        for dt in ("float32", "float16")
+        for dt in ("float32", "float16", "bfloat16")
     )
+
+
+def _llama(div: int, clips: tuple[int, ...] = (1, 0)) -> tuple[Case, ...]:
+    """Llama-3-8B's 291 gradient shapes / div (the table path: more arrays than SLOTS)."""
+    return _cases(f"llama3-8b-div{div}", 0, 0, clips, llama_div=div)
 
 
 SPEC = register(
     OpSpec(
         name="clip_grad_norm",
-        dtypes=("float32", "float16"),
+        dtypes=("float32", "float16", "bfloat16"),
         make_problem=_make_problem,
         launch=_spec_launch,
         flops=lambda c: float((3 if c.params["clip"] else 2) * _elems(c)),
         bytes=_bytes,
-        tolerance={"float32": 1e-5, "float16": 1e-3},
+        # bf16: a correctly rounded scaled value is within 2^-8 of the float64 one (kernels.ops.rows.BF16_TOL)
+        tolerance={"float32": 1e-5, "float16": 1e-3, "bfloat16": BF16_TOL},
         # the fp32 norm (and scaled fp32 arrays) to a few ulps of a float32-accumulated sum of squares
-        elem_tolerance={"float32": 5e-6},
-        sim_cases=_cases("3x101", 3, 101),
-        verify_cases=_cases("5x100003", 5, 100003),
+        elem_tolerance={"float32": 5e-6, "bfloat16": BF16_ELEM_TOL},
+        # 3 arrays: two_pass (bf16: table); 12 arrays of a few tiles: the table path past SLOTS
+        sim_cases=_cases("3x101", 3, 101) + _cases("12x2053", 12, 2053, (1,)),
+        # Llama-3-8B / 4096: 291 arrays of 1-128256 elements, 2.0 M in all
+        verify_cases=_cases("5x100003", 5, 100003) + _llama(4096),
         # NaN (and infinities), then +inf alone: the norm is NaN / inf and every array is left as it was
         special_cases=_cases("nan-3x101", 3, 101, (1,), specials=1)
         + _cases("inf-3x101", 3, 101, (1,), specials=2),
-        # 8 arrays of ~8.4M: 268 MB of fp32 read for the norm, then read + written again: 805 MB moved
-        bench_cases=_cases("8x8388608", 8, 8388608, clips=(1,)),
+        # 8 arrays of ~8.4M: 268 MB of fp32 read for the norm, then read + written again: 805 MB moved;
+        # Llama-3-8B / 64: 291 arrays, 125 M elements (251 MB of bf16 read, then read + written again); the
+        # whole model (8.03 G elements) is benchmarks/clip_llama.py's
+        bench_cases=_cases("8x8388608", 8, 8388608, clips=(1,)) + _llama(64, clips=(1,)),
         cupy=_cupy,
         bound="memory",
         ptx_kernels=(
@@ -929,6 +1130,16 @@ SPEC = register(
                     _two_pass_sigs(dt)[name],
                 )
                 for dt in (F32, F16)
+                for name in ("norm", "scale")
+            ),  # fmt: skip
+            # what "auto" runs for more than SLOTS arrays (and for bf16)
+            *(
+                (
+                    f"clip_grad_norm_table_{name}_{dt.name}",
+                    table_fns(dt, TWO_PASS_DEFAULT[dt])[name],
+                    _TABLE_SIGS[name],
+                )
+                for dt in DTYPES
                 for name in ("norm", "scale")
             ),  # fmt: skip
         ),

@@ -7,15 +7,17 @@
     (`ld.global.L2::cache_hint.v4.u32`);
   stg_hint_from(arr, i, src, off, policy): stg_from with the policy (`st.global.L2::cache_hint.v4.u32`).
 Inline PTX (NVVM has no intrinsic for these). The 4 words are bit-cast to 4 floats or 8 halves exactly as
-ldg_into/stg_from convert the vector. Under the simulator: plain accesses, policy 0.
+ldg_into/stg_from convert the vector; ldg_hint_into also widens bf16 words (a uint16 array, two words per
+32 bits) exactly as ldg_into does. Under the simulator: plain accesses, policy 0.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from numba import cuda, float32, uint64
+from numba import float32, uint64
 
+from kernels.primitives.bf16 import WORD, bf16_to_f32
 from kernels.primitives.vector import VEC_BYTES
 from kernels.runtime.arrays import SIMULATED
 
@@ -53,9 +55,10 @@ def _hint_intrinsics() -> tuple[Any, Any, Any, Any]:
         o = context.cast(builder, off, off_ty, types.intp)
         return builder.gep(la.data, [builder.add(o, ir.Constant(o.type, k))])
 
-    def _check(arr: Any, loc: Any, policy: Any) -> None:
-        if not isinstance(arr, types.Array) or arr.dtype not in (types.float16, types.float32):
-            raise TypeError(f"vector access needs a float16 or float32 array, got {arr}")
+    def _check(arr: Any, loc: Any, policy: Any, words_ok: bool = False) -> None:
+        ok = (types.float16, types.float32, types.uint16) if words_ok else (types.float16, types.float32)
+        if not isinstance(arr, types.Array) or arr.dtype not in ok:
+            raise TypeError(f"vector access needs a {' or '.join(map(str, ok))} array, got {arr}")
         if not isinstance(loc, types.Array) or loc.dtype != types.float32:
             raise TypeError(f"vector access needs a float32 local array, got {loc}")
         if policy != types.uint64:
@@ -65,7 +68,7 @@ def _hint_intrinsics() -> tuple[Any, Any, Any, Any]:
 
     @intrinsic
     def ldg_hint_into(typingctx, dst, off, arr, idx, policy):  # type: ignore[no-untyped-def]
-        _check(arr, dst, policy)
+        _check(arr, dst, policy, words_ok=True)
         sig = types.void(dst, off, arr, idx, policy)
 
         def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
@@ -73,10 +76,15 @@ def _hint_intrinsics() -> tuple[Any, Any, Any, Any]:
             asm = "ld.global.L2::cache_hint.v4.u32 {$0, $1, $2, $3}, [$4], $5;"
             r = builder.asm(ir.FunctionType(words, [i64, i64]), asm, "=r,=r,=r,=r,l,l", [a, args[4]], False)
             half = sig.args[2].dtype == types.float16
+            bf16 = sig.args[2].dtype == types.uint16
             k = 0
             for w in range(4):
                 word = builder.extract_value(r, w)
-                if half:
+                if bf16:  # little-endian pairs: the fp32 of a bf16 word is the word << 16 (exact)
+                    lo = builder.shl(word, ir.Constant(i32, 16))
+                    hi = builder.and_(word, ir.Constant(i32, 0xFFFF0000))
+                    vals = [builder.bitcast(lo, ir.FloatType()), builder.bitcast(hi, ir.FloatType())]
+                elif half:
                     pair = builder.bitcast(word, h2)
                     vals = [builder.fpext(builder.extract_element(pair, ir.Constant(i32, j)), ir.FloatType())
                             for j in range(2)]  # fmt: skip
@@ -122,22 +130,19 @@ def _hint_intrinsics() -> tuple[Any, Any, Any, Any]:
     return _policy("evict_last"), _policy("evict_first"), ldg_hint_into, stg_hint_from
 
 
-if SIMULATED:
+if SIMULATED:  # plain Python functions (why: kernels.primitives.bf16)
 
-    @cuda.jit(device=True)
     def l2_evict_last():  # type: ignore[no-untyped-def]
         return uint64(0)
 
-    @cuda.jit(device=True)
     def l2_evict_first():  # type: ignore[no-untyped-def]
         return uint64(0)
 
-    @cuda.jit(device=True)
     def ldg_hint_into(dst, off, arr, idx, policy):  # type: ignore[no-untyped-def]
+        words = arr.dtype == WORD
         for k in range(VEC_BYTES // arr.dtype.itemsize):
-            dst[off + k] = float32(arr[idx + k])
+            dst[off + k] = bf16_to_f32(arr[idx + k]) if words else float32(arr[idx + k])
 
-    @cuda.jit(device=True)
     def stg_hint_from(arr, idx, src, off, policy):  # type: ignore[no-untyped-def]
         for k in range(VEC_BYTES // arr.dtype.itemsize):
             arr[idx + k] = src[off + k]

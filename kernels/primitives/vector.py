@@ -260,14 +260,14 @@ def _raw_intrinsics() -> tuple[Any, Any]:
 RAW_PER_VEC = 8 if SIMULATED else 4
 RAW_DTYPE = float32 if SIMULATED else uint32
 
+# Under the simulator these are plain Python functions, not simulated device functions: a simulated
+# device-function call takes a per-module lock the block's threads contend for (kernels.primitives.bf16).
 if SIMULATED:
 
-    @cuda.jit(device=True)
     def ldg_raw(dst, off, arr, idx):  # type: ignore[no-untyped-def]
         for k in range(8):
             dst[off + k] = float32(arr[idx + k])
 
-    @cuda.jit(device=True)
     def unpack_h8(dst, off, raw, roff):  # type: ignore[no-untyped-def]
         for k in range(8):
             dst[off + k] = raw[roff + k]
@@ -278,19 +278,16 @@ else:
 
 if SIMULATED:
 
-    @cuda.jit(device=True)
     def ldg_into(dst, off, arr, idx):  # type: ignore[no-untyped-def]
         words = arr.dtype == WORD
         for k in range(VEC_BYTES // arr.dtype.itemsize):
             dst[off + k] = bf16_to_f32(arr[idx + k]) if words else float32(arr[idx + k])
 
-    @cuda.jit(device=True)
     def stg_from(arr, idx, src, off):  # type: ignore[no-untyped-def]
         words = arr.dtype == WORD
         for k in range(VEC_BYTES // arr.dtype.itemsize):
             arr[idx + k] = f32_to_bf16(src[off + k]) if words else src[off + k]
 
-    @cuda.jit(device=True)
     def round_like(arr, x):  # type: ignore[no-untyped-def]
         if arr.dtype == WORD:
             return bf16_to_f32(f32_to_bf16(x))

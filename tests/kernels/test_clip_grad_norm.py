@@ -69,9 +69,13 @@ def test_bench_shapes(case):  # type: ignore[no-untyped-def]
 
 
 @needs_device
-@pytest.mark.parametrize("path", ["per_array", "two_pass"])
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize(
+    "path, dtype",
+    [(p, d) for p in ("per_array", "two_pass", "table") for d in ("float32", "float16")]
+    + [("per_array", "bfloat16"), ("table", "bfloat16")],
+)
 def test_every_path(path, dtype):  # type: ignore[no-untyped-def]
+    dtype = np.dtype(arrays.BF16 if dtype == "bfloat16" else dtype)
     rng = np.random.default_rng()
     # odd sizes: scalar tails shorter than a vector, and one array longer than a vector tile (1024 under the
     # simulator)
@@ -81,27 +85,105 @@ def test_every_path(path, dtype):  # type: ignore[no-untyped-def]
     norm, scaled = op.reference(before, full / 3.0)  # clips: scale ~ 1/3, not exact in binary
     got = op.clip_grad_norm(grads, full / 3.0, path=path)
     assert abs(got - norm) / norm < 1e-5
-    tol = 1e-6 if dtype == "float32" else 1e-3
+    tol = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 4e-3}[dtype.name]
     for g, s in zip(grads, scaled, strict=True):
-        assert np.linalg.norm(g - s) / np.linalg.norm(s) < tol
+        g64 = g.astype(np.float64)
+        assert np.linalg.norm(g64 - s) / np.linalg.norm(s) < tol
 
 
 @needs_device
 def test_path_selection_and_errors():  # type: ignore[no-untyped-def]
     many = [np.full(3, 1.0, np.float32) for _ in range(op.SLOTS + 1)]
-    got = op.clip_grad_norm(many, 1.0)  # auto: more than SLOTS arrays take the per_array path
+    got = op.clip_grad_norm(many, 1.0)  # auto: more than SLOTS arrays take the table path
     assert abs(got - np.sqrt(3.0 * (op.SLOTS + 1))) < 1e-4
     with pytest.raises(
-        ValueError, match=rf"path: 'two_pass' cannot run here: {op.SLOTS + 1} arrays \(at most"
+        ValueError, match=rf"path: 'two_pass' cannot run here: {op.SLOTS + 1} arrays \(at most {op.SLOTS}\)"
     ):
         op.clip_grad_norm(many, 1.0, path="two_pass")
-    ws = cuda.device_array(1, np.float64)
-    with pytest.raises(ValueError, match="path: 'two_pass' cannot run here: a workspace was given"):
-        op.clip_grad_norm([np.ones(3, np.float32)], 1.0, workspace=ws, path="two_pass")
+    bf = [np.ones(3, arrays.BF16)]
     with pytest.raises(
-        ValueError, match="path: 'fused' is not a path; expected one of: auto, two_pass, per_array"
+        ValueError, match="path: 'two_pass' cannot run here: dtype bfloat16; use 'auto', 'table'"
+    ):
+        op.clip_grad_norm(bf, 1.0, path="two_pass")
+    ws = cuda.device_array(1, np.float64)
+    for path in ("two_pass", "table"):
+        with pytest.raises(ValueError, match=f"path: '{path}' cannot run here: a workspace was given"):
+            op.clip_grad_norm([np.ones(3, np.float32)], 1.0, workspace=ws, path=path)
+    with pytest.raises(
+        ValueError, match="path: 'fused' is not a path; expected one of: auto, two_pass, table, per_array"
     ):
         op.clip_grad_norm([np.ones(3, np.float32)], 1.0, path="fused")
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_table_is_two_pass_bit_for_bit(dtype):  # type: ignore[no-untyped-def]
+    # the same tiles dealt to the same blocks, the same partials summed in the same order: the same bits,
+    # the norm and every scaled element, clipped or not
+    grads, full = _hint_arrays(dtype, 11)
+    for max_norm in (full / 3.0, 2.0 * full):
+        got = {}
+        for launches in (op.two_pass_launches, op.table_launches):
+            dev = [cuda.to_device(g) for g in grads]
+            flat = [arrays.operand(f"g{i}", d).flat() for i, d in enumerate(dev)]
+            no = cuda.device_array(1, np.float32)
+            for k, grid, args in launches(flat, arrays.operand("norm_out", no), max_norm):
+                k.launch(grid, op.BLOCK, args)
+            got[launches] = (no.copy_to_host(), [d.copy_to_host() for d in dev])
+        (n2, o2), (nt, ot) = got.values()
+        np.testing.assert_array_equal(nt, n2)
+        for a, b in zip(ot, o2, strict=True):
+            np.testing.assert_array_equal(
+                a.view(np.uint16 if dtype == "float16" else np.uint32),
+                b.view(np.uint16 if dtype == "float16" else np.uint32),
+            )
+
+
+@needs_device
+def test_table_takes_two_launches_for_any_number_of_arrays(monkeypatch):  # type: ignore[no-untyped-def]
+    # Llama-3-8B has 291 parameter tensors; per_array would take 1 + 2N launches
+    launched = []
+    real = Kernel.launch
+
+    def counting(self, *a, **k):  # type: ignore[no-untyped-def]
+        launched.append(self.sig)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Kernel, "launch", counting)
+    rng = np.random.default_rng(3)
+    grads = [(rng.standard_normal(n) * 0.1).astype(np.float16) for n in (5, 40, 3, 17) * 10]
+    full = float(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads)))
+    norm, scaled = op.reference(grads, full / 2.0)
+    dev = [cuda.to_device(g) for g in grads]
+    got = op.clip_grad_norm(dev, full / 2.0)  # auto: 40 arrays > SLOTS
+    assert launched == [op._TABLE_SIGS["norm"], op._TABLE_SIGS["scale"]]
+    assert abs(got - norm) / norm < 1e-5
+    for d, s in zip(dev, scaled, strict=True):
+        assert np.linalg.norm(d.copy_to_host() - s) / np.linalg.norm(s) < 1e-3
+
+
+@needs_device
+def test_table_is_kept_per_rows_and_bounded():  # type: ignore[no-untyped-def]
+    op._tables.clear()
+    cfg = op.two_pass_config(np.dtype(np.float32))
+    dev = [cuda.to_device(np.ones(n, np.float32)) for n in (10, 20, 30)]
+    flat = [arrays.operand(f"g{i}", d).flat() for i, d in enumerate(dev)]
+    tab, tq, tc = op.table_for(flat, cfg)
+    fns = op.table_fns(np.dtype(np.float32), cfg)
+    assert (tq, tc) == (3, 3) and fns["tq"] > 30 and fns["tc"] > 30  # one (partial) tile per array
+    rows = tab.dev.copy_to_host()
+    assert rows.shape == (3, 2) and list(rows[:, 1]) == [10, 20, 30]
+    assert op.table_for(flat, cfg)[0] is tab  # the same rows: the same device table, nothing uploaded
+    assert op.table_for(flat[:2], cfg)[0] is not tab
+    for k in range(op.TABLES_MAX + 3):  # bounded: the oldest go first
+        op.table_for([arrays.operand("g", cuda.to_device(np.ones(k + 1, np.float32))).flat()], cfg)
+    assert len(op._tables) == op.TABLES_MAX
+
+
+def test_llama3_8b_sizes():  # type: ignore[no-untyped-def]
+    sizes = op.llama3_8b_sizes()
+    assert len(sizes) == 291 and sum(sizes) == 8_030_261_248  # Llama-3-8B: 8.03 B parameters
+    assert min(op.llama3_8b_sizes(4096)) == 1 and max(op.llama3_8b_sizes(4096)) == 128256
 
 
 class _Ptr:
@@ -322,33 +404,40 @@ _HINT_SIZES = (2100, 7, 101, 3000, 1030, 33)
 
 def _hint_arrays(dtype: str, seed: int) -> tuple[list[np.ndarray], float]:
     rng = np.random.default_rng(seed)
-    grads = [(rng.standard_normal(n) * 0.1).astype(dtype) for n in _HINT_SIZES]
+    dt = arrays.BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    grads = [(rng.standard_normal(n) * 0.1).astype(dt) for n in _HINT_SIZES]
     full = float(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads)))
     return grads, full
 
 
-def _hint_run(dtype, cfg, max_norm, grads):  # type: ignore[no-untyped-def]
-    dev = [cuda.to_device(g) for g in grads]
+def _hint_run(dtype, cfg, max_norm, grads, launches=op.two_pass_launches):  # type: ignore[no-untyped-def]
+    dev = [arrays.to_device(g) for g in grads]
     flat = [arrays.operand(f"g{i}", d).flat() for i, d in enumerate(dev)]
     no = cuda.device_array(1, np.float32)
-    op.launch_two_pass(flat, arrays.operand("norm_out", no), max_norm, 0, cfg)
-    return float(no.copy_to_host()[0]), [d.copy_to_host() for d in dev]
+    for k, grid, args in launches(flat, arrays.operand("norm_out", no), max_norm, cfg):
+        k.launch(grid, op.BLOCK, args)
+    return float(no.copy_to_host()[0]), [arrays.to_host(d) for d in dev]
 
 
 @needs_device
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize(
+    "dtype, launches",
+    [(d, op.two_pass_launches) for d in ("float32", "float16")]
+    + [(d, op.table_launches) for d in ("float32", "float16", "bfloat16")],
+    ids=["two_pass-float32", "two_pass-float16", "table-float32", "table-float16", "table-bfloat16"],
+)
 @pytest.mark.parametrize("keep_mb", [0, 1, -1])
-def test_hint_configs_match_float64(dtype, keep_mb):  # type: ignore[no-untyped-def]
+def test_hint_configs_match_float64(dtype, launches, keep_mb):  # type: ignore[no-untyped-def]
     cfg = op.TwoPassConfig(4, 2, 4, 4, l2_keep_mb=keep_mb)
     grads, full = _hint_arrays(dtype, 5)
     norm, scaled = op.reference(grads, full / 3.0)
-    got, out = _hint_run(dtype, cfg, full / 3.0, grads)
+    got, out = _hint_run(dtype, cfg, full / 3.0, grads, launches)
     assert abs(got - norm) / norm < 1e-5
-    tol = 1e-6 if dtype == "float32" else 1e-3
+    tol = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 4e-3}[dtype]
     for g, s in zip(out, scaled, strict=True):
-        assert np.linalg.norm(g - s) / np.linalg.norm(s) < tol
+        assert np.linalg.norm(g.astype(np.float64) - s) / np.linalg.norm(s) < tol
     # no clip: arrays bit-identical, the norm still reported
-    got, out = _hint_run(dtype, cfg, 2.0 * full, grads)
+    got, out = _hint_run(dtype, cfg, 2.0 * full, grads, launches)
     assert abs(got - full) / full < 1e-5
     for g, before in zip(out, grads, strict=True):
         np.testing.assert_array_equal(g, before)
