@@ -38,7 +38,8 @@ for r in res:
         print(f"  {r['dtype']:9} {r['case']:28} {str(r.get('path')):9} ok={r['ok']} rel={r.get('rel_err')} "
               f"{r.get('error') or ''}")
 PYEOF
-timeout "$(left 300)" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_clip_grad_norm.py \
+timeout "$(left 300)" $PY -m pytest -q -p no:cacheprovider \
+  ${PYTEST_FILES:-tests/kernels/test_clip_grad_norm.py tests/kernels/test_replay_gpu.py tests/kernels/test_launch.py} \
   >"$OUT/pytest.txt" 2>&1
 echo "== pytest rc=$? after $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/pytest.txt")"
 grep -E "^FAILED|^ERROR" "$OUT/pytest.txt" | head -10

@@ -71,11 +71,11 @@ else:
     f32_bits, bits_f32 = _bitcast_intrinsics()
 
 
-def bf16_to_f32(w):  # type: ignore[no-untyped-def]
+def bf16_to_f32(w: Any) -> Any:
     return bits_f32(uint32(w) << uint32(16))  # type: ignore[no-untyped-call]
 
 
-def f32_to_bf16(x):  # type: ignore[no-untyped-def]
+def f32_to_bf16(x: Any) -> Any:
     u = f32_bits(float32(x))  # type: ignore[no-untyped-call]
     if (u & uint32(0x7FFFFFFF)) > uint32(0x7F800000):
         return uint16((u >> uint32(16)) | uint32(0x40))

@@ -132,18 +132,18 @@ def _hint_intrinsics() -> tuple[Any, Any, Any, Any]:
 
 if SIMULATED:  # plain Python functions (why: kernels.primitives.bf16)
 
-    def l2_evict_last():  # type: ignore[no-untyped-def]
+    def l2_evict_last() -> Any:
         return uint64(0)
 
-    def l2_evict_first():  # type: ignore[no-untyped-def]
+    def l2_evict_first() -> Any:
         return uint64(0)
 
-    def ldg_hint_into(dst, off, arr, idx, policy):  # type: ignore[no-untyped-def]
+    def ldg_hint_into(dst: Any, off: Any, arr: Any, idx: Any, policy: Any) -> None:
         words = arr.dtype == WORD
         for k in range(VEC_BYTES // arr.dtype.itemsize):
             dst[off + k] = bf16_to_f32(arr[idx + k]) if words else float32(arr[idx + k])
 
-    def stg_hint_from(arr, idx, src, off, policy):  # type: ignore[no-untyped-def]
+    def stg_hint_from(arr: Any, idx: Any, src: Any, off: Any, policy: Any) -> None:
         for k in range(VEC_BYTES // arr.dtype.itemsize):
             arr[idx + k] = src[off + k]
 

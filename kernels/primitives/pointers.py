@@ -32,7 +32,11 @@ from kernels.primitives.bf16 import WORD
 from kernels.runtime.arrays import BF16, SIMULATED
 
 # the element types a table may hold, as the kernels see them (bf16: its words)
-ELEMENT = {np.dtype(np.float32): np.dtype(np.float32), np.dtype(np.float16): np.dtype(np.float16), BF16: WORD}
+ELEMENT: dict[np.dtype, np.dtype] = {
+    np.dtype(np.float32): np.dtype(np.float32),
+    np.dtype(np.float16): np.dtype(np.float16),
+    BF16: WORD,
+}
 
 
 def address_of(dev: Any) -> int:

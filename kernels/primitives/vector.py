@@ -264,11 +264,11 @@ RAW_DTYPE = float32 if SIMULATED else uint32
 # device-function call takes a per-module lock the block's threads contend for (kernels.primitives.bf16).
 if SIMULATED:
 
-    def ldg_raw(dst, off, arr, idx):  # type: ignore[no-untyped-def]
+    def ldg_raw(dst: Any, off: Any, arr: Any, idx: Any) -> None:
         for k in range(8):
             dst[off + k] = float32(arr[idx + k])
 
-    def unpack_h8(dst, off, raw, roff):  # type: ignore[no-untyped-def]
+    def unpack_h8(dst: Any, off: Any, raw: Any, roff: Any) -> None:
         for k in range(8):
             dst[off + k] = raw[roff + k]
 
@@ -278,17 +278,17 @@ else:
 
 if SIMULATED:
 
-    def ldg_into(dst, off, arr, idx):  # type: ignore[no-untyped-def]
+    def ldg_into(dst: Any, off: Any, arr: Any, idx: Any) -> None:
         words = arr.dtype == WORD
         for k in range(VEC_BYTES // arr.dtype.itemsize):
             dst[off + k] = bf16_to_f32(arr[idx + k]) if words else float32(arr[idx + k])
 
-    def stg_from(arr, idx, src, off):  # type: ignore[no-untyped-def]
+    def stg_from(arr: Any, idx: Any, src: Any, off: Any) -> None:
         words = arr.dtype == WORD
         for k in range(VEC_BYTES // arr.dtype.itemsize):
             arr[idx + k] = f32_to_bf16(src[off + k]) if words else src[off + k]
 
-    def round_like(arr, x):  # type: ignore[no-untyped-def]
+    def round_like(arr: Any, x: Any) -> Any:
         if arr.dtype == WORD:
             return bf16_to_f32(f32_to_bf16(x))
         return float32(arr.dtype.type(x))

@@ -296,14 +296,17 @@ class LaunchGraph:
     graph launch pays it once (benchmarks/notes-clip.md, "Host overhead").
     """
 
-    __slots__ = ("_exec", "_call")
+    __slots__ = ("_exec", "_call", "_graph", "_nodes")
     _exec: Any  # the CUgraphExec handle, None once closed
 
-    def __init__(self, record: Callable[[Any], None]) -> None:
+    def __init__(self, record: Callable[[Any], None], *, updatable: bool = False) -> None:
+        """`updatable`: keep the captured graph and its kernel nodes in launch order, so that
+        `set_kernel_params` can change a launch's arguments in the executable graph later."""
         lib = _driver()
         s = ctypes.c_void_p()
         _check(lib.cuStreamCreate(ctypes.byref(s), 1), "cuStreamCreate")  # 1: CU_STREAM_NON_BLOCKING
         graph = ctypes.c_void_p()
+        keep = False  # the captured graph outlives this call only when updatable and all went well
         try:
             # 2: CU_STREAM_CAPTURE_MODE_RELAXED: captures this private stream only; other threads unaffected
             _check(lib.cuStreamBeginCapture_v2(s, 2), "cuStreamBeginCapture")
@@ -316,10 +319,13 @@ class LaunchGraph:
             ex = ctypes.c_void_p()
             _check(lib.cuGraphInstantiateWithFlags(ctypes.byref(ex), graph, ctypes.c_ulonglong(0)),
                    "cuGraphInstantiateWithFlags")  # fmt: skip
+            self._nodes = _chain(lib, graph) if updatable else ()
+            keep = updatable
         finally:
-            if graph.value:
+            if graph.value and not keep:
                 lib.cuGraphDestroy(graph)  # the executable graph keeps what it needs
             lib.cuStreamDestroy_v2(s)
+        self._graph = graph if updatable else None  # node handles stay valid while their graph lives
         self._exec = ex
         self._call = lib.cuGraphLaunch
 
@@ -328,11 +334,59 @@ class LaunchGraph:
         if rc != 0:
             raise LaunchError(f"cuGraphLaunch failed with CUresult {rc}")
 
+    def set_kernel_params(self, i: int, kern: Kernel, grid: int, block: int, shared: int = 0) -> None:
+        """Launch i (in the order `record` issued them) takes `kern`'s parameter block as it is now, from
+        the next replay on (replays already queued keep the arguments they had: the driver copies them).
+        One driver call (cuGraphExecKernelNodeSetParams), no new capture. Needs `updatable`."""
+        p = _KernelNodeParams(kern._func, grid, 1, 1, block, 1, 1, shared, ctypes.addressof(kern._params))
+        lib = _driver()
+        fn = getattr(lib, "cuGraphExecKernelNodeSetParams_v2", None) or lib.cuGraphExecKernelNodeSetParams
+        _check(fn(self._exec, self._nodes[i], ctypes.byref(p)), "cuGraphExecKernelNodeSetParams")
+
     def close(self) -> None:
         """Free the executable graph (a replay still in flight completes first: the driver defers it)."""
         if self._exec is not None:
             _driver().cuGraphExecDestroy(self._exec)
             self._exec = None
+        if self._graph is not None:
+            _driver().cuGraphDestroy(self._graph)
+            self._graph = None
+
+
+class _KernelNodeParams(ctypes.Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2 (its first ten fields are the v1 struct: either entry point reads it)."""
+
+    _fields_ = [
+        ("func", ctypes.c_void_p),
+        ("grid", ctypes.c_uint * 3),
+        ("block", ctypes.c_uint * 3),
+        ("shared", ctypes.c_uint),
+        ("params", ctypes.c_void_p),
+        ("extra", ctypes.c_void_p),
+        ("kern", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+    ]
+
+    def __init__(self, func: Any, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int,
+                 params: int) -> None:  # fmt: skip
+        super().__init__(func, (gx, gy, gz), (bx, by, bz), shared, params, None, None, None)
+
+
+def _chain(lib: Any, graph: Any) -> tuple[Any, ...]:
+    """The nodes of a captured linear sequence of launches, in launch order (root, then each one's single
+    dependent). A graph that is not a chain is an error: its launch order is not defined by its edges."""
+    nodes: list[Any] = []
+    arr = (ctypes.c_void_p * 2)()
+    n = ctypes.c_size_t(2)
+    _check(lib.cuGraphGetRootNodes(graph, arr, ctypes.byref(n)), "cuGraphGetRootNodes")
+    while n.value:
+        if n.value != 1:
+            raise LaunchError(f"an updatable launch graph must be a chain; a node has {n.value} successors")
+        nodes.append(ctypes.c_void_p(arr[0]))
+        n = ctypes.c_size_t(2)
+        rc = lib.cuGraphNodeGetDependentNodes(nodes[-1], arr, ctypes.byref(n))
+        _check(rc, "cuGraphNodeGetDependentNodes")
+    return tuple(nodes)
 
 
 class GraphCache:

@@ -51,18 +51,23 @@ def fake_graph_class(launched: list) -> type:  # type: ignore[type-arg]
     """A stand-in for kernels.runtime.launch.LaunchGraph over a stubbed driver whose launches append to
     `launched`: capturing runs the record callback and moves what it launched into `captured` (a capture runs
     nothing); `replays` counts launches, `closed` tells whether it was freed; every instance lands in
-    `made`."""
+    `made`; `updates` lists the set_kernel_params calls as (launch index, that kernel's parameter block)."""
 
     class FakeGraph:
         made: list[FakeGraph] = []
 
-        def __init__(self, record):  # type: ignore[no-untyped-def]
+        def __init__(self, record, updatable=False):  # type: ignore[no-untyped-def]
             n0 = len(launched)
             record("capture stream")
             self.captured = launched[n0:]
             del launched[n0:]
-            self.replays, self.closed = 0, False
+            self.replays, self.closed, self.updatable = 0, False, updatable
+            self.updates: list[tuple[int, list[int]]] = []
             FakeGraph.made.append(self)
+
+        def set_kernel_params(self, i, kern, grid, block, shared=0):  # type: ignore[no-untyped-def]
+            assert self.updatable, "set_kernel_params on a graph captured without updatable=True"
+            self.updates.append((i, list(kern._block)))
 
         def launch(self, hs):  # type: ignore[no-untyped-def]
             self.replays += 1

@@ -237,9 +237,28 @@ def test_fast_parameter_blocks_match_kernel_pack(dtype):  # type: ignore[no-unty
         assert list(plan.kernels[i]._block) == list(ref._block), i
 
 
+class _FakeTableCall:
+    """Stands in for op._TableCall (a real one uploads a table): records the max_norm of each launch."""
+
+    made: list[_FakeTableCall] = []
+
+    def __init__(self, dt, words, p_no):  # type: ignore[no-untyped-def]
+        self.words, self.launched, self.closed = words, [], False
+        _FakeTableCall.made.append(self)
+
+    def launch(self, mx, hs):  # type: ignore[no-untyped-def]
+        self.launched.append(mx)
+
+    def close(self):  # type: ignore[no-untyped-def]
+        self.closed = True
+
+
 def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(monkeypatch):  # type: ignore[no-untyped-def]
-    # a repeat call on the same cached values skips the packing; a new max_norm or new arrays repack
+    # a repeat call on the same cached values skips the packing; new arrays repack; a new max_norm alone
+    # goes to the table call over the same arrays (the next test's graph story)
     monkeypatch.setattr(launch, "GRAPH_REPLAY", False)  # direct launches only (graphs: the test below)
+    monkeypatch.setattr(op, "_TableCall", _FakeTableCall)
+    _FakeTableCall.made.clear()
     dt = np.dtype(np.float32)
     plan = op._FastPlan(dt, op.TWO_PASS_DEFAULT[dt])
     seen: list[tuple[int, list[int]]] = []
@@ -261,16 +280,29 @@ def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(monkeypat
 
     fv1 = op.fast_values([_FakeDeviceArray((1000,), dt, 1 << 40)], no)
     fv2 = op.fast_values([_FakeDeviceArray((5000,), dt, 1 << 42), _FakeDeviceArray((7,), dt, 1 << 43)], no)
-    for fv, mx in ((fv1, 1.0), (fv1, 1.0), (fv1, 2.0), (fv2, 2.0), (fv2, 2.0), (fv1, 2.0)):
+    steps = ((fv1, 1.0), (fv1, 1.0), (fv1, 2.0), (fv2, 2.0), (fv2, 2.0), (fv1, 2.0), (fv1, 3.0))
+    moving_steps = (2, 6)  # (fv1, 2.0) after (fv1, 1.0); (fv1, 3.0) after (fv1, 2.0): only max_norm moved
+    for step, (fv, mx) in enumerate(steps):
         seen.clear()
+        before = [len(t.launched) for t in _FakeTableCall.made]
         plan.launch(fv, mx, None)
-        assert seen == expect(fv, mx), mx
+        if step in moving_steps:
+            table = _FakeTableCall.made[-1]
+            assert seen == [] and table.launched[-1] == mx and table.words is fv[1], step
+        else:
+            assert seen == expect(fv, mx), step
+            assert [len(t.launched) for t in _FakeTableCall.made] == before, step
+    (table,) = _FakeTableCall.made  # one table call for fv1's values, kept across fv2's calls
+    assert table.launched == [2.0, 3.0] and not table.closed
 
 
 def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch):  # type: ignore[no-untyped-def]
-    # (values, max_norm) seen twice in a row: captured once, replayed after; anything else launches directly;
-    # the graph captures the blocks a fresh pack of that call writes; the oldest graph goes past GRAPHS_MAX
+    # (values, max_norm) seen twice in a row: captured once, replayed after; new values launch directly, a
+    # new max_norm alone goes to the table call; the graph captures the blocks a fresh pack of that call
+    # writes; the oldest graph goes past GRAPHS_MAX
     monkeypatch.setattr(op, "GRAPHS_MAX", 2)
+    monkeypatch.setattr(op, "_TableCall", _FakeTableCall)
+    _FakeTableCall.made.clear()
     dt = np.dtype(np.float32)
     plan = op._FastPlan(dt, op.TWO_PASS_DEFAULT[dt])
     direct: list[int] = []
@@ -308,17 +340,68 @@ def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch): 
     assert made[0].blocks == fresh_blocks(fvs[0], 1.0)
     plan.launch(fvs[0], 1.0, None)
     assert len(direct) == 2 and len(made) == 1 and made[0].replays == 2
-    plan.launch(fvs[0], 2.0, None)  # a new max_norm: repacked, direct
-    assert len(direct) == 4 and len(made) == 1
+    plan.launch(fvs[0], 2.0, None)  # a new max_norm alone: the table call over the same arrays
+    assert len(direct) == 2 and len(made) == 1 and _FakeTableCall.made[-1].launched == [2.0]
     plan.launch(fvs[0], 1.0, None)  # back to 1.0: its graph (captured with 1.0) replays
-    assert len(direct) == 4 and made[0].replays == 3
+    assert len(direct) == 2 and made[0].replays == 3
     for fv in fvs[1:]:  # two more graphs: the first one (the oldest) is closed and dropped
         plan.launch(fv, 1.0, None)
         plan.launch(fv, 1.0, None)
     assert len(made) == 3 and made[0].closed and not made[1].closed and not made[2].closed
     assert made[2].blocks == fresh_blocks(fvs[2], 1.0)
     plan.launch(fvs[0], 1.0, None)  # its graph is gone: a direct launch (repack) again
-    assert len(direct) == 4 + 4 + 2 and made[0].replays == 3
+    assert len(direct) == 2 + 4 + 2 and made[0].replays == 3
+
+
+def test_table_call_replays_one_graph_whatever_max_norm_does(monkeypatch):  # type: ignore[no-untyped-def]
+    # the table path's lean call on one set of arrays: direct launches first, a graph from the second call
+    # on; a new max_norm updates the graph's scale launch in place (never a new capture, never a direct
+    # launch), with exactly the block the general path packs for that call
+    dt = np.dtype(np.float16)
+    grads = [_FakeDeviceArray((1000 + 7 * i,), dt, (1 << 40) + (i << 20)) for i in range(12)]
+    no = _FakeDeviceArray((1,), np.float32, 1 << 41)
+    assert all(arrays.is_device_array(a) for a in (*grads, no))
+    fv = op.fast_values(grads, no, table=True)
+    assert fv is not None and op.fast_values(grads, no) is None  # 12 arrays: not two_pass's
+    call = op._TableCall(*fv)
+    direct: list[tuple[int, list[int]]] = []
+
+    def fake(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
+        k = next(k for k in call.kernels if k._params is params)
+        direct.append((gx, list(k._block)))
+        return 0
+
+    for k in call.kernels:
+        k._launch, k._func = fake, 0
+    FakeGraph = fake_graph_class(direct)
+    monkeypatch.setattr(launch, "LaunchGraph", FakeGraph)
+    flat = [arrays.operand(f"g{i}", g).flat() for i, g in enumerate(grads)]
+
+    def packed(mx):  # type: ignore[no-untyped-def]
+        # what the general path's Kernel.pack writes for this call
+        out = []
+        for k, grid, args in op.table_launches(flat, arrays.operand("norm_out", no), mx):
+            ref = Kernel(k.dispatcher, k.sig)
+            ref.build_plan()
+            ref.pack(args)
+            out.append((grid, list(ref._block)))
+        return out
+
+    call.launch(1.0, None)
+    assert direct == packed(1.0) and not FakeGraph.made
+    direct.clear()
+    call.launch(2.0, None)  # the second call: captured (with 2.0) and replayed
+    (g,) = FakeGraph.made
+    assert g.updatable and g.captured == packed(2.0) and g.replays == 1 and not direct
+    call.launch(2.0, None)
+    call.launch(3.0, None)  # a new max_norm: the scale launch updated in place, then replayed
+    assert g.replays == 3 and g.updates == [(1, packed(3.0)[1][1])] and not direct
+    call.launch(3.0, None)
+    call.launch(2.0, None)
+    assert g.replays == 5 and [u[0] for u in g.updates] == [1, 1] and g.updates[-1][1] == packed(2.0)[1][1]
+    assert len(FakeGraph.made) == 1 and not direct
+    call.close()
+    assert g.closed
 
 
 def test_two_pass_config_drops_the_l2_hints_below_cc_8(monkeypatch):  # type: ignore[no-untyped-def]

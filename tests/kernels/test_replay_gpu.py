@@ -92,9 +92,9 @@ def test_clip_grad_norm_repeat_calls(dtype: type) -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_clip_grad_norm_graph_replay(dtype: type) -> None:
     """A training loop's pattern: the same arrays and max_norm on every call, new contents each time. From the
-    second call on, the call replays a captured CUDA graph (kernels.runtime.launch.GRAPH_REPLAY); max_norm
-    switching between two values gets one graph each; both clipping and not clipping stay right on every
-    replay."""
+    second call on, the call replays a captured CUDA graph (kernels.runtime.launch.GRAPH_REPLAY); when
+    max_norm alone moves, the table call over the same arrays replays its own graph (its scale launch updated
+    in place); both clipping and not clipping stay right on every call."""
     from kernels.ops import clip_grad_norm as op
 
     rng = np.random.default_rng(5)
@@ -118,5 +118,47 @@ def test_clip_grad_norm_graph_replay(dtype: type) -> None:
                 err = rel(out, h.astype(np.float64) * coef)
                 assert err <= TOL[dtype], f"call {call}: scaled rel err {err:.3g}"
     plan = op._fast_plans[np.dtype(dtype)]
-    newest = plan._graphs.keys()[-2:]  # keys (id(values), max_norm), oldest first
-    assert [mx for _, mx in newest] == [1.0, 1e9], f"expected a graph per max_norm, got {newest}"
+    newest = plan._graphs.keys()[-1]  # keys (id(values), max_norm), oldest first
+    assert newest[1] == 1.0, f"expected the 1.0 calls' graph, got {newest}"
+    # the 1e9 calls (max_norm moved alone) ran the table call over the same arrays, on its own graph
+    assert plan._moving is not None and plan._moving[1]._graph is not None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_clip_grad_norm_table_graph_follows_max_norm(dtype: str) -> None:
+    """The table path's lean call (more arrays than two_pass's SLOTS): one graph for the set of arrays from
+    the second call on, max_norm new on almost every call (its scale launch updated in place), clipping and
+    not clipping, new contents each call: every call right against float64."""
+    from kernels.ops import clip_grad_norm as op
+    from kernels.runtime import arrays
+
+    dt = np.dtype(arrays.BF16 if dtype == "bfloat16" else dtype)
+    tol = {"float32": 1e-5, "bfloat16": 4e-3}[dtype]
+    rng = np.random.default_rng(9)
+    sizes = [5, 4096, 100003, 1, 777] * 3  # 15 arrays
+    grads = [cuda.device_array(n, dt) for n in sizes]
+    norm = cuda.device_array(1, np.float32)
+    graph = None
+    for call, factor in enumerate((0.5, 0.25, 0.3, 2.0, 0.3, 0.7, 0.7, 0.1)):
+        host = [rng.standard_normal(n).astype(np.float32).astype(dt) for n in sizes]
+        for dev, h in zip(grads, host, strict=True):
+            arrays.words(dev).copy_to_device(arrays.host_words(h))
+        total = float(np.sqrt(sum(np.sum(h.astype(np.float64) ** 2) for h in host)))
+        max_norm = total * factor
+        clip_grad_norm(grads, max_norm, norm_out=norm)
+        got = float(norm.copy_to_host()[0])
+        assert abs(got - total) <= 1e-4 * total, f"call {call}: norm {got} vs {total}"
+        coef = min(1.0, max_norm / (total + 1e-6))
+        for dev, h in zip(grads, host, strict=True):
+            out = arrays.to_host(dev)
+            if coef == 1.0:
+                assert (out.view(np.uint8) == h.view(np.uint8)).all(), f"call {call}: unclipped, changed"
+            else:
+                err = rel(out.astype(np.float64), h.astype(np.float64) * coef)
+                assert err <= tol, f"call {call}: scaled rel err {err:.3g}"
+        (entry, _refs) = op._table_calls[(*map(id, grads), id(norm))]
+        if call == 0:
+            assert entry._graph is None  # the first call launches directly
+        else:
+            graph = graph or entry._graph
+            assert entry._graph is graph is not None, f"call {call}: one graph for the set of arrays"
