@@ -809,7 +809,8 @@ class _FastPlan:
 # cuGraphLaunch costs the host a fraction of the two cuLaunchKernel calls (figures: benchmarks/notes-clip.md).
 # A graph is built on the second call in a row with the same arrays (the cached
 # values object) and max_norm, the case of a training loop; new arrays launch directly; a max_norm that moves
-# alone (a schedule) goes to the table call over the same arrays: one graph, its scale launch updated in place.
+# alone (a schedule) goes to the table call over the same arrays: one graph, its scale launch updated
+# in place.
 # kernels.runtime.launch.GRAPH_REPLAY switches it off.
 GRAPHS_MAX = 8  # graphs per plan
 
