@@ -974,6 +974,9 @@ def cached_values(grads: Sequence[Any], norm_out: Any) -> tuple[np.dtype, list[i
 
 def _fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream: Any, path: str) -> bool:
     """The lean launch; False when it does not apply (nothing was launched then)."""
+    t = type(grads)
+    if (t is not list and t is not tuple) or len(grads) > SLOTS:
+        return False  # (more than SLOTS: before a key of every id is built; the table's lean call builds one)
     fv = cached_values(grads, norm_out)
     if fv is None:
         return False
