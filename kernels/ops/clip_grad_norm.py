@@ -10,19 +10,23 @@ Floors for N elements in all: 2N FLOP for the norm (+1N for the scale when it cl
 to read for the norm, plus 2N * itemsize to read and write when it clips (the norm must be complete before
 any scaling, so the data is read twice unless it fits in L2). Measured figures: benchmarks/notes-clip.md.
 
-Two strategies (`PATHS`):
-  - "two_pass" (what "auto" runs for up to SLOTS 16-byte aligned arrays and no `workspace`): kernel 1 = sum
-    of squares over the tiles of ALL arrays numbered as one sequence and dealt round-robin to a persistent
-    grid (16-byte loads, one fp32 partial per block, no atomics; the last `l2_keep_mb` MB are loaded with an
-    L2 evict_last policy); kernel 2 = every block sums the partials in one fixed order (the same norm in
-    every block) and scales its tiles walking from the end of the sequence (what kernel 1 read last is
-    still in L2). Device arrays with `norm_out` take a lean host path (parameter words written with one
-    struct.pack_into per kernel, remembered per array objects; repeat calls replay a CUDA graph).
-  - "per_array" (more than SLOTS arrays, unaligned arrays, or a `workspace`: calls on several streams at
-    once), all on one stream, no host round trip: `_zero` clears a float64 accumulator; `_sumsq` per array:
-    persistent blocks over contiguous tiles, fp32 sum of squares per thread, a block reduction, one float64
-    atomic add per block; `_scale` per array: one block per tile, every thread derives the coefficient from
-    the accumulator and returns at once when there is nothing to clip; block 0 writes the norm.
+Three strategies (`PATHS`):
+  - "two_pass" (what "auto" runs for up to SLOTS 16-byte aligned fp32 / fp16 arrays and no `workspace`):
+    kernel 1 = sum of squares over the tiles of ALL arrays numbered as one sequence and dealt round-robin
+    to a persistent grid (16-byte loads, one fp32 partial per block, no atomics; the last `l2_keep_mb` MB
+    are loaded with an L2 evict_last policy); kernel 2 = every block sums the partials in one fixed order
+    (the same norm in every block) and scales its tiles walking from the end of the sequence (what kernel 1
+    read last is still in L2). Device arrays with `norm_out` take a lean host path (parameter words written
+    with one struct.pack_into per kernel, remembered per array objects; repeat calls replay a CUDA graph).
+  - "table" (what "auto" runs for more than SLOTS aligned arrays, or bf16, and no `workspace`): two_pass's
+    kernels over a device table of (address, elements) rows instead of SLOTS array arguments, so any number
+    of arrays takes two launches, with the same bits. Device arrays with `norm_out` take a lean host path
+    too (`_TableCall`: per set of arrays, one CUDA graph, a new max_norm updated in place).
+  - "per_array" (unaligned arrays, or a `workspace`: calls on several streams at once), all on one stream,
+    no host round trip: `_zero` clears a float64 accumulator; `_sumsq` per array: persistent blocks over
+    contiguous tiles, fp32 sum of squares per thread, a block reduction, one float64 atomic add per block;
+    `_scale` per array: one block per tile, every thread derives the coefficient from the accumulator and
+    returns at once when there is nothing to clip; block 0 writes the norm.
 """
 
 from __future__ import annotations
@@ -621,7 +625,8 @@ def _table_of(
 ) -> tuple[Operand, int, int]:
     """table_for on (address, elements) rows. Kept per rows: a table is keyed by its own contents, so a hit
     is right even when the arrays were freed and others allocated at the same addresses. Up to TABLES_MAX,
-    the oldest dropped (freeing a device array waits for the kernels that may read it)."""
+    the oldest dropped once the device has drained (no queued launch can read a freed table then, whatever
+    the memory manager)."""
     key = (dt, cfg, rows)
     hit = _tables.pop(key, None)
     if hit is None:
@@ -630,11 +635,16 @@ def _table_of(
         tiles_q = sum((n + tq - 1) // tq for _, n in rows)
         tiles_c = sum((n + tc - 1) // tc for _, n in rows)
         dev = cuda.to_device(np.array(rows, dtype=np.int64).reshape(len(rows), 2))
+        # a copy from pageable memory may return before the data lands, and a kernel on a non-blocking
+        # stream does not wait for the legacy stream: once per new table, wait for it
+        cuda.synchronize()
         i64 = np.dtype(np.int64)
         ptr = 0 if SIMULATED else address_of(dev)
         hit = (Operand("table", ptr, (len(rows), 2), (16, 8), i64, dev, None, dev), tiles_q, tiles_c)
-        while len(_tables) >= TABLES_MAX:
-            _tables.pop(next(iter(_tables)))
+        if len(_tables) >= TABLES_MAX:
+            cuda.synchronize()  # no queued launch may still read a table dropped here (any allocator)
+            while len(_tables) >= TABLES_MAX:
+                _tables.pop(next(iter(_tables)))
     _tables[key] = hit  # (re)inserted last: the most recently used
     return hit
 
@@ -764,7 +774,7 @@ class _FastPlan:
             self.fmts[i].pack_into(k._block, 0, *words, *self.tail[i])
         return self.grids[i]
 
-    def launch(self, fv: tuple[np.dtype, list[int], int], mx: float, hs: Any) -> None:
+    def launch(self, fv: tuple[np.dtype, list[int], int], mx: float, hs: Any, moving_ok: bool = True) -> None:
         """Replay the graph of (`fv`, `mx`) if there is one. Else pack both blocks (skipped when they already
         hold `fv`, the very object, and `mx`) and launch; the second call in a row with the same (`fv`, `mx`)
         captures the launches into a graph first and replays it from then on."""
@@ -774,6 +784,14 @@ class _FastPlan:
             graph.launch(hs)
             return
         last = self._last
+        if last is not None and last[0] is fv and last[1] != mx and not moving_ok:
+            # only max_norm changed, and the caller asked for "two_pass" itself: rewrite that one parameter
+            # (the scaling kernel's last, a float64) and launch directly
+            i = len(self.kernels) - 1
+            _F64.pack_into(self.kernels[i]._block, self.fmts[i].size - 8, mx)
+            self._last = (fv, mx)
+            self._record(hs)
+            return
         if last is not None and last[0] is fv and last[1] != mx:
             # only max_norm changed (a schedule that moves it every step): the table kernels over the same
             # arrays, which give these kernels' very bits (test_table_is_two_pass_bit_for_bit), replay ONE
@@ -894,6 +912,12 @@ def _table_fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream:
     t = type(grads)
     if t is not list and t is not tuple:
         return False
+    try:
+        mx = float(max_norm)
+    except (TypeError, ValueError):
+        return False  # the general path names the error
+    if not mx > 0.0:  # also NaN; the general path raises the error
+        return False
     key = (*map(id, grads), id(norm_out))
     hit = _table_calls.get(key)
     if hit is None:
@@ -917,9 +941,6 @@ def _table_fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream:
         while len(_table_calls) >= TABLE_CALLS_MAX:
             _table_calls.pop(next(iter(_table_calls)))[0].close()
         hit = _table_calls[key] = (entry, refs)
-    mx = float(max_norm)
-    if not mx > 0.0:  # also NaN; the general path raises the error
-        return False
     h = stream if type(stream) is int else _stream_handle(stream)
     hit[0].launch(mx, ctypes.c_void_p(h) if h else None)
     return True
@@ -981,14 +1002,17 @@ def _fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream: Any, 
     if fv is None:
         return False
     dt = fv[0]
-    mx = float(max_norm)
+    try:
+        mx = float(max_norm)
+    except (TypeError, ValueError):
+        return False  # the general path names the error
     if not mx > 0.0:  # also NaN; the general path raises the error
         return False
     plan = _fast_plans.get(dt)
     if plan is None:
         plan = _fast_plans[dt] = _FastPlan(dt, two_pass_config(dt))
     h = stream if type(stream) is int else _stream_handle(stream)
-    plan.launch(fv, mx, ctypes.c_void_p(h) if h else None)
+    plan.launch(fv, mx, ctypes.c_void_p(h) if h else None, moving_ok=path == "auto")
     return True
 
 
@@ -1014,12 +1038,13 @@ def clip_grad_norm(
     stream: int = 0,
     path: str = "auto",
 ) -> Any:
-    """Clip `grads` (fp32 or fp16 arrays, one dtype) in place to a global L2 norm of `max_norm`.
+    """Clip `grads` (fp32, fp16 or bf16 arrays, one dtype) in place to a global L2 norm of `max_norm`.
 
     Returns the norm before clipping as a Python float, or, when `norm_out` (a float32 device array of one
     element) is given, writes it there and returns `norm_out` without waiting for the device.
-    `path`: "auto" ("two_pass" for up to SLOTS 16-byte aligned arrays and no `workspace`, otherwise
-    "per_array"), "two_pass" or "per_array" (see the module docstring).
+    `path`: "auto" ("two_pass" for up to SLOTS 16-byte aligned fp32 / fp16 arrays, "table" for more or for
+    bf16, both without a `workspace`; otherwise "per_array"), "two_pass", "table" or "per_array" (see the
+    module docstring).
     """
     if not USE_DISPATCHER and norm_out is not None and workspace is None:
         if (path == "auto" or path == "two_pass") and _fast_call(grads, max_norm, norm_out, stream, path):

@@ -319,7 +319,11 @@ class LaunchGraph:
             ex = ctypes.c_void_p()
             _check(lib.cuGraphInstantiateWithFlags(ctypes.byref(ex), graph, ctypes.c_ulonglong(0)),
                    "cuGraphInstantiateWithFlags")  # fmt: skip
-            self._nodes = _chain(lib, graph) if updatable else ()
+            try:
+                self._nodes = _chain(lib, graph) if updatable else ()
+            except LaunchError:
+                lib.cuGraphExecDestroy(ex)
+                raise
             keep = updatable
         finally:
             if graph.value and not keep:

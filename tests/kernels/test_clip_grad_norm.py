@@ -294,6 +294,10 @@ def test_fast_plan_repeat_call_launches_the_blocks_a_fresh_pack_writes(monkeypat
             assert [len(t.launched) for t in _FakeTableCall.made] == before, step
     (table,) = _FakeTableCall.made  # one table call for fv1's values, kept across fv2's calls
     assert table.launched == [2.0, 3.0] and not table.closed
+    # path="two_pass" asked for by the caller: a max_norm that moves alone stays on two_pass's kernels
+    seen.clear()
+    plan.launch(fv1, 4.0, None, moving_ok=False)
+    assert seen == expect(fv1, 4.0) and table.launched == [2.0, 3.0]
 
 
 def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch):  # type: ignore[no-untyped-def]

@@ -162,3 +162,34 @@ def test_clip_grad_norm_table_graph_follows_max_norm(dtype: str) -> None:
         else:
             graph = graph or entry._graph
             assert entry._graph is graph is not None, f"call {call}: one graph for the set of arrays"
+
+
+def test_clip_grad_norm_table_on_a_non_blocking_stream() -> None:
+    """A new set of arrays (so a new device table, uploaded first) clipped on a CU_STREAM_NON_BLOCKING stream,
+    which does not wait for the legacy stream the upload used: every call right against float64."""
+    import ctypes
+
+    from kernels.runtime import launch
+
+    lib = launch._driver()
+    s = ctypes.c_void_p()
+    assert lib.cuStreamCreate(ctypes.byref(s), 1) == 0  # 1: CU_STREAM_NON_BLOCKING
+    rng = np.random.default_rng(11)
+    try:
+        for trial in range(3):
+            sizes = [1000 + 13 * k + trial for k in range(20)]  # new sizes: a new table every trial
+            host = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+            grads = [cuda.to_device(h) for h in host]
+            norm = cuda.device_array(1, np.float32)
+            cuda.synchronize()
+            total = float(np.sqrt(sum(np.sum(h.astype(np.float64) ** 2) for h in host)))
+            clip_grad_norm(grads, total / 4.0, norm_out=norm, stream=s.value)
+            assert lib.cuStreamSynchronize(s) == 0
+            got = float(norm.copy_to_host()[0])
+            assert abs(got - total) <= 1e-5 * total, f"trial {trial}: norm {got} vs {total}"
+            coef = (total / 4.0) / (total + 1e-6)
+            for dev, h in zip(grads, host, strict=True):
+                err = rel(dev.copy_to_host(), h.astype(np.float64) * coef)
+                assert err <= 1e-5, f"trial {trial}: scaled rel err {err:.3g}"
+    finally:
+        lib.cuStreamDestroy_v2(s)
