@@ -25,6 +25,15 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _gpu_present():
         sys.modules["numba.core.config"].reload_config()
 
 
+# A suite started from a shell without job control in the background (`cmd &` in a script) inherits SIGINT
+# ignored: Python then installs no KeyboardInterrupt handler, and every CLI the tests start inherits the
+# ignore too, so the Ctrl-C tests see nothing happen (seen: test_runner_streaming's Ctrl-C test and
+# test_faults' SIGINT case, when the suite ran under `(./scripts/test.sh &)`). The tests are about what a
+# terminal's Ctrl-C does: give this process (and so its children) the terminal's disposition back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_sessionstart(session):  # type: ignore[no-untyped-def]
     # Builds in this run share one PTX cache (fleet/artifact.py: keyed by the kernels' bytes and the
     # compiler), under this run's temp dir: the xdist workers' common parent, so each distinct tree compiles
