@@ -309,6 +309,20 @@ def sum_parts(part, smem):  # type: ignore[no-untyped-def]
     return block_sum(s, smem)
 
 
+def _norm_policies(hint_sq: bool) -> Any:
+    """policies(tiles, kt) -> (lim, pl, pf) for sq_one: with the L2 hints (`hint_sq`, a compile-time
+    constant) the last kt of `tiles` norm tiles are loaded evict_last (pl), the rest evict_first (pf);
+    without them nothing is hinted."""
+
+    @cuda.jit(device=True, inline="always")
+    def policies(tiles, kt):  # type: ignore[no-untyped-def]
+        if hint_sq:
+            return tiles - kt, l2_evict_last(), l2_evict_first()
+        return int64(0), uint64(0), uint64(0)
+
+    return policies
+
+
 def _two_pass_kernels(
     u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, keep_mb: int
 ) -> dict[str, Any]:
@@ -317,6 +331,7 @@ def _two_pass_kernels(
     hint_sq = keep_mb >= 0
     keep_tiles = kept_tiles(keep_mb, u_sq)  # the norm tiles kept (evict_last): the last ones
     ntiles, sq_one, sc_one = _two_pass_parts(u_sq, u_sc, width, hint_sq)
+    policies = _norm_policies(hint_sq)
     tq = BLOCK * u_sq * width
     tc = BLOCK * u_sc * width
     nv = max(u_sq, u_sc) * width
@@ -333,16 +348,11 @@ def _two_pass_kernels(
             acc[u] = float32(0.0)
         b = int64(cuda.blockIdx.x)
         G = int64(cuda.gridDim.x)
-        if hint_sq:  # (a compile-time constant) the last keep_tiles tiles: evict_last; the rest evict_first
+        Tq = int64(0)
+        if hint_sq:  # (a compile-time constant) only the hints need the total
             Tq = (ntiles(g0, tq) + ntiles(g1, tq) + ntiles(g2, tq) + ntiles(g3, tq) + ntiles(g4, tq)
                   + ntiles(g5, tq) + ntiles(g6, tq) + ntiles(g7, tq))  # fmt: skip
-            lim = Tq - kt
-            pl = l2_evict_last()
-            pf = l2_evict_first()
-        else:
-            lim = int64(0)
-            pl = uint64(0)
-            pf = uint64(0)
+        lim, pl, pf = policies(Tq, kt)
         e = int64(0)
         e = sq_one(g0, b, G, e, acc, v, lim, pl, pf)
         e = sq_one(g1, b, G, e, acc, v, lim, pl, pf)
@@ -429,6 +439,7 @@ def _table_kernels(
     hint_sq = keep_mb >= 0
     keep_tiles = kept_tiles(keep_mb, u_sq)
     _ntiles, sq_one, sc_one = _two_pass_parts(u_sq, u_sc, width, hint_sq, IO_OF[dt])
+    policies = _norm_policies(hint_sq)
     at = view_at(dt)
     nv = max(u_sq, u_sc) * width
     jit_sq: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, bps_sq)}
@@ -443,14 +454,7 @@ def _table_kernels(
             acc[u] = float32(0.0)
         b = int64(cuda.blockIdx.x)
         G = int64(cuda.gridDim.x)
-        if hint_sq:  # (a compile-time constant) the last keep_tiles tiles: evict_last; the rest evict_first
-            lim = tiles - keep_tiles
-            pl = l2_evict_last()
-            pf = l2_evict_first()
-        else:
-            lim = int64(0)
-            pl = uint64(0)
-            pf = uint64(0)
+        lim, pl, pf = policies(tiles, keep_tiles)
         e = int64(0)
         for j in range(tab.shape[0]):
             e = sq_one(at(tab[j, 0], tab[j, 1]), b, G, e, acc, v, lim, pl, pf)
