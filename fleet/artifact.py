@@ -6,6 +6,8 @@ uid/gid 0, fixed modes, gzip mtime 0 and no file name in the gzip header. Layout
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gzip
 import hashlib
 import io
@@ -15,7 +17,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,13 +254,19 @@ def _compile_one(cc: str, *, root: Path, python: str, env: Mapping[str, str]) ->
 
 
 def compile_targets(
-    ccs: tuple[str, ...], *, root: Path, python: str | None = None, kernels: Mapping[str, bytes] | None = None
+    ccs: tuple[str, ...],
+    *,
+    root: Path,
+    python: str | None = None,
+    kernels: Mapping[str, bytes] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, bytes], list[str]]:
-    """PTX of every kernel for each target, compiled offline in a child process (kernels.runtime.ptx, via
+    """PTX of every kernel for each target, compiled offline in child processes (kernels.runtime.ptx, via
     fleet.ptx_export) so a simulator setting or CUDA state of this process cannot leak in. `kernels`: the
-    tree's kernels/ files (path -> bytes), the PTX cache's key; without it nothing is cached. Returns the
-    targets, the PTX files and the ccs whose PTX came from the cache (byte-identical to a fresh compile:
-    the key holds everything the compile reads)."""
+    tree's kernels/ files (path -> bytes), the PTX cache's key; without it nothing is cached. Builds of the
+    same key serialise on the entry's lock: one compiles, the others wait and read its result. `progress`
+    gets one line before a compile or a wait. Returns the targets, the PTX files and the ccs whose PTX came
+    from the cache (byte-identical to a fresh compile: the key holds everything the compile reads)."""
     targets: list[dict[str, Any]] = []
     files: dict[str, bytes] = {}
     cached: list[str] = []
@@ -267,27 +275,33 @@ def compile_targets(
     env["PYTHONPATH"] = os.pathsep.join([str(project_root()), *filter(None, [env.get("PYTHONPATH")])])
     # `python -m` puts cwd (= root) first on sys.path: the child compiles the kernels being packaged
     python = python or sys.executable
+    say = progress or (lambda line: None)
     cache = ptx_cache_dir() if kernels is not None else None
     for cc in ccs:
-        entry = None
+        entry, fresh = None, False
         if cache is not None and kernels is not None:
             key = _ptx_key(cc, root=root, python=python, env=env, kernels=kernels)
             entry = cache / f"{key}.json" if key else None
         records = _cached(entry)
-        if records is not None:
+        if records is None:
+            with _entry_lock(entry, say, f"cc {cc}: waiting for another build of this tree"):
+                records = _cached(entry)  # that other build may have stored it while this one waited
+                if records is None:
+                    say(f"cc {cc}: compiling PTX")
+                    rc, out, err = _compile_one(cc, root=root, python=python, env=env)
+                    if rc == 3:  # kernels.runtime.ptx does not exist (yet): build without PTX, and say so
+                        targets.append({"cc": cc, "ptx_status": f"unavailable: {out.strip()}", "kernels": []})
+                        continue
+                    if rc != 0:
+                        tail = (err.strip().splitlines() or ["no output"])[-1].strip()
+                        raise BuildFailed(f"PTX for cc {cc} failed to compile: {tail}")
+                    records = json.loads(out)
+                    # stored only if the tree on disk is still the one the key hashed (not edited mid-build)
+                    if entry is not None and kernels is not None and _unchanged(root, kernels):
+                        _store(entry, out)
+                    fresh = True
+        if not fresh:
             cached.append(cc)
-        else:
-            rc, out, err = _compile_one(cc, root=root, python=python, env=env)
-            if rc == 3:  # kernels.runtime.ptx does not exist (yet): build without PTX, and say so
-                targets.append({"cc": cc, "ptx_status": f"unavailable: {out.strip()}", "kernels": []})
-                continue
-            if rc != 0:
-                tail = (err.strip().splitlines() or ["no output"])[-1].strip()
-                raise BuildFailed(f"PTX for cc {cc} failed to compile: {tail}")
-            records = json.loads(out)
-            # only when the tree on disk is still the one the key hashed (an edit mid-build is not stored)
-            if entry is not None and kernels is not None and _unchanged(root, kernels):
-                _store(entry, out)
         kernels_out = []
         sm = "sm_" + cc.replace(".", "")
         for k in records:
@@ -296,6 +310,33 @@ def compile_targets(
             kernels_out.append({key: val for key, val in k.items() if key != "ptx"} | {"ptx": rel})
         targets.append({"cc": cc, "ptx_status": "ok", "kernels": sorted(kernels_out, key=lambda k: k["ptx"])})
     return targets, files, cached
+
+
+@contextlib.contextmanager
+def _entry_lock(entry: Path | None, say: Callable[[str], None], waiting: str) -> Iterator[None]:
+    """An exclusive flock on `<entry>.lock` while one build compiles that entry, so parallel builds of one
+    tree compile it once (the test suite's workers start several at once). The kernel drops the lock when
+    the holder exits, killed or not. Best effort like _store: no entry, or a cache dir that cannot hold the
+    lock file, compiles without it. `say` gets `waiting` and the lock's path when another build holds it."""
+    fd = None
+    if entry is not None:
+        lock = entry.with_name(entry.name + ".lock")
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            fd = None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                say(f"{waiting} ({lock})")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def _unchanged(root: Path, kernels: Mapping[str, bytes]) -> bool:
@@ -324,9 +365,11 @@ def build(
     out_dir: Path,
     root: Path | None = None,
     ptx_python: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> BuildResult:
     """`ptx_python`: the interpreter that compiles PTX (default: this one); its numba, numba-cuda,
-    llvmlite and numpy must match the spec's pins, or the build is refused naming the field."""
+    llvmlite and numpy must match the spec's pins, or the build is refused naming the field. `progress`:
+    where the PTX step's lines go (compiling, waiting for another build)."""
     check_version(version)
     root = root or project_root()
     files = package_files(root)
@@ -337,7 +380,7 @@ def build(
         check_ptx_stack(spec, python=python, root=root)
     kernel_files = {rel: data for rel, data in files.items() if rel.startswith("kernels/")}
     targets, ptx_files, cached = compile_targets(
-        spec.compute_capabilities, root=root, python=python, kernels=kernel_files
+        spec.compute_capabilities, root=root, python=python, kernels=kernel_files, progress=progress
     )
     files.update(ptx_files)
     manifest: dict[str, Any] = {

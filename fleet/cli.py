@@ -261,7 +261,11 @@ def _reconcile(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     spec = _spec(args)
     result = artifact.build(
-        spec=spec, version=check_version(args.version), out_dir=Path(args.out), ptx_python=args.ptx_python
+        spec=spec,
+        version=check_version(args.version),
+        out_dir=Path(args.out),
+        ptx_python=args.ptx_python,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),  # a cold compile takes minutes
     )
     out = report.console()
     out.print(f"built {result.path} ({result.size} bytes) sha256 {result.sha256}")

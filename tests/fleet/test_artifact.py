@@ -6,13 +6,17 @@ import gzip
 import hashlib
 import json
 import subprocess
+import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fleet.artifact import build, read_manifest
-from fleet.errors import ArtifactError, SpecError
+from fleet.errors import ArtifactError, BuildFailed, SpecError
 from fleet.spec import embedded_fleet, load_spec
 
 
@@ -198,3 +202,118 @@ def test_ptx_comes_from_the_cache_only_for_the_same_tree_and_compiler(
     monkeypatch.setenv("SOLFLEET_PTX_CACHE", "off")
     assert build(spec=spec, version="1.0.1", out_dir=tmp_path / "e", root=tree).ptx_cached == ()
     assert compiles.read_text() == "xxxx"
+
+
+GATED_PTX = '''"""A stand-in compiler that holds its compile until the test says go; counts its runs."""
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[3]
+
+
+def compile_all(cc):
+    counter = HERE / "compiles.txt"
+    counter.write_text(counter.read_text() + "x" if counter.exists() else "x")
+    (HERE / "started").touch()
+    deadline = time.monotonic() + 120
+    while not (HERE / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {"k": {"op": "add", "ptx": f"// ptx for sm_{cc[0]}{cc[1]}"}}
+'''
+
+
+def _gated_tree(tree: Path, monkeypatch: pytest.MonkeyPatch, cache: Path) -> Path:
+    (tree / "kernels" / "runtime").mkdir()
+    (tree / "kernels" / "runtime" / "__init__.py").write_text("")
+    (tree / "kernels" / "runtime" / "ptx.py").write_text(GATED_PTX)
+    monkeypatch.setenv("SOLFLEET_PTX_CACHE", str(cache))
+    return tree.parent  # where compiles.txt, started and go live
+
+
+def _wait_for(what: str, check, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_parallel_builds_of_one_tree_compile_its_ptx_once(
+    tree: Path, spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marks = _gated_tree(tree, monkeypatch, tmp_path / "ptx-cache")
+    results: dict[str, Any] = {}
+    said: dict[str, list[str]] = {"a": [], "b": []}
+
+    def run(name: str) -> None:
+        results[name] = build(
+            spec=spec, version="1.0.0", out_dir=tmp_path / name, root=tree, progress=said[name].append
+        )
+
+    first = threading.Thread(target=run, args=("a",))
+    first.start()
+    _wait_for("the first build's compile", (marks / "started").exists)
+    second = threading.Thread(target=run, args=("b",))
+    second.start()
+    _wait_for("the second build to wait on the lock", lambda: any("waiting" in s for s in said["b"]))
+    (marks / "go").touch()
+    first.join(60)
+    second.join(60)
+    assert (marks / "compiles.txt").read_text() == "x", "both builds compiled the same tree"
+    assert said["a"] == ["cc 9.0: compiling PTX"]
+    assert said["b"][0].startswith("cc 9.0: waiting for another build of this tree (") and len(said["b"]) == 1
+    assert results["a"].ptx_cached == () and results["b"].ptx_cached == ("9.0",)
+    assert results["a"].path.read_bytes() == results["b"].path.read_bytes()
+
+
+def test_a_build_killed_while_compiling_does_not_hold_the_cache(
+    tree: Path, spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marks = _gated_tree(tree, monkeypatch, tmp_path / "ptx-cache")
+    code = (
+        "import sys; from pathlib import Path; from fleet.artifact import build\n"
+        "from fleet.spec import load_spec, embedded_fleet\n"
+        "spec = load_spec(embedded_fleet(), work_dir=Path(sys.argv[1]))\n"
+        "build(spec=spec, version='1.0.0', out_dir=Path(sys.argv[2]), root=Path(sys.argv[3]))"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "work"), str(tmp_path / "killed"), str(tree)],
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        _wait_for("the holder's compile", (marks / "started").exists)
+        (marks / "started").unlink()
+        holder.kill()  # SIGKILL: no cleanup runs; only the kernel can drop its lock
+        holder.wait(30)
+    finally:
+        holder.kill()
+    (marks / "go").touch()
+    said: list[str] = []
+    after = build(spec=spec, version="1.0.0", out_dir=tmp_path / "after", root=tree, progress=said.append)
+    assert said == ["cc 9.0: compiling PTX"], "the killed build's lock or half an entry was left behind"
+    assert after.ptx_cached == () and (marks / "compiles.txt").read_text().startswith("xx")
+    assert not list((tmp_path / "killed").glob("*.tar.gz")), "the killed build wrote an artifact"
+
+
+BROKEN_PTX = '''"""A stand-in compiler whose second kernel does not compile."""
+
+
+def compile_all(cc):
+    return {
+        "good": {"op": "add", "ptx": "// ptx", "error": None},
+        "bad": {"op": "add", "ptx": None, "error": "TypingError: no such attribute"},
+    }
+'''
+
+
+def test_a_kernel_that_does_not_compile_fails_the_build_naming_it(
+    tree: Path, spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tree / "kernels" / "runtime").mkdir()
+    (tree / "kernels" / "runtime" / "__init__.py").write_text("")
+    (tree / "kernels" / "runtime" / "ptx.py").write_text(BROKEN_PTX)
+    monkeypatch.setenv("SOLFLEET_PTX_CACHE", str(tmp_path / "ptx-cache"))
+    with pytest.raises(
+        BuildFailed, match=r"1 kernel\(s\) failed to compile for 9.0: add.bad: TypingError: no such"
+    ):
+        build(spec=spec, version="1.0.0", out_dir=tmp_path / "out", root=tree)
+    assert not list((tmp_path / "out").glob("*.tar.gz")) and not list((tmp_path / "ptx-cache").glob("*.json"))
