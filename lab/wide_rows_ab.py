@@ -4,7 +4,8 @@ kernels.ops.rows.WIDE_ROWS shape past it) against path="scalar" (the register ke
 columns, streaming past it), interleaved call by call in one process, at the width sweep of
 benchmarks/h200_llm.py (2^25 elements per operand) and the 16384 x 4096 bench shape. Also residual_add
 bf16 vector vs scalar. Every timed output is checked against the other path's (they must agree to the bf16
-tolerance). Prints one line per case and a JSON list to $OUT/wide_rows_ab.json.
+tolerance). Prints one line per case and a JSON list to $OUT/wide_rows_ab.json. AB_COLS, AB_DTYPES: the
+sweep's widths and dtypes; AB_RESIDUAL=0 leaves residual_add out.
 
     PYTHONPATH=<numpy 2.4 site>:. python lab/wide_rows_ab.py
 """
@@ -60,7 +61,10 @@ def main() -> int:
     print(f"copy {gbs:.0f} GB/s")
     rows_out = []
     cols = [int(c) for c in os.environ.get("AB_COLS", "1024,4096,5120,8192,16384,32768").split(",")]
-    cases = [(F16, 2 * ELEMS // 4096, 4096)] * (4096 in cols) + [(BF16, ELEMS // n, n) for n in cols]
+    # AB_DTYPES: the sweep's dtypes (default bf16); past 32768 columns (32768 / 4096 in fp32) "vector" is the
+    # 16-byte streaming kernel (kernels.ops.rows.STREAM_ROWS) and "scalar" the scalar streaming one
+    sweep = [np.dtype(BF16 if d == "bfloat16" else d) for d in os.environ.get("AB_DTYPES", "bfloat16").split(",")]
+    cases = [(F16, 2 * ELEMS // 4096, 4096)] * (4096 in cols) + [(dt, ELEMS // n, n) for dt in sweep for n in cols]
     for op in ("rmsnorm", "layernorm", "softmax"):
         for dt, m, n in cases:
             xs = [arrays.to_device(rng.standard_normal((m, n)).astype(dt)) for _ in range(SETS)]
@@ -88,7 +92,7 @@ def main() -> int:
             print(json.dumps(r), flush=True)
             del xs, outs
     ra = (2 * ELEMS // 4096, 4096)  # 16384 x 4096 at the default ELEMS
-    for dt in (F16, BF16):
+    for dt in (F16, BF16) if os.environ.get("AB_RESIDUAL", "1") == "1" else ():
         xs = [arrays.to_device(rng.standard_normal(ra).astype(dt)) for _ in range(SETS)]
         rs = [arrays.to_device(rng.standard_normal(ra).astype(dt)) for _ in range(SETS)]
         outs = {p: [cuda.device_array(ra, dt) for _ in range(SETS)] for p in ("vector", "scalar")}

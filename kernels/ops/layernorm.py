@@ -22,6 +22,9 @@ Kernels, one block of 256 threads per row, as rmsnorm:
   - Vector rows in fp16 / bf16 past BLOCK * PER, or much shorter: the vector kernel at a kernels.ops.rows
     WIDE_ROWS shape (128 x 8 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
     32768 columns stay in registers (one read of the row) instead of streaming (two).
+  - `make_stream_vec` (fp16 / bf16 rows past 32768 columns; fp32 past 4096 on path="vector"): the streaming
+    kernel on 16-byte vectors, 1024 threads per row, L2 hints so that pass 2 re-reads the row from L2
+    (kernels.ops.rows.STREAM_ROWS).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from kernels.ops.rows import (
     RowConfig,
     RowIO,
     RowKernels,
+    StreamRows,
     VectorRows,
     WideRows,
     row_cases,
@@ -46,6 +50,7 @@ from kernels.ops.rows import (
     row_path_of,
     vec_jit,
 )
+from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last, ldg_hint_into
 from kernels.primitives.reductions import (
     BLOCK,
     PER,
@@ -486,6 +491,85 @@ def make_rows_half2(  # type: ignore[no-untyped-def]
     return k
 
 
+def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-def]
+    """Rows past what registers hold (kernels.ops.rows.StreamRows): pass 1 sums v - k and (v - k)^2 over
+    16-byte vectors, k the row's first element (the streaming kernel's shift: no cancellation for rows far
+    from 0), `config.vectors` in flight per thread, marking the row evict_last in L2; pass 2 re-reads it
+    evict_first (its last use) and writes (v - mean) * rstd * w + b."""
+    threads, nvec = config.threads, config.vectors
+    span = threads * width  # columns that one vector per thread covers
+    nvals = nvec * width
+    bsum2, slots = make_block_sum2(threads), row_slots(threads)
+    nsm = 4 * slots  # two sums, two halves: consecutive rows alternate (reductions)
+    jit_kw = vec_jit(threads, config.min_blocks, False)
+
+    @cuda.jit(**jit_kw)
+    def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)
+        v = cuda.local.array(nvals, float32)
+        tw = cuda.local.array(width, float32)
+        tb = cuda.local.array(width, float32)
+        keep = l2_evict_last()
+        drop = l2_evict_first()
+        rows = x.shape[0]
+        n = x.shape[1]
+        fn = float32(n)
+        first = cuda.threadIdx.x * width
+        row = cuda.blockIdx.x
+        base = 0
+        while row < rows:
+            xr = x[row]
+            ldg_into(tw, 0, xr, 0)  # the shift: every thread reads the row's first vector (a broadcast)
+            shift = tw[0]
+            s = float32(0.0)
+            q2 = float32(0.0)
+            col = first
+            while col + (nvec - 1) * span < n:
+                for u in range(nvec):
+                    ldg_hint_into(v, u * width, xr, col + u * span, keep)
+                for e in range(nvals):
+                    d = v[e] - shift
+                    s += d
+                    q2 += d * d
+                col += nvec * span
+            while col < n:
+                ldg_hint_into(v, 0, xr, col, keep)
+                for e in range(width):
+                    d = v[e] - shift
+                    s += d
+                    q2 += d * d
+                col += span
+            s, q2 = bsum2(s, q2, sm, base)
+            base = 2 * slots - base
+            dmean = s / fn  # the mean of v - shift
+            # abs, not max(., 0): a GPU max drops a NaN (the streaming kernel's rule, and why)
+            rstd = float32(1.0) / math.sqrt(abs(q2 / fn - dmean * dmean) + eps)
+            mean = shift + dmean
+            orow = out[row]
+            col = first
+            while col + (nvec - 1) * span < n:
+                for u in range(nvec):
+                    ldg_hint_into(v, u * width, xr, col + u * span, drop)
+                for u in range(nvec):
+                    ldg_into(tw, 0, w, col + u * span)
+                    ldg_into(tb, 0, b, col + u * span)
+                    for e in range(width):
+                        tw[e] = (v[u * width + e] - mean) * rstd * tw[e] + tb[e]
+                    stg_from(orow, col + u * span, tw, 0)
+                col += nvec * span
+            while col < n:
+                ldg_hint_into(v, 0, xr, col, drop)
+                ldg_into(tw, 0, w, col)
+                ldg_into(tb, 0, b, col)
+                for e in range(width):
+                    tw[e] = (v[e] - mean) * rstd * tw[e] + tb[e]
+                stg_from(orow, col, tw, 0)
+                col += span
+            row += cuda.gridDim.x
+
+    return k
+
+
 _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[::1], float16[:, ::1], float32)",
@@ -518,6 +602,7 @@ _K = RowKernels(
     reg=_make_reg,
     make_vec=_make_vec,
     row_kernel=_row_kernel,
+    stream_vec=make_stream_vec,
 )
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 PATHS = VECTOR_PATHS  # what `layernorm(path=...)` takes

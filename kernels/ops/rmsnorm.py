@@ -18,6 +18,9 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
   - Vector rows in fp16 / bf16 past BLOCK * PER, or much shorter: the vector kernel at a kernels.ops.rows
     WIDE_ROWS shape (128 x 8 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
     32768 columns stay in registers (one read of the row) instead of streaming (two).
+  - `make_stream_vec` (fp16 / bf16 rows past 32768 columns; fp32 past 4096 on path="vector"): the streaming
+    kernel on 16-byte vectors, 1024 threads per row, L2 hints so that pass 2 re-reads the row from L2
+    (kernels.ops.rows.STREAM_ROWS).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from kernels.ops.rows import (
     RowConfig,
     RowIO,
     RowKernels,
+    StreamRows,
     VectorRows,
     WideRows,
     row_cases,
@@ -41,6 +45,7 @@ from kernels.ops.rows import (
     row_path_of,
     vec_jit,
 )
+from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last, ldg_hint_into
 from kernels.primitives.reductions import (
     BLOCK,
     PER,
@@ -215,6 +220,69 @@ def _make_vec(  # type: ignore[no-untyped-def]
     return k
 
 
+def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-def]
+    """Rows past what registers hold (kernels.ops.rows.StreamRows): pass 1 sums the squares of the row
+    over 16-byte vectors, `config.vectors` in flight per thread, marking it evict_last in L2; pass 2
+    re-reads it evict_first (its last use) and writes x * inv * w, weight vectors loaded beside it."""
+    threads, nvec = config.threads, config.vectors
+    span = threads * width  # columns that one vector per thread covers
+    nvals = nvec * width
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm = 2 * slots  # two halves: consecutive rows alternate (reductions)
+    jit_kw = vec_jit(threads, config.min_blocks, False)
+
+    @cuda.jit(**jit_kw)
+    def k(x, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)
+        v = cuda.local.array(nvals, float32)
+        t = cuda.local.array(width, float32)
+        keep = l2_evict_last()
+        drop = l2_evict_first()
+        rows = x.shape[0]
+        n = x.shape[1]
+        first = cuda.threadIdx.x * width
+        row = cuda.blockIdx.x
+        base = 0
+        while row < rows:
+            xr = x[row]
+            acc = float32(0.0)
+            col = first
+            while col + (nvec - 1) * span < n:
+                for u in range(nvec):
+                    ldg_hint_into(v, u * width, xr, col + u * span, keep)
+                for e in range(nvals):
+                    acc += v[e] * v[e]
+                col += nvec * span
+            while col < n:
+                ldg_hint_into(v, 0, xr, col, keep)
+                for e in range(width):
+                    acc += v[e] * v[e]
+                col += span
+            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
+            base = slots - base
+            orow = out[row]
+            col = first
+            while col + (nvec - 1) * span < n:
+                for u in range(nvec):
+                    ldg_hint_into(v, u * width, xr, col + u * span, drop)
+                for u in range(nvec):
+                    ldg_into(t, 0, w, col + u * span)
+                    for e in range(width):
+                        t[e] = v[u * width + e] * inv * t[e]
+                    stg_from(orow, col + u * span, t, 0)
+                col += nvec * span
+            while col < n:
+                ldg_hint_into(v, 0, xr, col, drop)
+                ldg_into(t, 0, w, col)
+                for e in range(width):
+                    t[e] = v[e] * inv * t[e]
+                stg_from(orow, col, t, 0)
+                col += span
+            row += cuda.gridDim.x
+
+    return k
+
+
 _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[:, ::1], float32)",
@@ -233,7 +301,13 @@ def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
 
 
 _K = RowKernels(
-    "rmsnorm", _SIGS, stream=_make_stream, reg=_make_reg, make_vec=_make_vec, row_kernel=_row_kernel
+    "rmsnorm",
+    _SIGS,
+    stream=_make_stream,
+    reg=_make_reg,
+    make_vec=_make_vec,
+    row_kernel=_row_kernel,
+    stream_vec=make_stream_vec,
 )
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 

@@ -114,7 +114,22 @@ class WideRows:
         return f"block-{self.threads}x{self.per}"
 
 
-RowConfig = VectorRows | BlockedRows | Half2Rows | WideRows
+@dataclass(frozen=True)
+class StreamRows:
+    """The 16-byte streaming kernel of an op (its `make_stream_vec`): the fp16 / bf16 rows past what the
+    WIDE_ROWS shapes hold in registers (vector_cols). One block of `threads` per row reads the row twice
+    with 16-byte loads, `vectors` of them in flight per thread: pass 1 (the row's statistics) marks it
+    evict_last in L2, pass 2 re-reads it evict_first (its last use) and writes. `min_blocks`: launch_bounds'
+    blocks per SM."""
+
+    threads: int
+    vectors: int  # 16-byte vectors in flight per thread in each pass
+    min_blocks: int
+
+    label = "stream-vector"
+
+
+RowConfig = VectorRows | BlockedRows | Half2Rows | WideRows | StreamRows
 
 # The vector-path kernel of each row op and dtype, where it is not the plain `_make_vec` kernel without
 # fastmath. Chosen from the side-by-side H200 timings in benchmarks/notes-memory.md (which also records the
@@ -149,12 +164,21 @@ WIDE_ROWS: tuple[WideRows, ...] = (
 )
 WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 
+# Rows past vector_cols (32768 columns in fp16 / bf16: LLM vocabularies of 128256 / 131072): 1024 threads,
+# two vectors in flight each (32 KB per SM, the ~31 KB Little's law asks at 4.1 TB/s), one block per SM, so
+# ~132 rows are between their two passes at once: 33 MB of bf16 rows of 128256, inside the 50 MB L2.
+STREAM_ROWS = StreamRows(threads=1024, vectors=2, min_blocks=1)
+
+
+# the row ops built with a 16-byte streaming kernel (RowKernels registers them), for row_path_of
+STREAM_VEC_OPS: set[str] = set()
+
 
 def for_machine(config: RowConfig) -> RowConfig:
     """`config` as it runs here: under the simulator blocked / half2 kernels take BLOCK threads x PER values
-    (the same longest row as the vector kernel there) and one block per SM, and WideRows 1/32 of its threads
-    (its rows as many vectors per thread, 32 times shorter); otherwise unchanged."""
-    if isinstance(config, WideRows):
+    (the same longest row as the vector kernel there) and one block per SM, and WideRows / StreamRows 1/32
+    of their threads (as many vectors per thread, rows 32 times shorter); otherwise unchanged."""
+    if isinstance(config, (WideRows, StreamRows)):
         return replace(config, threads=max(1, config.threads // 32), min_blocks=1) if SIMULATED else config
     if isinstance(config, (BlockedRows, Half2Rows)):
         if config.threads * config.per < BLOCK * PER:
@@ -210,10 +234,13 @@ class RowKernels:
     """One row op's kernels per dtype: `plain` (streaming, rows longer than BLOCK * PER), `reg` (the row in
     registers), `vec` (`reg` with 16-byte loads and stores; dtypes with a vector width), `row` / `row_k` (the
     ROW_KERNELS entry of the dtype, where it has one: (function, threads per block, grid-stride?) and its
-    launchable kernel) and `wide` / `wide_k` (the WIDE_ROWS shapes of the WIDE_DTYPES, by (dtype, shape)).
+    launchable kernel), `wide` / `wide_k` (the WIDE_ROWS shapes of the WIDE_DTYPES, by (dtype, shape)) and
+    `svec` / `svec_k` (the STREAM_ROWS kernel of every dtype with a vector kernel, where the op has one).
     `stream(io)` / `reg(io)` build the streaming / register kernel for a RowIO (one dispatcher per RowIO:
     fp32 and fp16 share NATIVE's), `row_kernel(config, width)` an entry's or a shape's function,
-    `make_vec(width)` the vector kernel (None: no vector kernel in any dtype, and no wide shapes)."""
+    `make_vec(width)` the vector kernel (None: no vector kernel in any dtype, and no wide shapes),
+    `stream_vec(config, width)` the 16-byte streaming kernel (None: rows past vector_cols stream with scalar
+    loads)."""
 
     def __init__(
         self,
@@ -224,6 +251,7 @@ class RowKernels:
         reg: Callable[[RowIO], Any],
         make_vec: Callable[[int], Any] | None,
         row_kernel: Callable[[RowConfig, int], tuple[Any, int, bool]] | None,
+        stream_vec: Callable[[StreamRows, int], Any] | None = None,
     ) -> None:
         self.name, self.sigs = name, sigs
         ios = {IO_OF[dt] for dt in sigs}
@@ -249,13 +277,25 @@ class RowKernels:
             for c in shapes
         }
         self.wide_k = {key: kernel(fn, sigs[key[0]]) for key, fn in self.wide.items()}
+        sv = for_machine(STREAM_ROWS)
+        assert isinstance(sv, StreamRows)
+        self.svec_shape: StreamRows = sv
+        self.svec = {dt: stream_vec(sv, WIDTH[dt]) for dt in self.vec_fns} if stream_vec else {}
+        if stream_vec:
+            STREAM_VEC_OPS.add(name)
+        self.svec_k = {dt: kernel(fn, sigs[dt]) for dt, fn in self.svec.items()}
 
     def pick(self, path: str, dt: np.dtype, aligned: bool, n: int, rows: int) -> tuple[Kernel, int, int]:
         """(kernel, threads per block, grid) for `path`: the vector kernel when `choose` takes it, or on
         "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`), at
-        the WIDE_ROWS shape that `wide_for` names where it names one; else the register kernel for rows that
-        fit a block, the streaming one beyond. `aligned`: the operands meet `vector_ok`."""
+        the WIDE_ROWS shape that `wide_for` names where it names one; for aligned rows past vector_cols the
+        16-byte streaming kernel (path "vector", or "auto" for the AUTO_VECTOR dtypes on a GPU) where the op
+        has one; else the register kernel for rows that fit a block, the streaming one beyond. `aligned`: the
+        operands meet `vector_ok`."""
         ok = aligned and n <= vector_cols(dt)
+        streams = path == "vector" or (path == "auto" and dt in AUTO_VECTOR and not SIMULATED)
+        if aligned and not ok and dt in self.svec_k and streams:
+            return self.svec_k[dt], self.svec_shape.threads, min(rows, MAX_GRID)
         if dt not in self.vec:
             if path == "vector":
                 raise ValueError(
@@ -294,6 +334,7 @@ class RowKernels:
         ]
         out += [(f"{self.name}_row_{dt.name}", fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()]
         out += [(f"{self.name}_{c.label}_{dt.name}", fn, sigs[dt]) for (dt, c), fn in self.wide.items()]
+        out += [(f"{self.name}_{StreamRows.label}_{dt.name}", fn, sigs[dt]) for dt, fn in self.svec.items()]
         return tuple(out)
 
 
@@ -309,8 +350,9 @@ class RowCases(TypedDict):
 
 
 # GPU verify rows (rows, cols) for the WIDE_ROWS shapes, 16-byte aligned in fp16 / bf16: 1024 (128 x 8),
-# 5120 and 8192 (512 x 16), 16384 (1024 x 16), 32768 (1024 x 32); fp32 streams them
-_WIDE_VERIFY = ((257, 1024), (65, 5120), (33, 8192), (17, 16384), (9, 32768))
+# 5120 and 8192 (512 x 16), 16384 (1024 x 16), 32768 (1024 x 32); fp32 streams them; and past them the
+# 16-byte streaming kernel (STREAM_ROWS) at Llama-3's vocabulary, 128256 (fp32: the scalar streaming one)
+_WIDE_VERIFY = ((257, 1024), (65, 5120), (33, 8192), (17, 16384), (9, 32768), (5, 128256))
 
 
 def row_cases() -> RowCases:
@@ -319,8 +361,9 @@ def row_cases() -> RowCases:
     streaming), and on a GPU the aligned widths of every WIDE_ROWS shape (_WIDE_VERIFY);
     bench: 16384 x 4096, 537 MB (fp32) / 268 MB (fp16) moved; specials (kernels.registry.poison): rows 0, 2,
     3 hold NaN, +inf, -inf; 136 columns (the vector / fp16 row kernel on a GPU, registers in the simulator),
-    601 (registers on a GPU, streaming in the simulator) and on a GPU 5003 (streaming) and 8200 (the
-    1024 x 16 shape in fp16 / bf16, its padding lanes beside the specials)."""
+    601 (registers on a GPU, streaming in the simulator) and on a GPU 5003 (streaming), 8200 (the
+    1024 x 16 shape in fp16 / bf16, its padding lanes beside the specials) and 128256 (the 16-byte
+    streaming kernel in fp16 / bf16)."""
     return RowCases(
         sim_cases=_cases([("tiny-odd", 3, 133), ("long-odd", 2, 601)]),
         verify_cases=_cases(
@@ -330,7 +373,11 @@ def row_cases() -> RowCases:
         bench_cases=_cases([("16384x4096", 16384, 4096)]),
         special_cases=_cases(
             [("specials", 4, 136), ("specials-odd", 4, 601)]
-            + ([] if SIMULATED else [("specials-long", 4, 5003), ("specials-wide", 4, 8200)]),
+            + (
+                []
+                if SIMULATED
+                else [("specials-long", 4, 5003), ("specials-wide", 4, 8200), ("specials-vocab", 4, 128256)]
+            ),  # fmt: skip
             **{SPECIALS: 1},
         ),
     )
@@ -343,6 +390,9 @@ def row_path_of(op: str) -> Any:
     def path(case: Case) -> str:
         p = row_path(case)
         dt = np.dtype(case.dtype)
+        n = case.params["cols"]
+        if p == "stream" and op in STREAM_VEC_OPS and _stream_vector(dt, n):
+            return StreamRows.label
         if p == "vector" and (shape := wide_for(dt, case.params["cols"])) is not None:
             return shape.label
         config = ROW_KERNELS.get(op, {}).get(dt)
@@ -362,6 +412,9 @@ def row_choice_of(op: str) -> Any:
         n, dt = case.params["cols"], np.dtype(case.dtype)
         if SIMULATED:
             return Choice(p, "simulated", "the CUDA simulator runs the register or streaming kernel")
+        if p == StreamRows.label:
+            return Choice(p, "primary", f"rows of {n} columns pass the {vector_cols(dt)} a block holds in"
+                          f" registers: {VEC_BYTES}-byte loads, the row read twice")  # fmt: skip
         if p == "stream":
             held = vector_cols(dt) if (n * dt.itemsize) % VEC_BYTES == 0 else BLOCK * PER
             return Choice(p, "fallback", f"rows of {n} columns pass the {held} a block holds in "
@@ -379,6 +432,11 @@ def row_choice_of(op: str) -> Any:
         return Choice(p, "primary", f"{dt}: the kernel tuned for it (rows.ROW_KERNELS[{op!r}])")
 
     return choose
+
+
+def _stream_vector(dt: np.dtype, n: int) -> bool:
+    """Whether "auto" streams rows of `n` columns of `dt` with 16-byte loads (RowKernels.pick's rule)."""
+    return not SIMULATED and dt in AUTO_VECTOR and (n * dt.itemsize) % VEC_BYTES == 0 and n > vector_cols(dt)
 
 
 def row_path(case: Case) -> str:

@@ -22,6 +22,9 @@ Kernels, one block of 256 threads per row:
   - Vector rows in fp16 / bf16 outside its 4096 columns: the blocked kernel at a kernels.ops.rows WIDE_ROWS
     shape (128 x 8 up to 1024 x 32 threads x values, rows.wide_for), so rows of up to 32768 columns are read
     once instead of streamed twice.
+  - `make_stream_vec` (fp16 / bf16 rows past 32768 columns: vocabularies of 128256; fp32 past 4096 on
+    path="vector"): the streaming kernel on 16-byte vectors, 1024 threads per row, L2 hints so that pass 2
+    re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS).
 Rows that are entirely -inf give NaN, as the float64 reference does.
 """
 
@@ -40,12 +43,14 @@ from kernels.ops.rows import (
     RowConfig,
     RowIO,
     RowKernels,
+    StreamRows,
     VectorRows,
     WideRows,
     row_cases,
     row_choice_of,
     row_path_of,
 )
+from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last, ldg_hint_into
 from kernels.primitives.reductions import (
     BLOCK,
     NEG_INF,
@@ -263,6 +268,75 @@ def make_rows_blocked(  # type: ignore[no-untyped-def]
     return k
 
 
+def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-def]
+    """Rows past what registers hold (kernels.ops.rows.StreamRows): the streaming kernel's online softmax
+    over 16-byte vectors, `config.vectors` in flight per thread. Pass 1 reads the row with L2 evict_last
+    and folds each value into the thread's (max, sum); the block merges them (max, then each thread's sum
+    rescaled to it); pass 2 re-reads the row evict_first (its last use) and writes exp(v - max) / sum.
+    Math flags afn / arcp / contract only (exp as ex2.approx, fast division): no nnan / ninf, which would
+    let LLVM fold `_push`'s infinity and NaN tests away."""
+    threads, nvec = config.threads, config.vectors
+    span = threads * width  # columns that one vector per thread covers
+    nvals = nvec * width
+    bmax, bsum, half = make_block_max(threads), make_block_sum(threads), row_slots(threads)
+    smem_size = 4 * half  # max and sum slots, two halves each: they alternate between rows
+    jit_kw: dict[str, Any] = {}
+    if not SIMULATED:
+        jit_kw = {"launch_bounds": (threads, config.min_blocks), "fastmath": {"afn", "arcp", "contract"}}
+
+    @cuda.jit(**jit_kw)
+    def k(x, out):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(smem_size, float32)
+        v = cuda.local.array(nvals, float32)
+        keep = l2_evict_last()
+        drop = l2_evict_first()
+        rows = x.shape[0]
+        n = x.shape[1]
+        first = cuda.threadIdx.x * width
+        row = cuda.blockIdx.x
+        base = 0
+        while row < rows:
+            xr = x[row]
+            m = NEG_INF
+            s = float32(0.0)
+            col = first
+            while col + (nvec - 1) * span < n:
+                for u in range(nvec):
+                    ldg_hint_into(v, u * width, xr, col + u * span, keep)
+                for e in range(nvals):
+                    m, s = _push(m, s, v[e])
+                col += nvec * span
+            while col < n:
+                ldg_hint_into(v, 0, xr, col, keep)
+                for e in range(width):
+                    m, s = _push(m, s, v[e])
+                col += span
+            mb = bmax(m, sm, base)
+            # a thread that saw only -inf (or nothing) has s = 0 and adds 0; an all -inf row is NaN
+            s = bsum(s * math.exp(m - mb), sm, base + half)
+            base = 2 * half - base
+            inv = float32(1.0) / s
+            orow = out[row]
+            col = first
+            while col + (nvec - 1) * span < n:
+                for u in range(nvec):
+                    ldg_hint_into(v, u * width, xr, col + u * span, drop)
+                for e in range(nvals):
+                    v[e] = math.exp(v[e] - mb) * inv
+                for u in range(nvec):
+                    stg_from(orow, col + u * span, v, u * width)
+                col += nvec * span
+            while col < n:
+                ldg_hint_into(v, 0, xr, col, drop)
+                for e in range(width):
+                    v[e] = math.exp(v[e] - mb) * inv
+                stg_from(orow, col, v, 0)
+                col += span
+            row += cuda.gridDim.x
+
+    return k
+
+
 _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[:, ::1])",
     np.dtype(np.float16): "void(float16[:, ::1], float16[:, ::1])",
@@ -284,7 +358,13 @@ def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
 
 
 _K = RowKernels(
-    "softmax", _SIGS, stream=_make_stream, reg=_make_reg, make_vec=_make_vec, row_kernel=_row_kernel
+    "softmax",
+    _SIGS,
+    stream=_make_stream,
+    reg=_make_reg,
+    make_vec=_make_vec,
+    row_kernel=_row_kernel,
+    stream_vec=make_stream_vec,
 )
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 

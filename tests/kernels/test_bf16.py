@@ -15,10 +15,11 @@ from opcheck import needs_device
 from kernels.harness import verify
 from kernels.ops import layernorm, rmsnorm, softmax
 from kernels.ops.cast import cast
+from kernels.ops.fused_add_rmsnorm import fused_add_rmsnorm
 from kernels.ops.gemm import gemm
 from kernels.ops.o_proj import o_proj
 from kernels.ops.residual_add import residual_add
-from kernels.ops.rows import WIDE_ROWS, RowIO, for_machine, wide_for
+from kernels.ops.rows import WIDE_ROWS, RowIO, for_machine, vector_cols, wide_for
 from kernels.primitives.bf16 import bf16_to_f32, f32_bits, f32_to_bf16
 from kernels.registry import Case
 from kernels.runtime.arrays import BF16
@@ -72,10 +73,12 @@ def test_gemm_and_o_proj_bf16_match_float64():  # type: ignore[no-untyped-def]
 ROW_OPS = {"rmsnorm": rmsnorm, "layernorm": layernorm, "softmax": softmax}
 
 
-def _row_problem(op: str, rows: int, cols: int, seed: int) -> tuple[tuple[Any, ...], np.ndarray]:
-    """(bf16 arguments, float64 reference) of the op's own registry problem."""
+def _row_problem(
+    op: str, rows: int, cols: int, seed: int, dtype: str = "bfloat16"
+) -> tuple[tuple[Any, ...], np.ndarray]:
+    """(arguments, float64 reference) of the op's own registry problem (bf16 unless `dtype`)."""
     mod = ROW_OPS[op]
-    case = Case("odd", {"rows": rows, "cols": cols}, "bfloat16")
+    case = Case("odd", {"rows": rows, "cols": cols}, dtype)
     prob = mod.SPEC.make_problem(case, np.random.default_rng(seed))
     return tuple(prob.inputs.values()), prob.reference["out"]
 
@@ -128,11 +131,57 @@ def test_row_ops_bf16_vector_rounds_the_float64_result(op: str, rows: int, cols:
     assert same >= 0.99  # fp32 sums in another order: a rare word one ulp apart
 
 
+# Rows past vector_cols (1024 bf16 columns under the simulator, 32768 on a GPU) stream with 16-byte loads
+# on path="vector" (rows.STREAM_ROWS; "auto" too on a GPU): under the simulator 2056 columns are 4 steps of
+# 2 vectors x 32 threads x 8 words and a one-vector tail; on a GPU 65544 columns, 32 steps and a tail.
+STREAM_COLS = 2056 if verify.SIMULATED else 65544
+
+
 @needs_device
 @pytest.mark.parametrize("op", sorted(ROW_OPS))
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_row_ops_stream_vector_rounds_the_float64_result(op: str, dtype: str) -> None:
+    mod, dt = ROW_OPS[op], np.dtype(BF16 if dtype == "bfloat16" else dtype)
+    cols = STREAM_COLS if dt.itemsize == 2 else STREAM_COLS // 2  # fp32: past 4096 (512 simulated) too
+    assert cols > vector_cols(dt) and (cols * dt.itemsize) % 16 == 0
+    k, threads, grid = mod._K.pick("vector", dt, True, cols, 2)
+    assert (k, threads, grid) == (mod._K.svec_k[dt], mod._K.svec_shape.threads, 2)
+    args, ref = _row_problem(op, 2, cols, seed=cols, dtype=dtype)
+    out = _call(op, args, path="vector")
+    o = out.astype(np.float64)
+    err = np.linalg.norm(o - ref) / np.linalg.norm(ref)
+    if dt == BF16:
+        assert _rounded_share(out, ref) >= 0.99
+        assert err <= 2.0**-8 and np.abs(o - ref).max() <= 2.0**-8 * np.abs(ref).max()
+    else:
+        assert err <= (1e-3 if dt.itemsize == 2 else 1e-5), err
+    scalar = _call(op, args, path="scalar")  # the scalar streaming kernel: fp32 sums in another order
+    assert (
+        np.abs(scalar.astype(np.float64) - o).max()
+        <= (2.0**-7 if dt.itemsize == 2 else 1e-5) * np.abs(o).max()
+    )
+
+
+@needs_device
+def test_auto_streams_long_2_byte_rows_with_vectors_on_a_gpu_only() -> None:
+    for mod in ROW_OPS.values():
+        long = vector_cols(BF16) + 8
+        auto = mod._K.pick("auto", BF16, True, long, 4)[0]
+        assert auto is (mod._K.plain[BF16] if verify.SIMULATED else mod._K.svec_k[BF16])
+        assert mod._K.pick("auto", BF16, False, long, 4)[0] is mod._K.plain[BF16]  # unaligned: scalar
+        assert (
+            mod._K.pick("auto", np.dtype(np.float32), True, 2 * long, 4)[0]
+            is mod._K.plain[np.dtype(np.float32)]
+        )
+        assert mod._K.pick("scalar", BF16, True, long, 4)[0] is mod._K.plain[BF16]
+
+
+@needs_device
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
+@pytest.mark.parametrize("cols", [200, STREAM_COLS], ids=["registers", "stream-vector"])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's threads warn on NaN arithmetic
-def test_row_ops_bf16_vector_path_keeps_nan_and_inf(op: str) -> None:
-    args, _ = _row_problem(op, 4, 200, seed=5)
+def test_row_ops_bf16_vector_path_keeps_nan_and_inf(op: str, cols: int) -> None:
+    args, _ = _row_problem(op, 4, cols, seed=5)
     x = args[0].copy()
     x[0, 3] = np.nan
     x[1, 7] = np.inf
@@ -167,9 +216,11 @@ def test_row_ops_bf16_vector_path_refusals() -> None:
     args, _ = _row_problem("softmax", 2, 37, seed=0)  # 74-byte rows: not a multiple of 16
     with pytest.raises(ValueError, match="path: 'vector' needs 16-byte aligned pointers"):
         softmax.softmax(*args, path="vector")
-    long_rows, _ = _row_problem("softmax", 1, 2048 if verify.SIMULATED else 65536, seed=0)
+    # an op without a 16-byte streaming kernel refuses rows past what its registers hold
+    long = vector_cols(BF16) + 8
+    x, res, w = (np.ones((1, long), BF16) for _ in range(3))
     with pytest.raises(ValueError, match="path: 'vector' holds rows of up to"):
-        softmax.softmax(*long_rows, path="vector")
+        fused_add_rmsnorm(x, res, w[0], path="vector")
     with pytest.raises(TypeError, match="weight: dtype float16 must match x's dtype bfloat16"):
         rmsnorm.rmsnorm(np.ones((2, 8), BF16), np.ones(8, np.float16))
 
