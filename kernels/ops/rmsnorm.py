@@ -18,9 +18,10 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
   - Vector rows in fp16 / bf16 past BLOCK * PER, or much shorter: the vector kernel at a kernels.ops.rows
     WIDE_ROWS shape (128 x 8 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
     32768 columns stay in registers (one read of the row) instead of streaming (two).
-  - `make_stream_vec` (fp16 / bf16 rows past 32768 columns; fp32 past 4096 on path="vector"): the streaming
-    kernel on 16-byte vectors, 1024 threads per row, L2 hints so that pass 2 re-reads the row from L2
-    (kernels.ops.rows.STREAM_ROWS).
+  - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
+    vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
+    L2 hints so that pass 2 re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS). "auto" takes it in the
+    rows.STREAM_VECTOR_AUTO dtypes only: none until it is measured on a GPU.
 """
 
 from __future__ import annotations

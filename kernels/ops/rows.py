@@ -116,11 +116,11 @@ class WideRows:
 
 @dataclass(frozen=True)
 class StreamRows:
-    """The 16-byte streaming kernel of an op (its `make_stream_vec`): the fp16 / bf16 rows past what the
-    WIDE_ROWS shapes hold in registers (vector_cols). One block of `threads` per row reads the row twice
-    with 16-byte loads, `vectors` of them in flight per thread: pass 1 (the row's statistics) marks it
-    evict_last in L2, pass 2 re-reads it evict_first (its last use) and writes. `min_blocks`: launch_bounds'
-    blocks per SM."""
+    """The 16-byte streaming kernel of an op (its `make_stream_vec`): rows past what the op's vector
+    kernels hold in registers (vector_cols: 32768 columns in fp16 / bf16 with the WIDE_ROWS shapes). One
+    block of `threads` per row reads the row twice with 16-byte loads, `vectors` of them in flight per
+    thread: pass 1 (the row's statistics) marks it evict_last in L2, pass 2 re-reads it evict_first (its
+    last use) and writes. `min_blocks`: launch_bounds' blocks per SM."""
 
     threads: int
     vectors: int  # 16-byte vectors in flight per thread in each pass
@@ -168,6 +168,12 @@ WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 # two vectors in flight each (32 KB per SM, the ~31 KB Little's law asks at 4.1 TB/s), one block per SM, so
 # ~132 rows are between their two passes at once: 33 MB of bf16 rows of 128256, inside the 50 MB L2.
 STREAM_ROWS = StreamRows(threads=1024, vectors=2, min_blocks=1)
+# The dtypes whose "auto" path takes that kernel on a GPU. Empty for now: it has run only under the
+# simulator (this session had no H200 time left), and "auto" holds kernels measured to win. The A/B that
+# decides is lab/wide_rows_ab.py (AB_COLS=32768,65536,128256,131072 AB_DTYPES=bfloat16,float16,float32)
+# against the scalar streaming kernel; benchmarks/PERF.md ("vocabulary-row slice") has the predictions.
+# path="vector" runs it in any dtype.
+STREAM_VECTOR_AUTO: tuple[np.dtype, ...] = ()
 
 
 # the row ops built with a 16-byte streaming kernel (RowKernels registers them), for row_path_of
@@ -289,11 +295,11 @@ class RowKernels:
         """(kernel, threads per block, grid) for `path`: the vector kernel when `choose` takes it, or on
         "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`), at
         the WIDE_ROWS shape that `wide_for` names where it names one; for aligned rows past vector_cols the
-        16-byte streaming kernel (path "vector", or "auto" for the AUTO_VECTOR dtypes on a GPU) where the op
-        has one; else the register kernel for rows that fit a block, the streaming one beyond. `aligned`: the
-        operands meet `vector_ok`."""
+        16-byte streaming kernel (path "vector", or "auto" for the STREAM_VECTOR_AUTO dtypes on a GPU) where
+        the op has one; else the register kernel for rows that fit a block, the streaming one beyond.
+        `aligned`: the operands meet `vector_ok`."""
         ok = aligned and n <= vector_cols(dt)
-        streams = path == "vector" or (path == "auto" and dt in AUTO_VECTOR and not SIMULATED)
+        streams = path == "vector" or (path == "auto" and dt in STREAM_VECTOR_AUTO and not SIMULATED)
         if aligned and not ok and dt in self.svec_k and streams:
             return self.svec_k[dt], self.svec_shape.threads, min(rows, MAX_GRID)
         if dt not in self.vec:
@@ -436,7 +442,12 @@ def row_choice_of(op: str) -> Any:
 
 def _stream_vector(dt: np.dtype, n: int) -> bool:
     """Whether "auto" streams rows of `n` columns of `dt` with 16-byte loads (RowKernels.pick's rule)."""
-    return not SIMULATED and dt in AUTO_VECTOR and (n * dt.itemsize) % VEC_BYTES == 0 and n > vector_cols(dt)
+    return (
+        not SIMULATED
+        and dt in STREAM_VECTOR_AUTO
+        and (n * dt.itemsize) % VEC_BYTES == 0
+        and n > vector_cols(dt)
+    )
 
 
 def row_path(case: Case) -> str:

@@ -22,9 +22,10 @@ Kernels, one block of 256 threads per row:
   - Vector rows in fp16 / bf16 outside its 4096 columns: the blocked kernel at a kernels.ops.rows WIDE_ROWS
     shape (128 x 8 up to 1024 x 32 threads x values, rows.wide_for), so rows of up to 32768 columns are read
     once instead of streamed twice.
-  - `make_stream_vec` (fp16 / bf16 rows past 32768 columns: vocabularies of 128256; fp32 past 4096 on
-    path="vector"): the streaming kernel on 16-byte vectors, 1024 threads per row, L2 hints so that pass 2
-    re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS).
+  - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
+    vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
+    L2 hints so that pass 2 re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS). "auto" takes it in the
+    rows.STREAM_VECTOR_AUTO dtypes only: none until it is measured on a GPU.
 Rows that are entirely -inf give NaN, as the float64 reference does.
 """
 

@@ -19,7 +19,7 @@ from kernels.ops.fused_add_rmsnorm import fused_add_rmsnorm
 from kernels.ops.gemm import gemm
 from kernels.ops.o_proj import o_proj
 from kernels.ops.residual_add import residual_add
-from kernels.ops.rows import WIDE_ROWS, RowIO, for_machine, vector_cols, wide_for
+from kernels.ops.rows import STREAM_VECTOR_AUTO, WIDE_ROWS, RowIO, for_machine, vector_cols, wide_for
 from kernels.primitives.bf16 import bf16_to_f32, f32_bits, f32_to_bf16
 from kernels.registry import Case
 from kernels.runtime.arrays import BF16
@@ -132,8 +132,9 @@ def test_row_ops_bf16_vector_rounds_the_float64_result(op: str, rows: int, cols:
 
 
 # Rows past vector_cols (1024 bf16 columns under the simulator, 32768 on a GPU) stream with 16-byte loads
-# on path="vector" (rows.STREAM_ROWS; "auto" too on a GPU): under the simulator 2056 columns are 4 steps of
-# 2 vectors x 32 threads x 8 words and a one-vector tail; on a GPU 65544 columns, 32 steps and a tail.
+# on path="vector" (rows.STREAM_ROWS; "auto" in the rows.STREAM_VECTOR_AUTO dtypes on a GPU): under the
+# simulator 2056 columns are 4 steps of 2 vectors x 32 threads x 8 words and a one-vector tail; on a GPU
+# 65544 columns, 32 steps and a tail.
 STREAM_COLS = 2056 if verify.SIMULATED else 65544
 
 
@@ -163,17 +164,16 @@ def test_row_ops_stream_vector_rounds_the_float64_result(op: str, dtype: str) ->
 
 
 @needs_device
-def test_auto_streams_long_2_byte_rows_with_vectors_on_a_gpu_only() -> None:
+def test_auto_takes_the_stream_vector_kernel_only_in_the_dtypes_listed_for_it() -> None:
     for mod in ROW_OPS.values():
-        long = vector_cols(BF16) + 8
-        auto = mod._K.pick("auto", BF16, True, long, 4)[0]
-        assert auto is (mod._K.plain[BF16] if verify.SIMULATED else mod._K.svec_k[BF16])
-        assert mod._K.pick("auto", BF16, False, long, 4)[0] is mod._K.plain[BF16]  # unaligned: scalar
-        assert (
-            mod._K.pick("auto", np.dtype(np.float32), True, 2 * long, 4)[0]
-            is mod._K.plain[np.dtype(np.float32)]
-        )
-        assert mod._K.pick("scalar", BF16, True, long, 4)[0] is mod._K.plain[BF16]
+        for dt in (BF16, np.dtype(np.float16), np.dtype(np.float32)):
+            long = vector_cols(dt) + 16
+            listed = dt in STREAM_VECTOR_AUTO and not verify.SIMULATED
+            auto = mod._K.pick("auto", dt, True, long, 4)[0]
+            assert auto is (mod._K.svec_k[dt] if listed else mod._K.plain[dt]), (mod.__name__, dt)
+            assert mod._K.pick("auto", dt, False, long, 4)[0] is mod._K.plain[dt]  # unaligned: scalar
+            assert mod._K.pick("scalar", dt, True, long, 4)[0] is mod._K.plain[dt]
+            assert mod._K.pick("vector", dt, True, long, 4)[0] is mod._K.svec_k[dt]
 
 
 @needs_device
