@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 # about the fleet machinery, so they verify a small, real subset. Override with SOLFLEET_E2E_VERIFY_OPS.
 VERIFY_OPS = os.environ.get("SOLFLEET_E2E_VERIFY_OPS", "residual_add")
 CLI_TIMEOUT_S = 600
+BUILD_TIMEOUT_S = 1800
 
 
 def wrap_health(d: Path, why: str, body: str) -> None:
@@ -117,7 +118,10 @@ class E2EFleet:
         """Build (once) the artifact of `version` with `solfleet build` from this tree."""
         path = self.dist / f"solfleet-ops-{version}.tar.gz"
         if not path.exists():
-            result = self.cli("build", "--version", version, "--out", str(self.dist))
+            # the run's first build of this tree compiles its PTX (137 kernels, ~11 min seen on 2 cores beside
+            # the suite) and the others wait on its cache lock (fleet/artifact.py): more than CLI_TIMEOUT_S
+            args = ("build", "--version", version, "--out", str(self.dist))
+            result = self.cli(*args, timeout_s=BUILD_TIMEOUT_S)
             assert result.rc == 0, f"solfleet build failed ({result.rc}): {result.output[-2000:]}"
             assert path.exists(), f"solfleet build did not write {path}: {result.output[-500:]}"
         return path

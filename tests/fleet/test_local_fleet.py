@@ -25,7 +25,7 @@ def solfleet(*args: str, cwd: Path, work: Path) -> subprocess.CompletedProcess[s
         text=True,
         cwd=cwd,
         env=env,
-        timeout=900,
+        timeout=1800,  # a cold build compiles PTX: ~11 min seen on 2 cores beside the suite
     )
 
 
