@@ -81,19 +81,20 @@ def latest_events(work: Path, seen: set[Path]) -> list[dict[str, object]]:
     return events
 
 
-def deploy_path_s(events: list[dict[str, object]]) -> float:
+def deploy_path_s(events: list[dict[str, object]]) -> float | None:
     """push + unpack + check + activate, the path ansistrano's role covers: the wall time of each runner run
     that pushed (a batch), minus that run's slowest verify + health; the lease, preflight-health and
-    lease-end runs of the operation are left out. The metric of the 2026-11-29 table (one run per deploy)."""
+    lease-end runs of the operation are left out. The metric of the 2026-11-29 table (one run per deploy).
+    None when no run pushed (a rollback, a re-deploy that found every host current)."""
     by_run: dict[str, list[dict[str, object]]] = {}
     for event in events:
         by_run.setdefault(str(event["_run"]), []).append(event)
-    total = 0.0
+    walls = []
     for run in by_run.values():
         per_phase, wall, verify_health = phase_table(run)
         if per_phase["push"]:
-            total += wall - max(verify_health.values(), default=0.0)
-    return total
+            walls.append(wall - max(verify_health.values(), default=0.0))
+    return sum(walls) if walls else None
 
 
 def phase_table(events: list[dict[str, object]]) -> tuple[dict[str, list[float]], float, dict[str, float]]:
@@ -218,10 +219,13 @@ def bench(
             per_phase, runner_wall, verify_health = phase_table(events)
             no_verify = runner_wall - max(verify_health.values(), default=0.0)
             no_verify_of[label] = no_verify
-            path_of[label] = deploy_path = deploy_path_s(events)
+            deploy_path = deploy_path_s(events)
+            if deploy_path is not None:
+                path_of[label] = deploy_path
             cells = "  ".join(fmt(per_phase[p]) for p in PHASES)
             rows.append(
-                f"{n:>3} {label:<10} {wall:6.1f} {runner_wall:6.1f} {no_verify:9.1f} {deploy_path:7.1f} "
+                f"{n:>3} {label:<10} {wall:6.1f} {runner_wall:6.1f} {no_verify:9.1f} "
+                f"{'-' if deploy_path is None else f'{deploy_path:.1f}':>7} "
                 f"{cpu / n:8.2f}  {cells}"
             )
             records.append(
@@ -231,7 +235,7 @@ def bench(
                     "cli_s": round(wall, 2),
                     "runner_s": round(runner_wall, 2),
                     "no_verify_s": round(no_verify, 2),
-                    "deploy_path_s": round(deploy_path, 2),
+                    "deploy_path_s": None if deploy_path is None else round(deploy_path, 2),
                     "cpu_per_node_s": round(cpu / n, 3),
                     "phases": {p: per_phase[p] for p in PHASES},
                 }

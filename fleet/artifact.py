@@ -241,7 +241,11 @@ def _cached(entry: Path | None) -> list[dict[str, Any]] | None:
     return records if isinstance(records, list) else None
 
 
-def _compile_one(cc: str, *, root: Path, python: str, env: Mapping[str, str]) -> tuple[int, str, str]:
+def _compile_one(
+    cc: str, *, root: Path, python: str, env: Mapping[str, str], lock_fd: int | None = None
+) -> tuple[int, str, str]:
+    """`lock_fd`: the cache entry's lock, inherited by the child, so the lock lasts as long as the compile
+    does even if this build is killed (a second build then waits instead of compiling beside it)."""
     proc = subprocess.run(
         [python, "-m", "fleet.ptx_export", cc],
         capture_output=True,
@@ -249,6 +253,7 @@ def _compile_one(cc: str, *, root: Path, python: str, env: Mapping[str, str]) ->
         env=dict(env),
         cwd=str(root),
         check=False,
+        pass_fds=() if lock_fd is None else (lock_fd,),
     )
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -284,11 +289,11 @@ def compile_targets(
             entry = cache / f"{key}.json" if key else None
         records = _cached(entry)
         if records is None:
-            with _entry_lock(entry, say, f"cc {cc}: waiting for another build of this tree"):
+            with _entry_lock(entry, say, f"cc {cc}: waiting for another build of this tree") as lock_fd:
                 records = _cached(entry)  # that other build may have stored it while this one waited
                 if records is None:
                     say(f"cc {cc}: compiling PTX")
-                    rc, out, err = _compile_one(cc, root=root, python=python, env=env)
+                    rc, out, err = _compile_one(cc, root=root, python=python, env=env, lock_fd=lock_fd)
                     if rc == 3:  # kernels.runtime.ptx does not exist (yet): build without PTX, and say so
                         targets.append({"cc": cc, "ptx_status": f"unavailable: {out.strip()}", "kernels": []})
                         continue
@@ -313,27 +318,29 @@ def compile_targets(
 
 
 @contextlib.contextmanager
-def _entry_lock(entry: Path | None, say: Callable[[str], None], waiting: str) -> Iterator[None]:
+def _entry_lock(entry: Path | None, say: Callable[[str], None], waiting: str) -> Iterator[int | None]:
     """An exclusive flock on `<entry>.lock` while one build compiles that entry, so parallel builds of one
-    tree compile it once (the test suite's workers start several at once). The kernel drops the lock when
-    the holder exits, killed or not. Best effort like _store: no entry, or a cache dir that cannot hold the
-    lock file, compiles without it. `say` gets `waiting` and the lock's path when another build holds it."""
+    tree compile it once (the test suite's workers start several at once). Yields the lock's fd (None
+    without a lock) for the compiling child to inherit: the kernel drops the lock when the last holder
+    exits, killed or not. Best effort like _store: no entry, or a cache dir or filesystem that cannot hold
+    the lock, compiles without it. `say` gets `waiting` and the lock's path when another build holds it."""
     fd = None
     if entry is not None:
         lock = entry.with_name(entry.name + ".lock")
         try:
             lock.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
-            fd = None
-    try:
-        if fd is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 say(f"{waiting} ({lock})")
                 fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        except OSError:  # e.g. ENOLCK on a network filesystem: compile unlocked
+            if fd is not None:
+                os.close(fd)
+            fd = None
+    try:
+        yield fd
     finally:
         if fd is not None:
             os.close(fd)

@@ -165,8 +165,9 @@ WIDE_ROWS: tuple[WideRows, ...] = (
 WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 
 # Rows past vector_cols (32768 columns in fp16 / bf16: LLM vocabularies of 128256 / 131072): 1024 threads,
-# two vectors in flight each (32 KB per SM, the ~31 KB Little's law asks at 4.1 TB/s), one block per SM, so
-# ~132 rows are between their two passes at once: 33 MB of bf16 rows of 128256, inside the 50 MB L2.
+# two vectors in flight each (32 KB per SM, the ~31 KB Little's law asks at 4.1 TB/s), one block per SM (the
+# grid is the SM count, pick), so ~132 rows are between their two passes at once: 33 MB of bf16 rows of
+# 128256, inside the 50 MB L2 (fp32 rows of 128256: 68 MB, past it).
 STREAM_ROWS = StreamRows(threads=1024, vectors=2, min_blocks=1)
 # The dtypes whose "auto" path takes that kernel on a GPU. Empty for now: it has run only under the
 # simulator (this session had no H200 time left), and "auto" holds kernels measured to win. The A/B that
@@ -301,7 +302,9 @@ class RowKernels:
         ok = aligned and n <= vector_cols(dt)
         streams = path == "vector" or (path == "auto" and dt in STREAM_VECTOR_AUTO and not SIMULATED)
         if aligned and not ok and dt in self.svec_k and streams:
-            return self.svec_k[dt], self.svec_shape.threads, min(rows, MAX_GRID)
+            # one block per SM, striding over the rows: launch_bounds' 1 is a floor, and a kernel of <= 32
+            # registers would fit 2 per SM, twice the rows between their passes, past what L2 holds
+            return self.svec_k[dt], self.svec_shape.threads, min(rows, sm_count())
         if dt not in self.vec:
             if path == "vector":
                 raise ValueError(
@@ -368,8 +371,8 @@ def row_cases() -> RowCases:
     bench: 16384 x 4096, 537 MB (fp32) / 268 MB (fp16) moved; specials (kernels.registry.poison): rows 0, 2,
     3 hold NaN, +inf, -inf; 136 columns (the vector / fp16 row kernel on a GPU, registers in the simulator),
     601 (registers on a GPU, streaming in the simulator) and on a GPU 5003 (streaming), 8200 (the
-    1024 x 16 shape in fp16 / bf16, its padding lanes beside the specials) and 128256 (the 16-byte
-    streaming kernel in fp16 / bf16)."""
+    1024 x 16 shape in fp16 / bf16, its padding lanes beside the specials) and 128256 (the streaming
+    kernel: the scalar one until STREAM_VECTOR_AUTO lists the dtype)."""
     return RowCases(
         sim_cases=_cases([("tiny-odd", 3, 133), ("long-odd", 2, 601)]),
         verify_cases=_cases(

@@ -134,7 +134,7 @@ def test_row_ops_bf16_vector_rounds_the_float64_result(op: str, rows: int, cols:
 # Rows past vector_cols (1024 bf16 columns under the simulator, 32768 on a GPU) stream with 16-byte loads
 # on path="vector" (rows.STREAM_ROWS; "auto" in the rows.STREAM_VECTOR_AUTO dtypes on a GPU): under the
 # simulator 2056 columns are 4 steps of 2 vectors x 32 threads x 8 words and a one-vector tail; on a GPU
-# 65544 columns, 32 steps and a tail.
+# 65544 columns, 4 steps of 2 x 1024 x 8 and a one-vector tail (thread 0's).
 STREAM_COLS = 2056 if verify.SIMULATED else 65544
 
 
@@ -179,12 +179,15 @@ def test_auto_takes_the_stream_vector_kernel_only_in_the_dtypes_listed_for_it() 
 @needs_device
 @pytest.mark.parametrize("op", sorted(ROW_OPS))
 @pytest.mark.parametrize("cols", [200, STREAM_COLS], ids=["registers", "stream-vector"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's threads warn on NaN arithmetic
-def test_row_ops_bf16_vector_path_keeps_nan_and_inf(op: str, cols: int) -> None:
-    args, _ = _row_problem(op, 4, cols, seed=5)
+def test_row_ops_vector_path_keeps_nan_and_inf(op: str, cols: int, dtype: str) -> None:
+    args, _ = _row_problem(op, 4, cols, seed=5, dtype=dtype)
     x = args[0].copy()
     x[0, 3] = np.nan
     x[1, 7] = np.inf
+    x[2, cols - 5] = -np.inf  # near the row's end: another thread than thread 0
+    x[3, :] = -np.inf  # a row of -inf alone
     out = _call(op, (x, *args[1:]), path="vector").astype(np.float64)
     ref = _call(op, (x, *args[1:]), path="scalar").astype(np.float64)
     assert np.isnan(out[0]).all() and np.isnan(out[1]).any()  # the NaN row; the inf row where inf meets inf
