@@ -165,16 +165,27 @@ WIDE_ROWS: tuple[WideRows, ...] = (
 WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 
 # Rows past vector_cols (32768 columns in fp16 / bf16: LLM vocabularies of 128256 / 131072): 1024 threads,
-# two vectors in flight each (32 KB per SM, the ~31 KB Little's law asks at 4.1 TB/s), one block per SM (the
-# grid is the SM count, pick), so ~132 rows are between their two passes at once: 33 MB of bf16 rows of
-# 128256, inside the 50 MB L2 (fp32 rows of 128256: 68 MB, past it).
-STREAM_ROWS = StreamRows(threads=1024, vectors=2, min_blocks=1)
-# The dtypes whose "auto" path takes that kernel on a GPU. Empty for now: it has run only under the
-# simulator (this session had no H200 time left), and "auto" holds kernels measured to win. The A/B that
-# decides is lab/wide_rows_ab.py (AB_COLS=32768,65536,128256,131072 AB_DTYPES=bfloat16,float16,float32)
-# against the scalar streaming kernel; benchmarks/PERF.md ("vocabulary-row slice") has the predictions.
-# path="vector" runs it in any dtype.
-STREAM_VECTOR_AUTO: tuple[np.dtype, ...] = ()
+# four vectors in flight each (64 KB per SM, twice the ~31 KB Little's law asks at 4.1 TB/s), one block per
+# SM (the grid is the SM count, pick), so ~132 rows are between their two passes at once: 33 MB of bf16 rows
+# of 128256, inside the 50 MB L2 (fp32 rows of 128256: 68 MB, past it). Chosen on the H200 (2026-12-04,
+# lab/stream_vec_variants.py) from 1024 x 1 / 2 / 4, 512 x 2 / 4 at 2 blocks per SM and 256 x 4 at 4: four
+# vectors beat two by 1-10 % in every op and dtype but layernorm fp32 (a tie); smaller blocks lost at 128256
+# (more rows between passes, past L2). ptxas sm_90: 39-64 registers, no spills.
+STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
+# The dtypes whose "auto" path takes that kernel on a GPU: all three. Measured on the H200 (2026-12-04,
+# lab/wide_rows_ab.py -> benchmarks/h200/stream-vector-ab-2026-12-04.txt) against the scalar streaming
+# kernel it replaces: 1.7-5.4x in bf16 / fp16 at 65536-131072 columns, 1.04-2.9x in fp32 at 8192-131072.
+# path="scalar" keeps the scalar streaming kernel for the A/B.
+STREAM_VECTOR_AUTO: tuple[np.dtype, ...] = (F16, BF16, F32)
+# Where "auto" takes it only further out than vector_cols: fp32 softmax at 8192 columns ran 0.92-0.99x the
+# scalar streaming kernel in three runs (two exps per element, not the loads, bound it there), 1.12x at 16384.
+STREAM_VECTOR_AUTO_FROM: dict[tuple[str, np.dtype], int] = {("softmax", F32): 16384}
+
+
+def stream_vector_auto(op: str, dt: np.dtype, n: int) -> bool:
+    """Whether "auto" takes `op`'s 16-byte streaming kernel for aligned rows of `n` columns of `dt` past
+    vector_cols (on a GPU only: the simulator's tests name the path)."""
+    return not SIMULATED and dt in STREAM_VECTOR_AUTO and n >= STREAM_VECTOR_AUTO_FROM.get((op, dt), 0)
 
 
 # the row ops built with a 16-byte streaming kernel (RowKernels registers them), for row_path_of
@@ -300,7 +311,7 @@ class RowKernels:
         the op has one; else the register kernel for rows that fit a block, the streaming one beyond.
         `aligned`: the operands meet `vector_ok`."""
         ok = aligned and n <= vector_cols(dt)
-        streams = path == "vector" or (path == "auto" and dt in STREAM_VECTOR_AUTO and not SIMULATED)
+        streams = path == "vector" or (path == "auto" and stream_vector_auto(self.name, dt, n))
         if aligned and not ok and dt in self.svec_k and streams:
             # one block per SM, striding over the rows: launch_bounds' 1 is a floor, and a kernel of <= 32
             # registers would fit 2 per SM, twice the rows between their passes, past what L2 holds
@@ -371,8 +382,8 @@ def row_cases() -> RowCases:
     bench: 16384 x 4096, 537 MB (fp32) / 268 MB (fp16) moved; specials (kernels.registry.poison): rows 0, 2,
     3 hold NaN, +inf, -inf; 136 columns (the vector / fp16 row kernel on a GPU, registers in the simulator),
     601 (registers on a GPU, streaming in the simulator) and on a GPU 5003 (streaming), 8200 (the
-    1024 x 16 shape in fp16 / bf16, its padding lanes beside the specials) and 128256 (the streaming
-    kernel: the scalar one until STREAM_VECTOR_AUTO lists the dtype)."""
+    1024 x 16 shape in fp16 / bf16, its padding lanes beside the specials) and 128256 (the 16-byte
+    streaming kernel, STREAM_ROWS)."""
     return RowCases(
         sim_cases=_cases([("tiny-odd", 3, 133), ("long-odd", 2, 601)]),
         verify_cases=_cases(
@@ -400,7 +411,7 @@ def row_path_of(op: str) -> Any:
         p = row_path(case)
         dt = np.dtype(case.dtype)
         n = case.params["cols"]
-        if p == "stream" and op in STREAM_VEC_OPS and _stream_vector(dt, n):
+        if p == "stream" and op in STREAM_VEC_OPS and _stream_vector(op, dt, n):
             return StreamRows.label
         if p == "vector" and (shape := wide_for(dt, case.params["cols"])) is not None:
             return shape.label
@@ -443,14 +454,10 @@ def row_choice_of(op: str) -> Any:
     return choose
 
 
-def _stream_vector(dt: np.dtype, n: int) -> bool:
-    """Whether "auto" streams rows of `n` columns of `dt` with 16-byte loads (RowKernels.pick's rule)."""
-    return (
-        not SIMULATED
-        and dt in STREAM_VECTOR_AUTO
-        and (n * dt.itemsize) % VEC_BYTES == 0
-        and n > vector_cols(dt)
-    )
+def _stream_vector(op: str, dt: np.dtype, n: int) -> bool:
+    """Whether "auto" streams `op`'s rows of `n` columns of `dt` with 16-byte loads (RowKernels.pick's
+    rule)."""
+    return stream_vector_auto(op, dt, n) and (n * dt.itemsize) % VEC_BYTES == 0 and n > vector_cols(dt)
 
 
 def row_path(case: Case) -> str:

@@ -19,11 +19,20 @@ from kernels.ops.fused_add_rmsnorm import fused_add_rmsnorm
 from kernels.ops.gemm import gemm
 from kernels.ops.o_proj import o_proj
 from kernels.ops.residual_add import residual_add
-from kernels.ops.rows import STREAM_VECTOR_AUTO, WIDE_ROWS, RowIO, for_machine, vector_cols, wide_for
+from kernels.ops.rows import (
+    STREAM_VECTOR_AUTO,
+    STREAM_VECTOR_AUTO_FROM,
+    WIDE_ROWS,
+    RowIO,
+    for_machine,
+    stream_vector_auto,
+    vector_cols,
+    wide_for,
+)
 from kernels.primitives.bf16 import bf16_to_f32, f32_bits, f32_to_bf16
 from kernels.registry import Case
 from kernels.runtime.arrays import BF16
-from kernels.runtime.launch import kernel
+from kernels.runtime.launch import FastCache, kernel
 
 
 def test_cast_rounds_like_ml_dtypes_bit_for_bit():  # type: ignore[no-untyped-def]
@@ -109,11 +118,17 @@ def test_row_ops_bf16_round_the_float64_result(op: str, rows: int, cols: int) ->
     np.testing.assert_array_equal(_call(op, args, path="scalar").view(np.uint16), out.view(np.uint16))
 
 
-# bf16 rows of every vector shape the simulator runs (kernels.ops.rows.wide_for there: 32 / 256 / 512 / 1024
-# columns a block, 1/32 of their threads, as many values per thread; the op's own BLOCK x PER kernel holds
-# 512): 24 -> the 128 x 8 shape, 200 -> 512 x 16, 384 -> the op's own (no smaller shape holds it),
-# 1000 -> 1024 x 32. The third field: the WIDE_ROWS index of the shape, None for the op's own.
-VECTOR_SHAPES = [(3, 24, 0), (2, 200, 1), (2, 384, None), (2, 1000, 3)]
+# bf16 rows of every vector shape this machine runs (kernels.ops.rows.wide_for). Under the simulator: 32 /
+# 256 / 512 / 1024 columns a block (1/32 of their threads, as many values per thread; the op's own BLOCK x
+# PER kernel holds 512): 24 -> the 128 x 8 shape, 200 -> 512 x 16, 384 -> the op's own (no smaller shape
+# holds it; 1024 x 16 ties with it, so the simulator never runs that one), 1000 -> 1024 x 32. On a GPU 32
+# times the columns (the op's own holds 4096): 768, 6400, 2048 (the op's own), 12288 (1024 x 16), 32000.
+# The third field: the WIDE_ROWS index of the shape, None for the op's own.
+VECTOR_SHAPES = (
+    [(3, 24, 0), (2, 200, 1), (2, 384, None), (2, 1000, 3)]
+    if verify.SIMULATED
+    else [(3, 768, 0), (2, 6400, 1), (2, 2048, None), (2, 12288, 2), (2, 32000, 3)]
+)
 
 
 @needs_device
@@ -133,9 +148,10 @@ def test_row_ops_bf16_vector_rounds_the_float64_result(op: str, rows: int, cols:
 
 # Rows past vector_cols (1024 bf16 columns under the simulator, 32768 on a GPU) stream with 16-byte loads
 # on path="vector" (rows.STREAM_ROWS; "auto" in the rows.STREAM_VECTOR_AUTO dtypes on a GPU): under the
-# simulator 2056 columns are 4 steps of 2 vectors x 32 threads x 8 words and a one-vector tail; on a GPU
-# 65544 columns, 4 steps of 2 x 1024 x 8 and a one-vector tail (thread 0's).
-STREAM_COLS = 2056 if verify.SIMULATED else 65544
+# simulator 2568 columns are 2 steps of 4 vectors x 32 threads x 8 words, then a tail of 2 vectors per thread
+# and a third for thread 0 alone; on a GPU 81928 columns, 2 steps of 4 x 1024 x 8 and the same tail. fp32
+# rows take half the columns: the same steps at 4 words a vector.
+STREAM_COLS = 2568 if verify.SIMULATED else 81928
 
 
 @needs_device
@@ -164,16 +180,22 @@ def test_row_ops_stream_vector_rounds_the_float64_result(op: str, dtype: str) ->
 
 
 @needs_device
-def test_auto_takes_the_stream_vector_kernel_only_in_the_dtypes_listed_for_it() -> None:
-    for mod in ROW_OPS.values():
+def test_auto_takes_the_stream_vector_kernel_only_where_it_is_listed() -> None:
+    for name, mod in ROW_OPS.items():
         for dt in (BF16, np.dtype(np.float16), np.dtype(np.float32)):
-            long = vector_cols(dt) + 16
-            listed = dt in STREAM_VECTOR_AUTO and not verify.SIMULATED
-            auto = mod._K.pick("auto", dt, True, long, 4)[0]
-            assert auto is (mod._K.svec_k[dt] if listed else mod._K.plain[dt]), (mod.__name__, dt)
-            assert mod._K.pick("auto", dt, False, long, 4)[0] is mod._K.plain[dt]  # unaligned: scalar
-            assert mod._K.pick("scalar", dt, True, long, 4)[0] is mod._K.plain[dt]
-            assert mod._K.pick("vector", dt, True, long, 4)[0] is mod._K.svec_k[dt]
+            for long in (vector_cols(dt) + 16, 16384 if dt.itemsize == 4 else 65536):
+                from_ = STREAM_VECTOR_AUTO_FROM.get((name, dt), 0)
+                listed = dt in STREAM_VECTOR_AUTO and long >= from_ and not verify.SIMULATED
+                assert stream_vector_auto(name, dt, long) is listed
+                auto = mod._K.pick("auto", dt, True, long, 4)[0]
+                assert auto is (mod._K.svec_k[dt] if listed else mod._K.plain[dt]), (name, dt, long)
+                assert mod._K.pick("auto", dt, False, long, 4)[0] is mod._K.plain[dt]  # unaligned: scalar
+                assert mod._K.pick("scalar", dt, True, long, 4)[0] is mod._K.plain[dt]
+                assert mod._K.pick("vector", dt, True, long, 4)[0] is mod._K.svec_k[dt]
+    if not verify.SIMULATED:  # the rule as measured: every dtype, fp32 softmax from 16384 columns
+        assert set(STREAM_VECTOR_AUTO) == {BF16, np.dtype(np.float16), np.dtype(np.float32)}
+        assert not stream_vector_auto("softmax", np.dtype(np.float32), 8192)
+        assert stream_vector_auto("rmsnorm", np.dtype(np.float32), 8192)
 
 
 @needs_device
@@ -239,10 +261,16 @@ def _swallow_nan(x):  # type: ignore[no-untyped-def]
 
 
 def _break_store(monkeypatch: pytest.MonkeyPatch, op: str, store: Any) -> None:
-    """The op's bf16 register and streaming kernels rebuilt from their bodies with `store` as the store."""
+    """The op's bf16 register and streaming kernels rebuilt from their bodies with `store` as the store, and
+    the only bf16 kernels "auto" can take."""
     mod = ROW_OPS[op]
     io = RowIO("broken", bf16_to_f32, store)
     ks = mod._K
+    # "auto" takes the vector kernels for bf16 on a GPU: without them it takes the rebuilt ones everywhere;
+    # and a fresh launch cache, so that no launch validated before (the good kernels) is replayed
+    monkeypatch.delitem(ks.vec, BF16, raising=False)
+    monkeypatch.delitem(ks.svec_k, BF16, raising=False)
+    monkeypatch.setattr(mod, "_FAST", FastCache())
     monkeypatch.setitem(ks.reg, BF16, kernel(mod._make_reg(io), ks.sigs[BF16]))
     monkeypatch.setitem(ks.plain, BF16, kernel(mod._make_stream(io), ks.sigs[BF16]))
 
