@@ -46,12 +46,13 @@ from kernels.ops.rows import (
     StreamRows,
     VectorRows,
     WideRows,
+    make_stream_loads,
     row_cases,
     row_choice_of,
     row_path_of,
     vec_jit,
 )
-from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last, ldg_hint_into
+from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last
 from kernels.primitives.reductions import (
     BLOCK,
     PER,
@@ -500,6 +501,7 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
     threads, nvec = config.threads, config.vectors
     span = threads * width  # columns that one vector per thread covers
     nvals = nvec * width
+    step, tail = make_stream_loads(config, width)
     bsum2, slots = make_block_sum2(threads), row_slots(threads)
     nsm = 4 * slots  # two sums, two halves: consecutive rows alternate (reductions)
     jit_kw = vec_jit(threads, config.min_blocks, False)
@@ -526,17 +528,14 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
             q2 = float32(0.0)
             col = first
             while col + (nvec - 1) * span < n:
-                for u in range(nvec):
-                    ldg_hint_into(v, u * width, xr, col + u * span, keep)
+                step(v, xr, col, keep)
                 for e in range(nvals):
                     d = v[e] - shift
                     s += d
                     q2 += d * d
                 col += nvec * span
             # the rest: fewer than nvec vectors of this thread, their loads all in flight at once
-            for u in range(nvec - 1):
-                if col + u * span < n:
-                    ldg_hint_into(v, u * width, xr, col + u * span, keep)
+            tail(v, xr, col, n, keep)
             for u in range(nvec - 1):
                 if col + u * span < n:
                     for e in range(width):
@@ -552,8 +551,7 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
             orow = out[row]
             col = first
             while col + (nvec - 1) * span < n:
-                for u in range(nvec):
-                    ldg_hint_into(v, u * width, xr, col + u * span, drop)
+                step(v, xr, col, drop)
                 for u in range(nvec):
                     ldg_into(tw, 0, w, col + u * span)
                     ldg_into(tb, 0, b, col + u * span)
@@ -561,9 +559,7 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
                         tw[e] = (v[u * width + e] - mean) * rstd * tw[e] + tb[e]
                     stg_from(orow, col + u * span, tw, 0)
                 col += nvec * span
-            for u in range(nvec - 1):
-                if col + u * span < n:
-                    ldg_hint_into(v, u * width, xr, col + u * span, drop)
+            tail(v, xr, col, n, drop)
             for u in range(nvec - 1):
                 if col + u * span < n:
                     ldg_into(tw, 0, w, col + u * span)

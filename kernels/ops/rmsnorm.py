@@ -41,12 +41,13 @@ from kernels.ops.rows import (
     StreamRows,
     VectorRows,
     WideRows,
+    make_stream_loads,
     row_cases,
     row_choice_of,
     row_path_of,
     vec_jit,
 )
-from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last, ldg_hint_into
+from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last
 from kernels.primitives.reductions import (
     BLOCK,
     PER,
@@ -228,6 +229,7 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
     threads, nvec = config.threads, config.vectors
     span = threads * width  # columns that one vector per thread covers
     nvals = nvec * width
+    step, tail = make_stream_loads(config, width)
     bsum, slots = make_block_sum(threads), row_slots(threads)
     nsm = 2 * slots  # two halves: consecutive rows alternate (reductions)
     jit_kw = vec_jit(threads, config.min_blocks, False)
@@ -249,15 +251,12 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
             acc = float32(0.0)
             col = first
             while col + (nvec - 1) * span < n:
-                for u in range(nvec):
-                    ldg_hint_into(v, u * width, xr, col + u * span, keep)
+                step(v, xr, col, keep)
                 for e in range(nvals):
                     acc += v[e] * v[e]
                 col += nvec * span
             # the rest: fewer than nvec vectors of this thread, their loads all in flight at once
-            for u in range(nvec - 1):
-                if col + u * span < n:
-                    ldg_hint_into(v, u * width, xr, col + u * span, keep)
+            tail(v, xr, col, n, keep)
             for u in range(nvec - 1):
                 if col + u * span < n:
                     for e in range(width):
@@ -267,17 +266,14 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
             orow = out[row]
             col = first
             while col + (nvec - 1) * span < n:
-                for u in range(nvec):
-                    ldg_hint_into(v, u * width, xr, col + u * span, drop)
+                step(v, xr, col, drop)
                 for u in range(nvec):
                     ldg_into(t, 0, w, col + u * span)
                     for e in range(width):
                         t[e] = v[u * width + e] * inv * t[e]
                     stg_from(orow, col + u * span, t, 0)
                 col += nvec * span
-            for u in range(nvec - 1):
-                if col + u * span < n:
-                    ldg_hint_into(v, u * width, xr, col + u * span, drop)
+            tail(v, xr, col, n, drop)
             for u in range(nvec - 1):
                 if col + u * span < n:
                     ldg_into(t, 0, w, col + u * span)

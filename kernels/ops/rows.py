@@ -16,9 +16,10 @@ from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 import numpy as np
-from numba import float32
+from numba import cuda, float32
 
 from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
+from kernels.primitives.cache_hints import ldg_hint_into
 from kernels.primitives.reductions import BLOCK, PER, VEC_ROW_JIT
 from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose
 from kernels.registry import SPECIALS, Case, Choice
@@ -224,6 +225,28 @@ def vector_cols(dt: np.dtype) -> int:
         [c.cols for c in map(for_machine, WIDE_ROWS) if isinstance(c, WideRows)] if dt in WIDE_DTYPES else []
     )
     return max([BLOCK * PER, *wide])
+
+
+def make_stream_loads(config: StreamRows, width: int) -> tuple[Any, Any]:
+    """The loads of the 16-byte streaming kernels (each op's make_stream_vec), for a thread whose first
+    column is `col`: `step(v, row, col, policy)` fills v with the config.vectors vectors at col, col + span,
+    ... (span = threads x width); `tail(v, row, col, n, policy)` those of them that start inside the row,
+    fewer than config.vectors (what the full steps leave). All of a call's loads issue before any is used;
+    `policy` is kernels.primitives.cache_hints' l2_evict_last or l2_evict_first."""
+    nvec, span = config.vectors, config.threads * width
+
+    @cuda.jit(device=True, inline="always")
+    def step(v, row, col, policy):  # type: ignore[no-untyped-def]
+        for u in range(nvec):
+            ldg_hint_into(v, u * width, row, col + u * span, policy)
+
+    @cuda.jit(device=True, inline="always")
+    def tail(v, row, col, n, policy):  # type: ignore[no-untyped-def]
+        for u in range(nvec - 1):
+            if col + u * span < n:
+                ldg_hint_into(v, u * width, row, col + u * span, policy)
+
+    return step, tail
 
 
 def vec_jit(threads: int, min_blocks: int, fastmath: bool) -> dict[str, Any]:

@@ -47,11 +47,12 @@ from kernels.ops.rows import (
     StreamRows,
     VectorRows,
     WideRows,
+    make_stream_loads,
     row_cases,
     row_choice_of,
     row_path_of,
 )
-from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last, ldg_hint_into
+from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last
 from kernels.primitives.reductions import (
     BLOCK,
     NEG_INF,
@@ -280,6 +281,7 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
     threads, nvec = config.threads, config.vectors
     span = threads * width  # columns that one vector per thread covers
     nvals = nvec * width
+    step, tail = make_stream_loads(config, width)
     bmax, bsum, half = make_block_max(threads), make_block_sum(threads), row_slots(threads)
     smem_size = 4 * half  # max and sum slots, two halves each: they alternate between rows
     jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, config.min_blocks)}
@@ -301,15 +303,12 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
             s = float32(0.0)
             col = first
             while col + (nvec - 1) * span < n:
-                for u in range(nvec):
-                    ldg_hint_into(v, u * width, xr, col + u * span, keep)
+                step(v, xr, col, keep)
                 for e in range(nvals):
                     m, s = _push(m, s, v[e])
                 col += nvec * span
             # the rest: fewer than nvec vectors of this thread, their loads all in flight at once
-            for u in range(nvec - 1):
-                if col + u * span < n:
-                    ldg_hint_into(v, u * width, xr, col + u * span, keep)
+            tail(v, xr, col, n, keep)
             for u in range(nvec - 1):
                 if col + u * span < n:
                     for e in range(width):
@@ -322,16 +321,13 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
             orow = out[row]
             col = first
             while col + (nvec - 1) * span < n:
-                for u in range(nvec):
-                    ldg_hint_into(v, u * width, xr, col + u * span, drop)
+                step(v, xr, col, drop)
                 for e in range(nvals):
                     v[e] = math.exp(v[e] - mb) * inv
                 for u in range(nvec):
                     stg_from(orow, col + u * span, v, u * width)
                 col += nvec * span
-            for u in range(nvec - 1):
-                if col + u * span < n:
-                    ldg_hint_into(v, u * width, xr, col + u * span, drop)
+            tail(v, xr, col, n, drop)
             for u in range(nvec - 1):
                 if col + u * span < n:
                     for e in range(width):
