@@ -45,7 +45,7 @@ def version(dist, module):
         top = spec.origin
         for _ in range(module.count(".") + (2 if os.path.basename(top).startswith("__init__.") else 1)):
             top = os.path.dirname(top)
-        for d in m.distributions(path=[top]):
+        for d in m.distributions(name=dist, path=[top]):  # only its dist-info dirs: ~2x less CPU
             if d.metadata["Name"] and d.metadata["Name"].lower().replace("_", "-") == dist:
                 return d.version
     try:
