@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,14 @@ def compile_parallel(
     merged: dict[str, dict[str, Any]] = {}
     context = multiprocessing.get_context("spawn")  # a forked numba / CUDA state is unsafe
     with ProcessPoolExecutor(min(jobs, len(order)), mp_context=context, max_tasks_per_child=1) as pool:
-        for part in pool.map(_compile_ops, [cc] * len(order), [(name,) for name in order]):
+        futures = {name: pool.submit(_compile_ops, cc, (name,)) for name in order}
+        for name, future in futures.items():  # in `order`: the merge is the same whatever finishes first
+            try:
+                part = future.result()
+            except BrokenProcessPool as exc:  # the worker died (a signal, out of memory): no traceback
+                raise RuntimeError(f"op {name}: its compile process died ({exc})") from None
+            except Exception as exc:  # an import or compile error outside compile_all's own records
+                raise RuntimeError(f"op {name}: {type(exc).__name__}: {exc}") from exc
             clash = merged.keys() & part.keys()
             if clash:
                 raise RuntimeError(f"kernel name(s) {sorted(clash)} registered by more than one op")
