@@ -187,6 +187,24 @@ print(json.dumps({
 }))
 """
 PTX_CACHE_ENV = "SOLFLEET_PTX_CACHE"  # a directory, or "off"; default $XDG_CACHE_HOME/solfleet/ptx
+# Seconds a build waits for another build's compile of the same tree, and a compile may take, before the build
+# fails naming it (a cold compile: 144-275 s on 2 cores; a hung one would otherwise block every later build)
+LOCK_WAIT_ENV, COMPILE_TIMEOUT_ENV = "SOLFLEET_PTX_LOCK_WAIT_S", "SOLFLEET_PTX_COMPILE_TIMEOUT_S"
+DEFAULT_WAIT_S = 3600.0
+
+
+def _seconds(name: str) -> float:
+    """A positive number of seconds from environment variable `name` (DEFAULT_WAIT_S when unset)."""
+    text = os.environ.get(name, "")
+    if not text:
+        return DEFAULT_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 < value < float("inf")):
+        raise ArtifactError(f"{name}: {text!r} is not allowed; give a number of seconds > 0")
+    return value
 
 
 def ptx_cache_dir() -> Path | None:
@@ -246,15 +264,22 @@ def _compile_one(
 ) -> tuple[int, str, str]:
     """`lock_fd`: the cache entry's lock, inherited by the child, so the lock lasts as long as the compile
     does even if this build is killed (a second build then waits instead of compiling beside it)."""
-    proc = subprocess.run(
-        [python, "-m", "fleet.ptx_export", cc],
-        capture_output=True,
-        text=True,
-        env=dict(env),
-        cwd=str(root),
-        check=False,
-        pass_fds=() if lock_fd is None else (lock_fd,),
-    )
+    limit = _seconds(COMPILE_TIMEOUT_ENV)
+    try:
+        proc = subprocess.run(
+            [python, "-m", "fleet.ptx_export", cc],
+            capture_output=True,
+            text=True,
+            env=dict(env),
+            cwd=str(root),
+            check=False,
+            pass_fds=() if lock_fd is None else (lock_fd,),
+            timeout=limit,
+        )
+    except subprocess.TimeoutExpired:  # run() has killed it
+        raise BuildFailed(
+            f"PTX for cc {cc}: the compile ran past {limit:g} s ({COMPILE_TIMEOUT_ENV}) and was stopped"
+        ) from None
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -289,7 +314,8 @@ def compile_targets(
             entry = cache / f"{key}.json" if key else None
         records = _cached(entry)
         if records is None:
-            with _entry_lock(entry, say, f"cc {cc}: waiting for another build of this tree") as lock_fd:
+            waiting = f"cc {cc}: waiting for another build of this tree"
+            with _entry_lock(entry, say, waiting, _seconds(LOCK_WAIT_ENV)) as lock_fd:
                 records = _cached(entry)  # that other build may have stored it while this one waited
                 if records is None:
                     say(f"cc {cc}: compiling PTX")
@@ -318,12 +344,15 @@ def compile_targets(
 
 
 @contextlib.contextmanager
-def _entry_lock(entry: Path | None, say: Callable[[str], None], waiting: str) -> Iterator[int | None]:
+def _entry_lock(
+    entry: Path | None, say: Callable[[str], None], waiting: str, wait_s: float = DEFAULT_WAIT_S
+) -> Iterator[int | None]:
     """An exclusive flock on `<entry>.lock` while one build compiles that entry, so parallel builds of one
     tree compile it once (the test suite's workers start several at once). Yields the lock's fd (None
     without a lock) for the compiling child to inherit: the kernel drops the lock when the last holder
     exits, killed or not. Best effort like _store: no entry, or a cache dir or filesystem that cannot hold
-    the lock, compiles without it. `say` gets `waiting` and the lock's path when another build holds it."""
+    the lock, compiles without it. `say` gets `waiting` and the lock's path when another build holds it;
+    after `wait_s` seconds of waiting the build fails (BuildFailed) naming the lock."""
     fd = None
     if entry is not None:
         lock = entry.with_name(entry.name + ".lock")
@@ -334,16 +363,37 @@ def _entry_lock(entry: Path | None, say: Callable[[str], None], waiting: str) ->
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 say(f"{waiting} ({lock})")
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                _wait_lock(fd, lock, wait_s)
         except OSError:  # e.g. ENOLCK on a network filesystem: compile unlocked
             if fd is not None:
                 os.close(fd)
             fd = None
+        except BuildFailed:  # only _wait_lock raises it, after the open
+            if fd is not None:
+                os.close(fd)
+            raise
     try:
         yield fd
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _wait_lock(fd: int, lock: Path, wait_s: float) -> None:
+    """flock `fd` exclusively, polling, for at most `wait_s` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise BuildFailed(
+                    f"another build of this tree held {lock} for {wait_s:g} s ({LOCK_WAIT_ENV}): its PTX"
+                    " compile may be hung; stop that build and its `python -m fleet.ptx_export`, then build"
+                    " again"
+                ) from None
+            time.sleep(0.2)
 
 
 def _unchanged(root: Path, kernels: Mapping[str, bytes]) -> bool:

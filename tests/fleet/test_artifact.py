@@ -329,3 +329,58 @@ def test_a_kernel_that_does_not_compile_fails_the_build_naming_it(
     ):
         build(spec=spec, version="1.0.0", out_dir=tmp_path / "out", root=tree)
     assert not list((tmp_path / "out").glob("*.tar.gz")) and not list((tmp_path / "ptx-cache").glob("*.json"))
+
+
+def test_a_build_waits_for_another_builds_compile_only_as_long_as_it_is_told(
+    tree: Path, spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marks = _gated_tree(tree, monkeypatch, tmp_path / "ptx-cache")
+    results: list[Any] = []
+    first = threading.Thread(
+        target=lambda: results.append(build(spec=spec, version="1.0.0", out_dir=tmp_path / "a", root=tree))
+    )
+    first.start()
+    try:
+        _wait_for("the first build's compile", (marks / "started").exists)
+        monkeypatch.setenv("SOLFLEET_PTX_LOCK_WAIT_S", "1")
+        start = time.monotonic()
+        with pytest.raises(BuildFailed) as err:
+            build(spec=spec, version="1.0.0", out_dir=tmp_path / "b", root=tree)
+        assert 1 <= time.monotonic() - start < 30
+        msg = str(err.value)
+        assert "another build of this tree held" in msg
+        assert ".json.lock for 1 s (SOLFLEET_PTX_LOCK_WAIT_S)" in msg
+        assert not list((tmp_path / "b").glob("*.tar.gz"))
+    finally:
+        (marks / "go").touch()
+        first.join(60)
+    assert results and results[0].ptx_cached == ()  # the first build was not disturbed
+
+
+def test_a_compile_past_its_time_limit_is_stopped_and_fails_the_build(
+    tree: Path, spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marks = _gated_tree(tree, monkeypatch, tmp_path / "ptx-cache")
+    monkeypatch.setenv("SOLFLEET_PTX_COMPILE_TIMEOUT_S", "2")
+    with pytest.raises(BuildFailed, match=r"PTX for cc 9\.0: the compile ran past 2 s "):
+        build(spec=spec, version="1.0.0", out_dir=tmp_path / "a", root=tree)
+    assert (marks / "compiles.txt").read_text() == "x"
+    # the stopped compile holds no lock and left no cache entry: the next build compiles at once
+    monkeypatch.delenv("SOLFLEET_PTX_COMPILE_TIMEOUT_S")
+    (marks / "go").touch()
+    said: list[str] = []
+    done = build(spec=spec, version="1.0.0", out_dir=tmp_path / "b", root=tree, progress=said.append)
+    assert said == ["cc 9.0: compiling PTX"] and done.ptx_cached == ()
+
+
+@pytest.mark.parametrize("name", ["SOLFLEET_PTX_LOCK_WAIT_S", "SOLFLEET_PTX_COMPILE_TIMEOUT_S"])
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf", "nan"])
+def test_a_bad_time_limit_is_refused_naming_it(
+    name: str, value: str, tree: Path, spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marks = _gated_tree(tree, monkeypatch, tmp_path / "ptx-cache")
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ArtifactError) as err:
+        build(spec=spec, version="1.0.0", out_dir=tmp_path / "a", root=tree)
+    assert str(err.value) == f"{name}: {value!r} is not allowed; give a number of seconds > 0"
+    assert not (marks / "compiles.txt").exists()
