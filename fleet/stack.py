@@ -165,18 +165,23 @@ def compare(*, expected: Mapping[str, str], actual: Mapping[str, str | None]) ->
 # that `import <module>` would load, found next to the module itself, so a package shadowed by another
 # sys.path entry is reported as the one that loads, not the one whose metadata comes first.
 PROBE = r"""
-import importlib.metadata as m, importlib.util as u, json, os, sys
+import importlib.metadata as m, importlib.util as u, json, os, re, sys
 want = json.loads(sys.argv[1])
 out = {"python": "%d.%d.%d" % sys.version_info[:3]}
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
 def version(dist, module):
     spec = u.find_spec(module) if module else None
     if spec is not None and spec.origin:
         top = spec.origin
         for _ in range(module.count(".") + (2 if os.path.basename(top).startswith("__init__.") else 1)):
             top = os.path.dirname(top)
-        for d in m.distributions(name=dist, path=[top]):  # only its dist-info dirs: ~2x less CPU
-            if d.metadata["Name"] and d.metadata["Name"].lower().replace("_", "-") == dist:
-                return d.version
+        # its dist-info found by folder name first (reads one METADATA, not every one there), then by the
+        # Name inside any folder (a folder named otherwise)
+        for found in (m.distributions(name=dist, path=[top]), m.distributions(path=[top])):
+            for d in found:
+                if d.metadata["Name"] and norm(d.metadata["Name"]) == norm(dist):
+                    return d.version
     try:
         return m.version(dist)
     except m.PackageNotFoundError:

@@ -169,18 +169,28 @@ WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 # four vectors in flight each (64 KB per SM, twice the ~31 KB Little's law asks at 4.1 TB/s), one block per
 # SM (the grid is the SM count, pick), so ~132 rows are between their two passes at once: 33 MB of bf16 rows
 # of 128256, inside the 50 MB L2 (fp32 rows of 128256: 68 MB, past it). Chosen on the H200 (2026-12-04,
-# lab/stream_vec_variants.py) from 1024 x 1 / 2 / 4, 512 x 2 / 4 at 2 blocks per SM and 256 x 4 at 4: four
-# vectors beat two by 1-10 % in every op and dtype but layernorm fp32 (a tie); smaller blocks lost at 128256
-# (more rows between passes, past L2). ptxas sm_90: 39-64 registers, no spills.
+# lab/stream_vec_variants.py, bf16 and fp32 at 65536 and 128256) from 1024 x 1 / 2 / 4, 512 x 2 / 4 at 2
+# blocks per SM and 256 x 4 at 4: four vectors beat two by 1-10 % in all 12 cases, and were the fastest shape
+# or within 1 % of it in 11; softmax bf16 at 65536 took 12 % less time at 256 x 4 x 4, which took 23 % more
+# at 128256 (four times the rows between passes, past L2). ptxas sm_90: 40-64 registers, no spills.
 STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
 # The dtypes whose "auto" path takes that kernel on a GPU: all three. Measured on the H200 (2026-12-04,
 # lab/wide_rows_ab.py -> benchmarks/h200/stream-vector-ab-2026-12-04.txt) against the scalar streaming
-# kernel it replaces: 1.7-5.4x in bf16 / fp16 at 65536-131072 columns, 1.04-2.9x in fp32 at 8192-131072.
+# kernel it replaces: 1.7-5.5x in bf16 / fp16 at 65536-131072 columns (32769-65535 not timed: the
+# register kernel holds 32768 and the margin at 65536 is 1.7x or more), 1.04-2.9x in fp32 at 8192-131072.
 # path="scalar" keeps the scalar streaming kernel for the A/B.
 STREAM_VECTOR_AUTO: tuple[np.dtype, ...] = (F16, BF16, F32)
-# Where "auto" takes it only further out than vector_cols: fp32 softmax at 8192 columns ran 0.92-0.99x the
-# scalar streaming kernel in three runs (two exps per element, not the loads, bound it there), 1.12x at 16384.
-STREAM_VECTOR_AUTO_FROM: dict[tuple[str, np.dtype], int] = {("softmax", F32): 16384}
+# Where "auto" takes it only further out than vector_cols, from the narrowest width measured to win. fp32
+# rows of 4097-8191 columns (hidden sizes 5120-7168) were not timed: there the whole row is the tail, under
+# the ~31 KB in flight per SM Little's law asks, and 8192 won narrowly (rmsnorm 1.04x, layernorm 1.11x).
+# fp32 softmax at 8192 ran 0.99x the scalar kernel (two vectors per thread), 0.92x (four, the tail one
+# vector at a time), 0.96x (as committed): two exps per element, not the loads, bound it there; 1.12x at
+# 16384 (benchmarks/h200/stream-vector-ab*-2026-12-04.txt).
+STREAM_VECTOR_AUTO_FROM: dict[tuple[str, np.dtype], int] = {
+    ("rmsnorm", F32): 8192,
+    ("layernorm", F32): 8192,
+    ("softmax", F32): 16384,
+}
 
 
 def stream_vector_auto(op: str, dt: np.dtype, n: int) -> bool:
@@ -330,8 +340,9 @@ class RowKernels:
         """(kernel, threads per block, grid) for `path`: the vector kernel when `choose` takes it, or on
         "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`), at
         the WIDE_ROWS shape that `wide_for` names where it names one; for aligned rows past vector_cols the
-        16-byte streaming kernel (path "vector", or "auto" for the STREAM_VECTOR_AUTO dtypes on a GPU) where
-        the op has one; else the register kernel for rows that fit a block, the streaming one beyond.
+        16-byte streaming kernel where the op has one (path "vector", or "auto" where stream_vector_auto
+        allows: the STREAM_VECTOR_AUTO dtypes on a GPU, from the STREAM_VECTOR_AUTO_FROM widths); else the
+        register kernel for rows that fit a block, the streaming one beyond.
         `aligned`: the operands meet `vector_ok`."""
         ok = aligned and n <= vector_cols(dt)
         streams = path == "vector" or (path == "auto" and stream_vector_auto(self.name, dt, n))
@@ -393,8 +404,9 @@ class RowCases(TypedDict):
 
 
 # GPU verify rows (rows, cols) for the WIDE_ROWS shapes, 16-byte aligned in fp16 / bf16: 1024 (128 x 8),
-# 5120 and 8192 (512 x 16), 16384 (1024 x 16), 32768 (1024 x 32); fp32 streams them; and past them the
-# 16-byte streaming kernel (STREAM_ROWS) at Llama-3's vocabulary, 128256 (fp32: the scalar streaming one)
+# 5120 and 8192 (512 x 16), 16384 (1024 x 16), 32768 (1024 x 32), and past them the 16-byte streaming kernel
+# (STREAM_ROWS) at Llama-3's vocabulary, 128256; fp32 streams from 5120, with that kernel where
+# STREAM_VECTOR_AUTO_FROM allows (8192 and 16384 in rmsnorm / layernorm, 16384 in softmax, 32768, 128256)
 _WIDE_VERIFY = ((257, 1024), (65, 5120), (33, 8192), (17, 16384), (9, 32768), (5, 128256))
 
 

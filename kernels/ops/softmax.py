@@ -25,7 +25,8 @@ Kernels, one block of 256 threads per row:
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
     L2 hints so that pass 2 re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS). "auto" takes it in the
-    rows.STREAM_VECTOR_AUTO dtypes (on the H200 1.0-5.4x the scalar streaming kernel).
+    rows.STREAM_VECTOR_AUTO dtypes, fp32 from rows.STREAM_VECTOR_AUTO_FROM's width (on the H200 1.1-3.0x
+    the scalar streaming kernel).
 Rows that are entirely -inf give NaN, as the float64 reference does.
 """
 

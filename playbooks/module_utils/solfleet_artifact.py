@@ -36,18 +36,23 @@ _MODULES = {"pyyaml": "yaml", "nvidia-ml-py": "pynvml"}
 # The same probe as fleet/stack.py PROBE: the version of the distribution that `import <module>` would load
 # (its dist-info next to the module), so a shadowed package is reported as the one that actually loads.
 _PROBE = r"""
-import importlib.metadata as m, importlib.util as u, json, os, sys
+import importlib.metadata as m, importlib.util as u, json, os, re, sys
 want = json.loads(sys.argv[1])
 out = {"python": "%d.%d.%d" % sys.version_info[:3]}
+def norm(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
 def version(dist, module):
     spec = u.find_spec(module) if module else None
     if spec is not None and spec.origin:
         top = spec.origin
         for _ in range(module.count(".") + (2 if os.path.basename(top).startswith("__init__.") else 1)):
             top = os.path.dirname(top)
-        for d in m.distributions(name=dist, path=[top]):  # only its dist-info dirs: ~2x less CPU
-            if d.metadata["Name"] and d.metadata["Name"].lower().replace("_", "-") == dist:
-                return d.version
+        # its dist-info found by folder name first (reads one METADATA, not every one there), then by the
+        # Name inside any folder (a folder named otherwise)
+        for found in (m.distributions(name=dist, path=[top]), m.distributions(path=[top])):
+            for d in found:
+                if d.metadata["Name"] and norm(d.metadata["Name"]) == norm(dist):
+                    return d.version
     try:
         return m.version(dist)
     except m.PackageNotFoundError:

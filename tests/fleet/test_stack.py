@@ -242,3 +242,37 @@ def test_probe_reports_the_package_that_loads(tmp_path: Path) -> None:
         check=True,
     )
     assert json.loads(out.stdout)["numpy"] == "9.9.9"
+
+
+def test_the_stack_check_finds_the_dist_info_of_the_copy_that_loads_whatever_its_folder_is_called(
+    tmp_path: Path,
+) -> None:
+    """A dist-info folder whose name does not normalise to the project's (an unescaped `foo-bar-2.0`), ahead
+    of a properly named one for another copy on the path: the probe reports the copy `import` loads."""
+    loads, shadowed = tmp_path / "loads", tmp_path / "shadowed"
+    for where, version, folder in (
+        (loads, "2.0", "foo-bar-2.0.dist-info"),
+        (shadowed, "1.0", "foo_bar-1.0.dist-info"),
+    ):
+        (where / "foo_bar").mkdir(parents=True)
+        (where / "foo_bar" / "__init__.py").write_text("")
+        (where / folder).mkdir()
+        (where / folder / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: foo-bar\nVersion: {version}\n"
+        )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(loads), str(shadowed)]))
+    for probe in (stk.PROBE, solfleet_artifact._PROBE):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                probe,
+                json.dumps({"foo-bar": ["foo-bar", "foo_bar"], "numba-cuda": ["numba-cuda", "numba_cuda"]}),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        seen = json.loads(proc.stdout)
+        assert seen["foo-bar"] == "2.0" and seen["numba-cuda"] == metadata.version("numba-cuda")

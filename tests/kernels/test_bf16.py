@@ -20,16 +20,20 @@ from kernels.ops.gemm import gemm
 from kernels.ops.o_proj import o_proj
 from kernels.ops.residual_add import residual_add
 from kernels.ops.rows import (
+    STREAM_ROWS,
     STREAM_VECTOR_AUTO,
     STREAM_VECTOR_AUTO_FROM,
     WIDE_ROWS,
     RowIO,
+    StreamRows,
     for_machine,
+    row_path_of,
     stream_vector_auto,
     vector_cols,
     wide_for,
 )
 from kernels.primitives.bf16 import bf16_to_f32, f32_bits, f32_to_bf16
+from kernels.primitives.vector import WIDTH
 from kernels.registry import Case
 from kernels.runtime.arrays import BF16
 from kernels.runtime.launch import FastCache, kernel
@@ -121,8 +125,9 @@ def test_row_ops_bf16_round_the_float64_result(op: str, rows: int, cols: int) ->
 # bf16 rows of every vector shape this machine runs (kernels.ops.rows.wide_for). Under the simulator: 32 /
 # 256 / 512 / 1024 columns a block (1/32 of their threads, as many values per thread; the op's own BLOCK x
 # PER kernel holds 512): 24 -> the 128 x 8 shape, 200 -> 512 x 16, 384 -> the op's own (no smaller shape
-# holds it; 1024 x 16 ties with it, so the simulator never runs that one), 1000 -> 1024 x 32. On a GPU 32
-# times the columns (the op's own holds 4096): 768, 6400, 2048 (the op's own), 12288 (1024 x 16), 32000.
+# holds it; 1024 x 16 ties with it, so the simulator never runs that one), 1000 -> 1024 x 32. On a GPU the
+# same shapes at 32 times the threads (the op's own holds 4096): 768, 6400, 2048 (the op's own), 12288
+# (1024 x 16, which only a GPU runs), 32000.
 # The third field: the WIDE_ROWS index of the shape, None for the op's own.
 VECTOR_SHAPES = (
     [(3, 24, 0), (2, 200, 1), (2, 384, None), (2, 1000, 3)]
@@ -192,10 +197,45 @@ def test_auto_takes_the_stream_vector_kernel_only_where_it_is_listed() -> None:
                 assert mod._K.pick("auto", dt, False, long, 4)[0] is mod._K.plain[dt]  # unaligned: scalar
                 assert mod._K.pick("scalar", dt, True, long, 4)[0] is mod._K.plain[dt]
                 assert mod._K.pick("vector", dt, True, long, 4)[0] is mod._K.svec_k[dt]
-    if not verify.SIMULATED:  # the rule as measured: every dtype, fp32 softmax from 16384 columns
-        assert set(STREAM_VECTOR_AUTO) == {BF16, np.dtype(np.float16), np.dtype(np.float32)}
-        assert not stream_vector_auto("softmax", np.dtype(np.float32), 8192)
-        assert stream_vector_auto("rmsnorm", np.dtype(np.float32), 8192)
+    if not verify.SIMULATED:  # the rule as measured: every dtype, fp32 from 8192 (softmax 16384) columns
+        f32 = np.dtype(np.float32)
+        assert set(STREAM_VECTOR_AUTO) == {BF16, np.dtype(np.float16), f32}
+        assert not stream_vector_auto("softmax", f32, 8192) and stream_vector_auto("softmax", f32, 16384)
+        assert not stream_vector_auto("rmsnorm", f32, 5120) and stream_vector_auto("rmsnorm", f32, 8192)
+        # the path verify and bench record is the kernel pick runs
+        for name, mod in ROW_OPS.items():
+            for dt in (BF16, f32):
+                for n in (4112, 5120, 8192, 16384, 32776, 65536, 128256):
+                    runs = mod._K.pick("auto", dt, True, n, 4)[0]
+                    path = row_path_of(name)(Case("c", {"rows": 4, "cols": n}, dt.name))
+                    assert (path == "stream-vector") is (runs is mod._K.svec_k[dt]), (name, dt, n, path)
+
+
+# Every vector count the kernel can be built with (the committed one is 4), at widths that leave every
+# tail: no vector past the steps, one, up to vectors - 1, and a row one vector past a step, in bf16 and fp32.
+@needs_device
+@pytest.mark.skipif(not verify.SIMULATED, reason="shapes of the simulator's 32-thread blocks")
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
+@pytest.mark.parametrize("vectors", [1, 2, 3, 4])
+def test_stream_vector_kernel_covers_every_column_for_any_vector_count(
+    op: str, vectors: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mod = ROW_OPS[op]
+    config = StreamRows(STREAM_ROWS.threads // 32, vectors, 1)
+    for dtype in ("bfloat16", "float32"):
+        dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)
+        span = config.threads * WIDTH[dt]
+        k = kernel(mod.make_stream_vec(config, WIDTH[dt]), mod._K.sigs[dt])
+        monkeypatch.setitem(mod._K.svec_k, dt, k)
+        monkeypatch.setattr(mod._K, "svec_shape", config)
+        steps = -(-(vector_cols(dt) + 1) // (vectors * span))  # full steps past what registers hold
+        for extra in sorted({0, WIDTH[dt], (vectors - 1) * span, (vectors - 1) * span + WIDTH[dt]}):
+            cols = steps * vectors * span + extra
+            args, _ = _row_problem(op, 2, cols, seed=cols, dtype=dtype)
+            out = _call(op, args, path="vector").astype(np.float64)
+            ref = _call(op, args, path="scalar").astype(np.float64)
+            tol = 2.0**-7 if dt.itemsize == 2 else 1e-5
+            assert np.abs(out - ref).max() <= tol * np.abs(ref).max(), (dtype, cols)
 
 
 @needs_device
