@@ -5,6 +5,7 @@ busy this machine is."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import signal
@@ -12,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import gevent
 import numpy as np
 import pytest
 import tritonclient.http as th
@@ -31,9 +33,12 @@ def _ra_inputs(n: int = 5) -> list[th.InferInput]:
     return ins
 
 
-def _wait_admitted(inst: Instance, running: int, queued: int, timeout: float = 10.0) -> None:
+def _wait_admitted(inst: Instance, running: int, queued: int, timeout: float = 30.0) -> None:
     """Poll the instance's own gauges until `running` requests compute and `queued` wait (a fixed sleep
-    is not enough on a loaded CI machine: the requests reach the server late)."""
+    is not enough on a loaded CI machine: the requests reach the server late). The pause is gevent's: the
+    client's async requests are greenlets that connect and send only while this one yields to them;
+    async_infer yields 10 ms, enough on an idle machine, and time.sleep never does (seen on CI: no request
+    arrived during the 10 s this waited with time.sleep, all four right after it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = (
@@ -42,8 +47,16 @@ def _wait_admitted(inst: Instance, running: int, queued: int, timeout: float = 1
         )
         if got == (running, queued):
             return
-        time.sleep(0.02)
+        gevent.sleep(0.02)
     raise AssertionError(f"not {running} computing and {queued} queued within {timeout} s: {got}")
+
+
+def _settle(pending: list) -> None:  # type: ignore[type-arg]
+    """After a test failed: let each of its requests end (a result, an error, or one read already), so it
+    leaves none behind in the module's shared instance for the next test to meet."""
+    for p in pending:
+        with contextlib.suppress(Exception):
+            p.get_result(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -97,21 +110,27 @@ def test_overflow_serves_four_rejects_six_at_once(slow: Instance) -> None:
 def test_rejection_carries_retry_after(slow: Instance) -> None:
     client = th.InferenceServerClient(slow.url, concurrency=4, network_timeout=30)
     pending = [client.async_infer("residual_add", _ra_inputs()) for _ in range(4)]
-    _wait_admitted(slow, running=2, queued=2)  # all four admitted
-    body = json.dumps(
-        {"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 1], "data": [1]} for n in "xr"]}
-    )
-    conn = http.client.HTTPConnection("127.0.0.1", slow.port, timeout=10)
-    t0 = time.monotonic()
-    conn.request("POST", "/v2/models/residual_add/infer", body=body)
-    r = conn.getresponse()
-    r.read()
-    conn.close()
-    assert r.status == 503 and r.getheader("Retry-After") == "1"
-    assert time.monotonic() - t0 < 0.5  # at once, not after a wait
-    for p in pending:
-        p.get_result(timeout=30)
-    client.close()
+    done = False
+    try:
+        _wait_admitted(slow, running=2, queued=2)  # all four admitted
+        body = json.dumps(
+            {"inputs": [{"name": n, "datatype": "FP32", "shape": [1, 1], "data": [1]} for n in "xr"]}
+        )
+        conn = http.client.HTTPConnection("127.0.0.1", slow.port, timeout=10)
+        t0 = time.monotonic()
+        conn.request("POST", "/v2/models/residual_add/infer", body=body)
+        r = conn.getresponse()
+        r.read()
+        conn.close()
+        assert r.status == 503 and r.getheader("Retry-After") == "1"
+        assert time.monotonic() - t0 < 0.5  # at once, not after a wait
+        for p in pending:
+            p.get_result(timeout=30)
+        done = True
+    finally:
+        if not done:
+            _settle(pending)
+        client.close()
 
 
 def test_sigterm_drains_in_flight_then_exits_0(slow: Instance) -> None:
