@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -265,22 +266,27 @@ def _compile_one(
     """`lock_fd`: the cache entry's lock, inherited by the child, so the lock lasts as long as the compile
     does even if this build is killed (a second build then waits instead of compiling beside it)."""
     limit = _seconds(COMPILE_TIMEOUT_ENV)
-    try:
-        proc = subprocess.run(
-            [python, "-m", "fleet.ptx_export", cc],
-            capture_output=True,
-            text=True,
-            env=dict(env),
-            cwd=str(root),
-            check=False,
-            pass_fds=() if lock_fd is None else (lock_fd,),
-            timeout=limit,
-        )
-    except subprocess.TimeoutExpired:  # run() has killed it
-        raise BuildFailed(
-            f"PTX for cc {cc}: the compile ran past {limit:g} s ({COMPILE_TIMEOUT_ENV}) and was stopped"
-        ) from None
-    return proc.returncode, proc.stdout, proc.stderr
+    # its own process group: a compile past the limit is stopped with the per-op processes it spawned
+    with subprocess.Popen(
+        [python, "-m", "fleet.ptx_export", cc],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(env),
+        cwd=str(root),
+        pass_fds=() if lock_fd is None else (lock_fd,),
+        start_new_session=True,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise BuildFailed(
+                f"PTX for cc {cc}: the compile ran past {limit:g} s ({COMPILE_TIMEOUT_ENV}) and was stopped"
+            ) from None
+    return proc.returncode, out, err
 
 
 def compile_targets(

@@ -384,3 +384,41 @@ def test_a_bad_time_limit_is_refused_naming_it(
         build(spec=spec, version="1.0.0", out_dir=tmp_path / "a", root=tree)
     assert str(err.value) == f"{name}: {value!r} is not allowed; give a number of seconds > 0"
     assert not (marks / "compiles.txt").exists()
+
+
+SPAWNING_PTX = '''"""A stand-in compiler that starts a helper process (as ptx_export's workers) and hangs."""
+import subprocess, sys, time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[3]
+
+
+def compile_all(cc):
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    (HERE / "helper.pid").write_text(str(helper.pid))
+    time.sleep(300)
+'''
+
+
+def test_a_stopped_compile_takes_the_processes_it_started_with_it(
+    tree: Path, spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tree / "kernels" / "runtime").mkdir()
+    (tree / "kernels" / "runtime" / "__init__.py").write_text("")
+    (tree / "kernels" / "runtime" / "ptx.py").write_text(SPAWNING_PTX)
+    monkeypatch.setenv("SOLFLEET_PTX_CACHE", "off")
+    monkeypatch.setenv("SOLFLEET_PTX_COMPILE_TIMEOUT_S", "3")
+    with pytest.raises(BuildFailed, match="the compile ran past 3 s"):
+        build(spec=spec, version="1.0.0", out_dir=tmp_path / "a", root=tree)
+    pid = int((tree.parent / "helper.pid").read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and b"Z" not in _proc_state(pid):
+        assert time.monotonic() < deadline, "the compile's helper process outlived the stopped compile"
+        time.sleep(0.05)
+
+
+def _proc_state(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().split(b") ", 1)[1][:1]
+    except (OSError, IndexError):
+        return b"Z"
