@@ -174,50 +174,68 @@ def _one_line(text: object) -> str:
 # process: a controller killed with SIGKILL would leave it running, activating hosts no ledger row names.
 # The run dir gets this `ansible-playbook` in front of the real one on PATH. It asks the kernel to send it
 # SIGTERM when the thread that started it dies (PR_SET_PDEATHSIG), runs the real one as its child in the
-# process group pexpect made for it, and on SIGTERM kills every descendant (ansible-core's per-host workers
-# put themselves in sessions of their own) and then that whole group the way ansible-runner's own cancel
-# does (killpg, SIGKILL), so no worker is left behind. Otherwise it exits with the real one's status.
+# process group pexpect made for it, and on SIGTERM (or SIGHUP, the pty's hangup) kills every descendant,
+# then that whole group the way ansible-runner's own cancel does (killpg, SIGKILL), so no worker is left.
+# ansible-core's per-host workers put themselves in sessions of their own (os.setsid), so only the parent
+# links find them; and ansible-playbook can die before the reaper's handler runs (the same hangup reaches
+# it; seen under load), which would hand its workers to init. So the reaper is a child subreaper
+# (PR_SET_CHILD_SUBREAPER): every orphan of the tree is re-parented to it, and it kills by parent links
+# until no live descendant is left (a process forked during one sweep is found by the next).
+# Otherwise it exits with the real one's status.
 # `parent` is the controller's pid in local mode; in streaming mode the worker starts it, so the reaper
 # reads its parent before prctl and checks it after (the worker, in turn, dies with the controller).
 _REAPER = """#!{python}
 # Written by solfleet (fleet/runner.py) for one run: ansible-playbook dies with the process that started it.
-import ctypes, os, signal, sys
+import ctypes, os, signal, sys, time
 parent = {parent}
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans of ansible-playbook's tree come here, not to init
 if os.getppid() != parent or parent == 1:  # the starter died before prctl took effect
     sys.exit(143)
 child = os.fork()
 if child == 0:
     os.execv({real!r}, [{real!r}] + sys.argv[1:])
-def descendants(root):
+def live_descendants(root):
     kids = {{}}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{{entry}}/stat", "rb") as fh:
-                    ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+                kids.setdefault(int(fields[1]), []).append((int(entry), fields[0] == b"Z"))
             except (OSError, ValueError, IndexError):
                 continue
-            kids.setdefault(ppid, []).append(int(entry))
     found, todo = [], [root]
     while todo:
-        for pid in kids.get(todo.pop(), []):
-            found.append(pid)
+        for pid, zombie in kids.get(todo.pop(), []):
+            if not zombie:
+                found.append(pid)
             todo.append(pid)
     return found
 def stop(signum, frame):
-    # ansible-core's per-host workers leave this process group (os.setsid), so a group kill alone would
-    # let one finish its task on a host after the controller is gone: freeze ansible-playbook (no new
-    # worker), kill every descendant by parent link, then the group
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # one sweep: the pty's hangup follows the parent's death
     try:
-        os.kill(child, signal.SIGSTOP)
+        os.kill(child, signal.SIGSTOP)  # ansible-playbook starts no new worker while the sweep runs
     except OSError:
         pass
-    for pid in descendants(os.getpid()):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = live_descendants(os.getpid())
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:  # reap what died here, so the next sweep skips it
+                pass
+        except ChildProcessError:
             pass
+        time.sleep(0.01)
     os.killpg(os.getpgrp(), signal.SIGKILL)  # this process group: the reaper, ansible-playbook, the rest
 for sig in (signal.SIGTERM, signal.SIGHUP):
     signal.signal(sig, stop)
