@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import ansible_runner
 import yaml
 
+from fleet import rolespec
 from fleet.errors import Interrupted, RunnerError
 from fleet.spec import ExecutionMode
 
@@ -306,6 +307,8 @@ def run_playbook(
     project = private_data_dir / "project"
     if not (project / playbook).is_file():
         raise RunnerError(f"playbook {project / playbook} does not exist (playbooks/ is the node side's)")
+    # the role's argument spec, once here for all hosts, where the playbook turns Ansible's per-host check off
+    rolespec.check(project, playbook, private_data_dir / "inventory", hosts, extravars)
     state = {h: HostProgress(host=h) for h in hosts}
     events: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
 
