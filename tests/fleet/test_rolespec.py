@@ -44,11 +44,11 @@ def test_every_controller_playbook_of_the_role_is_checked_here_not_per_host() ->
         if any(r["name"] == "solfleet" for r in roles):
             found[playbook.name] = list(rolespec.unvalidated_imports(playbook))
     assert found == {
-        "deploy.yml": [("solfleet", "main")],
+        "deploy.yml": [("solfleet", "main"), ("solfleet", "serve")],
         "health.yml": [("solfleet", "health")],
         "lease.yml": [("solfleet", "lease")],
         "lease_end.yml": [("solfleet", "lease_end")],
-        "rollback.yml": [("solfleet", "rollback")],
+        "rollback.yml": [("solfleet", "rollback"), ("solfleet", "serve")],
         "status.yml": [("solfleet", "status")],
     }
     assert all(entry in specs for imports in found.values() for _, entry in imports)

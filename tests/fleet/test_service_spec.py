@@ -13,6 +13,7 @@ import yaml
 from fleet.errors import SpecError
 from fleet.inventory import render_files
 from fleet.service_spec import ServiceManager
+from fleet.spec import embedded_fleet, load_spec
 
 BASE: dict[str, Any] = {
     "fleet": "t",
@@ -63,6 +64,20 @@ def test_inventory_carries_the_service_host_vars(make_spec, tmp_path: Path) -> N
     )
     assert a1["solfleet_serve_manager"] == "systemd" and a1["solfleet_serve_user"] == "solfleet"
     assert hosts["all"]["children"]["solfleet_nodes"]["hosts"]["a3"]["solfleet_serve_gpus"] == []
+    # the serve play of deploy.yml and rollback.yml targets this group: the nodes with serve GPUs alone
+    serving = hosts["all"]["children"]["solfleet_serving"]["hosts"]
+    assert sorted(serving) == sorted(n for n, v in hosts["all"]["children"]["solfleet_nodes"]["hosts"].items()
+                                     if v["solfleet_serve_gpus"])  # fmt: skip
+    assert "a1" in serving and "a3" not in serving
+
+
+def test_no_serving_node_renders_an_empty_serving_group(tmp_path: Path) -> None:
+    spec = load_spec(embedded_fleet(), work_dir=tmp_path)
+    assert not any(n.service.gpus for n in spec.nodes)
+    hosts = yaml.safe_load(
+        render_files(spec, run_dir=tmp_path)["inventory/hosts.yml"].replace("!unsafe ", "")
+    )
+    assert hosts["all"]["children"]["solfleet_serving"] == {"hosts": {}}
 
 
 @pytest.mark.parametrize(
