@@ -216,6 +216,9 @@ class Operation:
         self.report = OperationReport(
             op_id=self.op_id, kind=plan.kind, version=plan.version, artifacts=self.pdd
         )
+        # hosts whose lease call also ran the health check (fleet/recovery.py take_baseline, health_hosts):
+        # their answer, which a deploy's first batch takes as its preflight (fleet/rollout.py preflight)
+        self.lease_health: dict[str, HostProgress | None] = {}
 
     def run_step(
         self,

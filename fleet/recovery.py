@@ -79,13 +79,16 @@ def take_baseline(
     take_over: Iterable[str] | None = None,
     record: bool = True,
     drop_on_refusal: bool = True,
+    health_hosts: Iterable[str] = (),
 ) -> dict[str, Baseline]:
     """Lease every host and record its baseline (`record=False`: a reconcile, whose own undo must never
     become a baseline to return to). Refuses (and drops the leases it took) when another live
     rollout holds a node (LeaseHeld, exit 5), or when `version` is already on a node as other bytes
     (UsageError, exit 2): in both cases no release has moved. `take_over`: rollout ids whose leases may be
     replaced; default every rollout of this ledger that is not running now. `drop_on_refusal=False`: a
-    promote or abort of a paused rollout, whose leases stay its own when it is refused."""
+    promote or abort of a paused rollout, whose leases stay its own when it is refused. `health_hosts`: hosts
+    whose lease call also runs the health check once the lease is held (a deploy's first batch: its
+    preflight, in the same node call); their answers go to `op.lease_health` (None: no answer)."""
     if take_over is None:
         take_over = [i for i in ledger.own_stale_rollouts() if i != op.op_id]
     step = op.run_step(
@@ -98,9 +101,11 @@ def take_baseline(
             "solfleet_controller": op.controller,
             "solfleet_lease_s": lease_seconds(op),
             "solfleet_take_over": list(take_over),
+            "solfleet_lease_health": list(health_hosts),
         },
         record=False,
     )
+    op.lease_health = {h: step.ok_hosts.get(h) for h in health_hosts}
     held: list[str] = []
     other_bytes: list[str] = []
     baselines: dict[str, Baseline] = {}

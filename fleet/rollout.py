@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from fleet import gating
@@ -45,6 +45,7 @@ from fleet.recovery import (
     restore,
     take_baseline,
 )
+from fleet.runner import HostProgress, HostStatus
 from fleet.spec import FleetSpec
 from fleet.workdir import ledger_path
 
@@ -113,8 +114,12 @@ def deploy(
 
     def body(ledger: Ledger) -> None:
         hosts = list(plan.hosts)
+        # the first batch's preflight health runs in its hosts' lease calls: one playbook run fewer
+        first = plan.batches[0].hosts if plan.batches and spec.rollout.preflight_health else ()
         try:
-            baseline = take_baseline(op, ledger, hosts, version=version, artifact_sha256=artifact.sha256)
+            baseline = take_baseline(
+                op, ledger, hosts, version=version, artifact_sha256=artifact.sha256, health_hosts=first
+            )
         except Interrupted:
             end_leases(op, ledger, hosts)  # nothing moved yet: leave no lease behind
             raise
@@ -182,14 +187,20 @@ def preflight(op: Operation, ledger: Ledger, batch: Batch) -> tuple[list[str], l
     hosts = list(batch.hosts)
     if not op.spec.rollout.preflight_health or not hosts:
         return hosts, []
-    # the deploy's own health limit (the role's solfleet_health_timeout_s), not status_s: a slow but healthy
-    # node (a cold numba cache, many GPUs) must not read as unhealthy
-    step = op.run_step(ledger, f"{batch.name} preflight", hosts, HEALTH_PLAYBOOK, {}, record=False)
+    answers: Mapping[str, HostProgress | None]
+    if all(h in op.lease_health for h in hosts):
+        # the first batch: its hosts ran the checks in their lease call, moments ago (take_baseline)
+        answers = {h: _lease_answer(h, op.lease_health[h]) for h in hosts}
+    else:
+        # the deploy's own health limit (the role's solfleet_health_timeout_s), not status_s: a slow but
+        # healthy node (a cold numba cache, many GPUs) must not read as unhealthy
+        step = op.run_step(ledger, f"{batch.name} preflight", hosts, HEALTH_PLAYBOOK, {}, record=False)
+        answers = step.ok_hosts
     nodes = {n.name: n for n in op.spec.nodes}
     outcome = "quarantined" if op.spec.rollout.unhealthy is UnhealthyPolicy.SKIP else "unhealthy"
     keep, left_out = [], []
     for host in hosts:
-        hp = step.ok_hosts.get(host)
+        hp = answers.get(host)
         if hp is None:
             keep.append(host)
             continue
@@ -215,6 +226,15 @@ def preflight(op: Operation, ledger: Ledger, batch: Batch) -> tuple[list[str], l
     if left_out:
         ledger.record_hosts(op.op_id, left_out)
     return keep, left_out
+
+
+def _lease_answer(host: str, hp: HostProgress | None) -> HostProgress | None:
+    """A lease call's health answer as a health run's: a check that could not run (`health_error`) is the
+    failed run health.yml's module would have made, naming why."""
+    if hp is None or not hp.solfleet.get("health_error"):
+        return hp
+    why = f"solfleet: {host}: health: {hp.solfleet['health_error']}"
+    return replace(hp, status=HostStatus.FAILED, message=why)
 
 
 def run_batches(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.solfleet_artifact import check_files, read_manifest
-from ansible.module_utils.solfleet_kernels import health_env, run_kernels
+from ansible.module_utils.solfleet_kernels import KernelsRun, health_env, run_kernels
 from ansible.module_utils.solfleet_layout import Lease, NodeError, NodeLayout
 
 DOCUMENTATION = r"""
@@ -24,12 +24,17 @@ description:
   - I(mode=lease) takes the node's rollout lease for I(rollout_id) (refused, naming the holder, when another
     live rollout holds it, unless that rollout is in I(take_over)) and returns the state as I(mode=status)
     does: the controller's baseline. I(mode=release) drops the lease when I(rollout_id) holds it.
+  - I(mode=lease) with I(health=true) also runs the health check of I(mode=health) once the lease is held and
+    the node has a C(current) (the controller's preflight of its first batch, in the same node call as the
+    baseline): C(health) holds the report, C(health_error) why there is none. An unhealthy node does not fail
+    the lease; the controller judges the report as it judges a health run's.
 options:
   mode: {description: "what to do", type: str, choices: [status, health, lease, release], default: status}
   rollout_id: {description: "mode=lease/release: the rollout", type: str, default: ""}
   controller: {description: "mode=lease: user@host:pid of the controller", type: str, default: ""}
   lease_s: {description: "mode=lease: seconds until the lease expires", type: int, default: 3600}
   take_over: {description: "mode=lease: rollouts whose lease may go", type: list, elements: str, default: []}
+  health: {description: "mode=lease: also run health once the lease is held", type: bool, default: false}
   root: {description: "absolute node root", type: path, required: true}
   node: {description: "node name", type: str, required: true}
   python: {description: "interpreter that runs python -m kernels (mode=health)", type: str, default: ""}
@@ -55,6 +60,59 @@ def intact(release: str) -> tuple[bool, str]:
     return True, f"{checked} files match MANIFEST.json"
 
 
+def check_health(layout: NodeLayout, p: dict, state: dict) -> KernelsRun:
+    """`python -m kernels health --json` in current; its report goes to state["health"]. A failed
+    release-integrity check marks current suspect (status says so until a deploy or rollback replaces it).
+    Returns the run (its `ok` and `message`); raises NodeError when the health run itself failed."""
+    current = layout.link_path("current")
+    run = run_kernels(
+        config=layout.config_path,
+        python=p["python"],
+        release=current,
+        command="health",
+        args=[],
+        cache_dir=layout.cache,
+        simulated=p["simulated"],
+        timeout_s=p["health_timeout_s"],
+        phase="health",
+        extra_env=health_env(layout.root, p),
+    )
+    state["health"] = run.data
+    broken = [
+        c
+        for c in (run.data or {}).get("checks") or []
+        if isinstance(c, dict) and c.get("name") == "release.integrity" and c.get("status") == "failed"
+    ]
+    if broken:
+        # Found once, remembered: current's files no longer match what was verified, so status says
+        # `suspect` from now on (as after a deploy's failed re-check) until a deploy or rollback replaces it.
+        reason = f"re-check by health: release.integrity failed: {broken[0].get('detail', '')}"
+        try:
+            layout.mark_suspect(state["current"], reason)
+            state["current_suspect"] = reason
+        except OSError as exc:
+            state["suspect_error"] = f"cannot write {layout.suspect_path}: {exc.strerror or exc}"
+    return run
+
+
+def lease_health(layout: NodeLayout, p: dict, state: dict) -> None:
+    """mode=lease with health=true: the health check of mode=health on a node with a current release. Never
+    fails the lease: the report goes to state["health"], and why there is no passing run to
+    state["health_error"]."""
+    if not p["health"] or not state["current"]:
+        return
+    if not p["python"]:
+        state["health_error"] = "python is empty"
+        return
+    try:
+        run = check_health(layout, p, state)
+    except NodeError as exc:
+        state["health_error"] = exc.message
+        return
+    if not run.ok:
+        state["health_error"] = f"{run.message} (current {state['current']})"
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -63,6 +121,7 @@ def main() -> None:
             "controller": {"type": "str", "default": ""},
             "lease_s": {"type": "int", "default": 3600},
             "take_over": {"type": "list", "elements": "str", "default": []},
+            "health": {"type": "bool", "default": False},
             "root": {"type": "path", "required": True},
             "node": {"type": "str", "required": True},
             "python": {"type": "str", "default": ""},
@@ -108,9 +167,11 @@ def main() -> None:
             # and let the node module's own refusal say so per host.
             state = layout.state()
             state["lease_error"] = f"cannot write {layout.lease_path}: {exc.strerror or exc}"
+            lease_health(layout, p, state)  # a full disk is the deploy's to refuse, not a health finding
             module.exit_json(changed=False, solfleet=state)
         state = layout.state()
         state["lease_replaced"] = replaced or None
+        lease_health(layout, p, state)
         module.exit_json(changed=False, solfleet=state)
     state = layout.state()
     if p["mode"] == "status":
@@ -124,37 +185,10 @@ def main() -> None:
         )
     if not p["python"]:
         module.fail_json(msg=f"solfleet: {p['node']}: health: python is empty", solfleet=state)
-    current = layout.link_path("current")
     try:
-        run = run_kernels(
-            config=layout.config_path,
-            python=p["python"],
-            release=current,
-            command="health",
-            args=[],
-            cache_dir=layout.cache,
-            simulated=p["simulated"],
-            timeout_s=p["health_timeout_s"],
-            phase="health",
-            extra_env=health_env(layout.root, p),
-        )
+        run = check_health(layout, p, state)
     except NodeError as exc:
         module.fail_json(msg=f"solfleet: {p['node']}: health: {exc.message}", solfleet=state)
-    state["health"] = run.data
-    broken = [
-        c
-        for c in (run.data or {}).get("checks") or []
-        if isinstance(c, dict) and c.get("name") == "release.integrity" and c.get("status") == "failed"
-    ]
-    if broken:
-        # Found once, remembered: current's files no longer match what was verified, so status says
-        # `suspect` from now on (as after a deploy's failed re-check) until a deploy or rollback replaces it.
-        reason = f"re-check by health: release.integrity failed: {broken[0].get('detail', '')}"
-        try:
-            layout.mark_suspect(state["current"], reason)
-            state["current_suspect"] = reason
-        except OSError as exc:
-            state["suspect_error"] = f"cannot write {layout.suspect_path}: {exc.strerror or exc}"
     if not run.ok:
         module.fail_json(
             msg=f"solfleet: {p['node']}: health: {run.message} (current {state['current']})", solfleet=state

@@ -143,3 +143,31 @@ def test_unhealthy_skip_quarantines_the_node_and_says_so(pre: Preflight, sick_no
     assert again.rc == 0, again.output[-3000:]
     assert pre.currents() == dict.fromkeys(NODES, V3)
     assert pre.cli("status", spec=spec).rc == ExitCode.OK  # current replaced: no longer suspect
+
+
+def test_the_canary_preflight_runs_in_its_lease_call_and_still_stops_a_sick_canary(pre: Preflight) -> None:
+    """The first batch's preflight runs in its hosts' lease calls (no health.yml run of its own): a canary
+    whose current release has a changed file is still stopped before anything is pushed to any node."""
+    canary = NODES[0]
+    current = pre.link(canary, "current")
+    assert current is not None
+    target = pre.root(canary) / "releases" / current / "kernels" / "ops" / "residual_add.py"
+    original = target.read_bytes()
+    journals = {n: pre.journal(n) for n in NODES}
+    target.write_bytes(original + b"#")
+    try:
+        result = pre.deploy_with(pre.spec, "8.4.0")
+    finally:
+        target.write_bytes(original)
+    assert result.rc == ExitCode.OPERATION_FAILED, result.output[-3000:]
+    flat = " ".join(result.output.split())
+    assert "preflight health failed" in flat and canary in flat and "residual_add.py" in flat, flat[-3000:]
+    assert {n: pre.journal(n) for n in NODES} == journals, "a node was touched"
+    assert not any((pre.root(n) / "releases" / "8.4.0").exists() for n in NODES)
+    assert pre.outcome("8.4.0", canary)[:2] == ("unhealthy", "preflight_health")
+    # the runs of that deploy: the lease (with the canary's health), no preflight run for the canary batch
+    runs = sorted(
+        (pre.work / "fleets" / "preflight" / "runs" / pre.last_operation()["id"] / "artifacts").iterdir()
+    )
+    names = [r.name for r in runs]
+    assert names[0].endswith("-baseline") and not any("preflight" in n for n in names), names
