@@ -181,7 +181,10 @@ def _one_line(text: object) -> str:
 # links find them; and ansible-playbook can die before the reaper's handler runs (the same hangup reaches
 # it; seen under load), which would hand its workers to init. So the reaper is a child subreaper
 # (PR_SET_CHILD_SUBREAPER): every orphan of the tree is re-parented to it, and it kills by parent links
-# until no live descendant is left (a process forked during one sweep is found by the next).
+# until no live descendant is left (a process forked during one sweep is found by the next). A process a node
+# module starts on purpose to outlive the run (the operator service's instances on a `connection: local`
+# node, library/solfleet_serve.py) carries SOLFLEET_DETACHED=1 in its environment: the sweep leaves it and
+# its subtree alone, as init would have.
 # Otherwise it exits with the real one's status.
 # `parent` is the controller's pid in local mode; in streaming mode the worker starts it, so the reaper
 # reads its parent before prctl and checks it after (the worker, in turn, dies with the controller).
@@ -197,6 +200,12 @@ if os.getppid() != parent or parent == 1:  # the starter died before prctl took 
 child = os.fork()
 if child == 0:
     os.execv({real!r}, [{real!r}] + sys.argv[1:])
+def detached(pid):
+    try:
+        with open(f"/proc/{{pid}}/environ", "rb") as fh:
+            return b"SOLFLEET_DETACHED=1" in fh.read().split(b"\\0")
+    except OSError:
+        return False
 def live_descendants(root):
     kids = {{}}
     for entry in os.listdir("/proc"):
@@ -210,9 +219,11 @@ def live_descendants(root):
     found, todo = [], [root]
     while todo:
         for pid, zombie in kids.get(todo.pop(), []):
-            if not zombie:
+            if zombie:
+                todo.append(pid)
+            elif not detached(pid):
                 found.append(pid)
-            todo.append(pid)
+                todo.append(pid)
     return found
 def stop(signum, frame):
     for sig in (signal.SIGTERM, signal.SIGHUP):

@@ -194,6 +194,8 @@ class Service:
         if "CUDA_VISIBLE_DEVICES" in os.environ:
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         env["PYTHONUNBUFFERED"] = "1"
+        # meant to outlive this run: the controller's reaper (fleet/runner.py) never sweeps such a process
+        env["SOLFLEET_DETACHED"] = "1"
         with open(inst.log_path, "ab") as log:
             log.write(f"{START_MARKER}{self.version} on GPU {inst.gpu}\n".encode())
             log.flush()

@@ -123,3 +123,28 @@ def test_an_inventory_it_cannot_read_whole_is_refused(pdd: tuple[Path, list[str]
         RunnerError, match=r"holds group_vars, hosts\.yml; the controller's role check reads only"
     ):
         rolespec.check(out / "project", "deploy.yml", out / "inventory", hosts, DEPLOY_VARS)
+
+
+def test_variables_merge_in_ansibles_order(tmp_path: Path) -> None:
+    # group vars by depth (all, then children), then the host's own vars, wherever the host is listed
+    inv = tmp_path / "inventory"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text(
+        "all:\n"
+        "  vars: {port: 8000, zone: a}\n"
+        "  children:\n"
+        "    nodes:\n"
+        "      vars: {zone: b}\n"
+        "      hosts: {n1: {port: 9000}, n2: {}}\n"
+        "    serving:\n"
+        "      hosts: {n1: {}}\n"
+    )
+    found = rolespec.host_vars(inv)
+    assert found["n1"] == {"port": 9000, "zone": "b"}
+    assert found["n2"] == {"port": 8000, "zone": "b"}
+
+
+def test_a_host_the_inventory_no_longer_has_is_left_to_ansible(pdd: tuple[Path, list[str]]) -> None:
+    # a reconcile names its baseline's hosts; a node since removed from the spec is Ansible's `not_run`
+    out, hosts = pdd
+    rolespec.check(out / "project", "lease.yml", out / "inventory", [*hosts, "gone"], {})

@@ -318,6 +318,34 @@ def test_a_local_controller_killed_outright_takes_every_host_task_with_it(tmp_pa
         assert gone, f"outlived the controller: {alive(f'sleep {marker}') + alive(str(pdd))}"
 
 
+def test_a_killed_controller_leaves_what_a_node_module_detached_on_purpose(tmp_path: Path) -> None:
+    # the operator service's instances on a `connection: local` node (library/solfleet_serve.py) are started
+    # to outlive the run, marked SOLFLEET_DETACHED=1; the reaper, a subreaper, would otherwise sweep them
+    marker = f"8{uuid.uuid4().int % 10}.{uuid.uuid4().int % 10**6}"
+    kept = f"9{uuid.uuid4().int % 10}.{uuid.uuid4().int % 10**6}"
+    play = hanging_play(marker).replace(
+        "    - name: solfleet | Verify release\n",
+        "    - name: solfleet | Start a detached service\n"
+        f"      ansible.builtin.shell: SOLFLEET_DETACHED=1 setsid sleep {kept} </dev/null >/dev/null 2>&1 &\n"
+        "      changed_when: true\n"
+        "    - name: solfleet | Verify release\n",
+    )
+    pdd = make_pdd(tmp_path, play, "local")
+    try:
+        with controller_of(pdd) as controller:
+            assert until(lambda: len(alive(f"sleep {marker}")) == 2, 60), "the job never reached both hosts"
+            assert len(alive(f"sleep {kept}")) == 2, alive(f"sleep {kept}")
+            os.kill(controller.pid, signal.SIGKILL)
+            controller.wait(timeout=10)
+            gone = until(lambda: not alive(f"sleep {marker}") and not alive(str(pdd)), 20)
+            assert gone, f"outlived the controller: {alive(f'sleep {marker}') + alive(str(pdd))}"
+            assert len(alive(f"sleep {kept}")) == 2, "the sweep killed a detached process"
+    finally:
+        for line in alive(f"sleep {kept}"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split(" ", 1)[0]), signal.SIGKILL)
+
+
 LEAK_PLAY = """
 - name: what this run was given
   hosts: all
