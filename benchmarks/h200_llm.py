@@ -213,7 +213,8 @@ def bench_one(
     tol, etol = float(spec.tolerance[case.dtype]), spec.elem_tolerance_of(case.dtype)
     choice = spec.choice(case)
     row: dict[str, Any] = {"op": spec.name, "dtype": case.dtype, "case": case.label, "path": choice.path,
-                           "tier": choice.tier, "tol": tol, "elem_tol": etol}  # fmt: skip
+                           "tier": choice.tier, "tol": tol, "elem_tol": etol, "flops": spec.flops(case),
+                           "bytes": spec.bytes(case)}  # fmt: skip
     if SIMULATED:  # dry run: one untimed call, checked
         spec.launch(base)
         sets = [base]

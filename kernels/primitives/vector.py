@@ -13,7 +13,8 @@ the technique kernels/ops/gemm/__init__.py uses for shared memory, here in addre
                               bf16 words: stg_from's rounding; fp32: x itself)
 
 A uint16 `arr` is bf16 as raw words (kernels.primitives.bf16): the load widens each word exactly (a shift
-into the high half), the store rounds to nearest even in integer arithmetic and keeps NaN a quiet NaN; both
+into the high half), the store rounds to nearest even (kernels.primitives.bf16.round_pair: one
+`cvt.rn.bf16x2.f32` per two words on sm_80 and newer, integer arithmetic before) and keeps NaN a NaN; both
 move the 8 words as one `<4 x i32>`.
 `dst`/`src` are float32 local arrays indexed with constants after unrolling, so they stay in registers.
 The caller guarantees alignment: `arr`'s element `i` must sit on a 16-byte boundary (see `vector_ok`).
@@ -73,6 +74,8 @@ def _intrinsics() -> tuple[Any, Any, Any]:
     from numba.core import types
     from numba.cuda.extending import intrinsic
 
+    from kernels.primitives.bf16 import round_pair
+
     i32 = ir.IntType(32)
 
     def _vec(
@@ -91,17 +94,6 @@ def _intrinsics() -> tuple[Any, Any, Any]:
         gp = builder.addrspacecast(p, ir.PointerType(p.type.pointee, 1))  # 1 = global
         vp = builder.bitcast(gp, ir.PointerType(ir.VectorType(elem, lanes), 1))
         return vp, elem, width
-
-    def _bf16_word(builder: Any, x: Any) -> Any:
-        """kernels.primitives.bf16.f32_to_bf16 on an fp32 value, as the low 16 bits of an i32: round to
-        nearest even on the bits; NaN kept NaN (quiet bit set); overflow to +-inf as IEEE rounding does."""
-        u = builder.bitcast(x, i32)
-        hi = builder.lshr(u, ir.Constant(i32, 16))
-        odd = builder.and_(hi, ir.Constant(i32, 1))
-        rne = builder.lshr(builder.add(builder.add(u, ir.Constant(i32, 0x7FFF)), odd), ir.Constant(i32, 16))
-        mag = builder.and_(u, ir.Constant(i32, 0x7FFFFFFF))
-        nan = builder.icmp_unsigned(">", mag, ir.Constant(i32, 0x7F800000))
-        return builder.select(nan, builder.or_(hi, ir.Constant(i32, 0x40)), rne)
 
     def _local_slot(context: Any, builder: Any, loc_ty: Any, loc: Any, off_ty: Any, off: Any, k: int) -> Any:
         la = context.make_array(loc_ty)(context, builder, loc)
@@ -156,8 +148,7 @@ def _intrinsics() -> tuple[Any, Any, Any]:
             if elem == i32:  # bf16: two rounded words per i32, the even element in the low half
                 v = ir.Constant(ir.VectorType(i32, 4), ir.Undefined)
                 for k in range(4):
-                    lo, hi = _bf16_word(builder, get(2 * k)), _bf16_word(builder, get(2 * k + 1))
-                    w = builder.or_(builder.shl(hi, ir.Constant(i32, 16)), lo)
+                    w = round_pair(builder, get(2 * k), get(2 * k + 1))
                     v = builder.insert_element(v, w, ir.Constant(i32, k))
             else:
                 v = ir.Constant(ir.VectorType(elem, width), ir.Undefined)
@@ -183,10 +174,9 @@ def _intrinsics() -> tuple[Any, Any, Any]:
             v, dt = args[1], sig.args[0].dtype
             if dt == types.float16:
                 return builder.fpext(builder.fptrunc(v, ir.HalfType()), ir.FloatType())
-            if dt == types.uint16:
-                return builder.bitcast(
-                    builder.shl(_bf16_word(builder, v), ir.Constant(i32, 16)), ir.FloatType()
-                )
+            if dt == types.uint16:  # the pair's high half is v's bf16, already in place
+                word = builder.and_(round_pair(builder, v, v), ir.Constant(i32, 0xFFFF0000))
+                return builder.bitcast(word, ir.FloatType())
             return v
 
         return sig, codegen

@@ -1,0 +1,263 @@
+"""Merge one H200 run's benchmark reports into `benchmarks/h200/latest.json`: every op x dtype x shape once,
+with our median, SOL and error, and each reference timed beside it in the same process (CuPy, torch eager or
+cuBLAS through torch, Liger-Kernel) with its median and the ratio (reference median / ours: > 1, ours is
+faster). A ratio is only ever computed inside one report, from calls interleaved with ours; figures of two
+reports are never divided.
+
+    python benchmarks/latest.py --registry R.json --llm L.json --gemm G.json [--clip C.json]
+                                --out latest.json [--plot roofline.png] [--command "..."]
+
+Inputs (each optional, at least one): `python -m kernels bench --compare cupy --json` (every op's bench
+cases, CuPy beside it; bf16 has no CuPy), benchmarks/h200_llm.py's h200_llm.json (LLM ops against torch and
+Liger, with the bf16 width sweep), benchmarks/h200_bf16.py's h200_bf16.json (gemm / o_proj against cuBLAS),
+benchmarks/clip_llama.py's JSON (clip_grad_norm over Llama-3-8B's gradients against torch's foreach). Where
+two reports time the same op, dtype and shape, the row is kept from the first in that order (llm, gemm,
+clip, registry) and the other report's references are added to it, with their own ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+Row = dict[str, Any]
+
+
+def _ref(us: float | None, ours_us: float | None, **extra: Any) -> dict[str, Any] | None:
+    if not us or not ours_us:
+        return None
+    return {"median_us": round(float(us), 2), "ratio": round(float(us) / float(ours_us), 3), **extra}
+
+
+def from_registry(doc: dict[str, Any]) -> list[Row]:
+    out = []
+    for r in doc.get("results", []):
+        ours = r.get("median_us")
+        row: Row = {
+            "op": r["op"],
+            "dtype": r["dtype"],
+            "case": r["case"],
+            "path": r.get("path"),
+            "bound": r.get("bound"),
+            "flops": r.get("flops"),
+            "bytes": r.get("bytes"),
+            "median_us": ours,
+            "p10_us": r.get("p10_us"),
+            "p90_us": r.get("p90_us"),
+            "tflops": r.get("tflops"),
+            "gbs": r.get("gbs"),
+            "sol": r.get("sol"),
+            "rel_err": r.get("rel_err"),
+            "ok": r.get("ok"),
+            "source": "kernels bench",
+            "refs": {},
+        }
+        cp = r.get("cupy") or {}
+        ref = _ref(cp.get("median_us"), ours, rel_err=cp.get("rel_err"), timed_in="kernels bench")
+        if ref:
+            row["refs"]["cupy"] = ref
+        elif cp.get("error"):
+            row["refs_missing"] = {"cupy": cp["error"]}
+        out.append(row)
+    return out
+
+
+def from_llm(doc: dict[str, Any]) -> list[Row]:
+    out = []
+    for r in doc.get("rows", []):
+        ours = r.get("ours_us")
+        flops, nbytes = r.get("flops"), r.get("bytes")
+        row: Row = {
+            "op": r["op"],
+            "dtype": r["dtype"],
+            "case": r["case"],
+            "path": r.get("path"),
+            "tier": r.get("tier"),
+            "bound": "memory",
+            "flops": flops,
+            "bytes": nbytes,
+            "median_us": ours,
+            "gbs": r.get("gbs"),
+            "sol": r.get("sol"),
+            "tflops": round(flops / ours / 1e6, 3) if flops and ours else None,
+            "rel_err": r.get("rel_err"),
+            "elem_err": r.get("elem_err"),
+            "ok": r.get("ok"),
+            "source": "benchmarks/h200_llm.py",
+            "refs": {},
+        }
+        for name, label in (("torch", "torch eager"), ("liger", "Liger-Kernel")):
+            ref = _ref(
+                r.get(f"{name}_us"),
+                ours,
+                what=label,
+                rel_err=r.get(f"{name}_rel_err"),
+                timed_in="benchmarks/h200_llm.py",
+            )
+            if ref:
+                row["refs"][name] = ref
+            elif r.get(f"{name}_error"):
+                row.setdefault("refs_missing", {})[name] = r[f"{name}_error"]
+        out.append(row)
+    return out
+
+
+def from_gemm(doc: dict[str, Any]) -> list[Row]:
+    out = []
+    for r in doc.get("rows", []):
+        ours = r.get("ours_us")
+        compute = r["op"] in ("gemm", "o_proj")
+        row: Row = {
+            "op": r["op"],
+            "dtype": r["dtype"],
+            "case": r["shape"],
+            "path": r.get("path"),
+            "bound": "compute" if compute else "memory",
+            "flops": r.get("flops"),
+            "bytes": r.get("bytes"),
+            "median_us": ours,
+            "tflops": r.get("ours_tflops"),
+            "gbs": r.get("ours_gbs"),
+            "sol": r.get("sol"),
+            "rel_err": r.get("rel_err"),
+            "ok": r.get("ok"),
+            "source": "benchmarks/h200_bf16.py",
+            "refs": {},
+        }
+        name = "cublas" if compute else "torch"
+        ref = _ref(
+            r.get("ref_us"),
+            ours,
+            what=r.get("ref"),
+            rel_err=r.get("ref_rel_err"),
+            timed_in="benchmarks/h200_bf16.py",
+        )
+        if ref:
+            row["refs"][name] = ref
+        out.append(row)
+    return out
+
+
+def from_clip(doc: dict[str, Any]) -> list[Row]:
+    out = []
+    for r in doc.get("rows", []):
+        ours = r.get("ours_us")
+        row: Row = {
+            "op": "clip_grad_norm",
+            "dtype": r["dtype"],
+            "case": r["case"],
+            "path": "table",
+            "bound": "memory",
+            "tensors": r.get("tensors"),
+            "elements": r.get("elements"),
+            "median_us": ours,
+            "gbs": r.get("ours_gbs"),
+            "sol": r.get("ours_sol"),
+            "rel_err": (r.get("ours_check") or {}).get("norm_rel_err"),
+            "ok": r.get("ok"),
+            "host_us": r.get("ours_host_us"),
+            "source": "benchmarks/clip_llama.py",
+            "refs": {},
+        }
+        for name, key, label in (
+            ("torch", "torch_us", "torch clip_grad_norm_ (foreach)"),
+            ("per_array", "ours_per_array_us", "ours, one launch pair per array"),
+        ):
+            ref = _ref(r.get(key), ours, what=label, timed_in="benchmarks/clip_llama.py")
+            if ref:
+                row["refs"][name] = ref
+        out.append(row)
+    return out
+
+
+def merge(groups: list[list[Row]]) -> list[Row]:
+    """Rows keyed by (op, dtype, case): the first group's row wins; later groups add their references."""
+    rows: dict[tuple[str, str, str], Row] = {}
+    for group in groups:
+        for r in group:
+            key = (r["op"], r["dtype"], r["case"])
+            have = rows.get(key)
+            if have is None:
+                rows[key] = r
+                continue
+            for name, ref in r["refs"].items():
+                # the other report's ratio is against its own ours: say so, and keep its ours beside it
+                have["refs"].setdefault(name, {**ref, "ours_us_in_that_run": r.get("median_us")})
+    return sorted(rows.values(), key=lambda r: (r["op"], r["dtype"], r["case"]))
+
+
+def table(rows: list[Row]) -> str:
+    def f(v: Any, fmt: str) -> str:
+        return format(v, fmt) if isinstance(v, (int, float)) else "-"
+
+    head = f"{'op':17} {'dtype':18} {'case':16} {'path':14} {'ours us':>9} {'SOL':>5}"
+    lines = [head + "  references (x = their us / ours)"]
+    for r in rows:
+        refs = ", ".join(f"{n} {f(v['ratio'], '.2f')}x" for n, v in r["refs"].items())
+        lines.append(
+            f"{r['op']:17} {r['dtype']:18} {r['case']:16} {str(r.get('path')):14} "
+            f"{f(r.get('median_us'), '9.1f')} {f(r.get('sol'), '5.2f')}  {refs}"
+            f"{'' if r.get('ok') else '  CHECK FAILED'}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for name in ("registry", "llm", "gemm", "clip"):
+        ap.add_argument(f"--{name}", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--plot", type=Path)
+    ap.add_argument("--command", default="", help="the command line(s) that made the inputs, recorded")
+    a = ap.parse_args()
+    docs = {n: json.loads(p.read_text()) for n in ("llm", "gemm", "clip", "registry") if (p := getattr(a, n))}
+    if not docs:
+        ap.error("give at least one of --registry, --llm, --gemm, --clip")
+    makers = {"llm": from_llm, "gemm": from_gemm, "clip": from_clip, "registry": from_registry}
+    rows = merge([makers[n](d) for n, d in docs.items()])
+    reg = docs.get("registry", {})
+    llm = docs.get("llm", {})
+    report = {
+        "simulated": bool(reg.get("simulated", False)),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": a.command,
+        "device": reg.get("device")
+        or docs.get("gemm", {}).get("device")
+        or (llm.get("versions") or {}).get("device"),
+        "versions": {**(reg.get("versions") or {}), **(llm.get("versions") or {})},
+        "peaks": reg.get("peaks") or llm.get("peaks") or docs.get("gemm", {}).get("peaks"),
+        "method": {
+            "ratio": "reference median / our median, both timed interleaved in one process (source)",
+            "sol": "memory-bound: GB/s over the measured copy (peaks.mem_gbs); compute-bound: TFLOP/s"
+            " over the tensor-core or fp32 FMA peak",
+            **(reg.get("method") or {}),
+        },
+        "errors": {n: d.get("errors") for n, d in docs.items() if d.get("errors")},
+        "results": rows,
+    }
+    a.out.write_text(json.dumps(report, indent=1, default=str))
+    if a.plot:
+        from kernels.harness.roofline import plot
+
+        # the bench shapes only (the registry's cases; the width sweep would crowd the legend)
+        keys = {(r["op"], r["dtype"], r["case"]) for r in reg.get("results", [])}
+        pts = [
+            r
+            for r in rows
+            if r.get("flops")
+            and r.get("bytes")
+            and r.get("tflops")
+            and (not keys or (r["op"], r["dtype"], r["case"]) in keys)
+        ]
+        plot({**report, "device": report["device"] or {}, "results": pts}, a.plot)
+    print(table(rows))
+    bad = [r for r in rows if not r.get("ok")]
+    print(f"{len(rows)} rows, {len(rows) - len(bad)} checked ok against float64")
+    return 0 if not bad else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
