@@ -21,6 +21,7 @@ import torch
 
 from kernels.ops import cast as cast_op
 from kernels.ops import gemm as gemm_op
+from kernels.ops import linear as linear_op
 from kernels.ops import o_proj as o_proj_op
 from kernels.ops import residual_add as radd_op
 from kernels.runtime import arrays, device
@@ -196,6 +197,53 @@ def bench_o_proj(
     )
 
 
+def bench_linear(
+    rng: np.random.Generator, m: int, k: int, n: int, dt: np.dtype, peaks: dict[str, Any]
+) -> None:
+    """linear (x @ W.T with W [N, K], the activation fused) against torch's F.linear then the activation
+    (cuBLAS, then an elementwise kernel), and against our own linear without an activation, all three
+    interleaved: `epilogue_cost` is ours-with-activation / ours-plain - 1 (issue 13: <= 3 %)."""
+    x = rng.standard_normal((m, k), dtype=np.float32).astype(dt)
+    w = (rng.standard_normal((n, k), dtype=np.float32) / np.sqrt(k)).astype(dt)
+    dx, dw = arrays.to_device(x), arrays.to_device(w)
+    tx, tw = torch_of(x), torch_of(w)
+    rows = rng.choice(m, 64, replace=False)
+    plain = arrays.to_device(np.full((m, n), np.nan, dt))
+    f = torch.nn.functional
+    for act, torch_act in (("silu", f.silu), ("gelu_tanh", lambda t: f.gelu(t, approximate="tanh"))):
+        dout = arrays.to_device(np.full((m, n), np.nan, dt))
+        held: dict[str, torch.Tensor] = {}
+
+        def theirs(torch_act: Any = torch_act, held: dict[str, torch.Tensor] = held) -> None:
+            held["y"] = torch_act(f.linear(tx, tw))
+
+        fns = {
+            "ours": lambda act=act, dout=dout: linear_op.linear(dx, dw, None, dout, activation=act),
+            "ref": theirs,
+            "plain": lambda: linear_op.linear(dx, dw, None, plain),
+        }
+        us = timed(fns)
+        ref = linear_op.reference(x[rows], w, None, act)
+        errs = {"ours": rel(arrays.to_host(dout)[rows], ref), "ref": rel(host_of(held["y"])[rows], ref)}
+        path = linear_op.shape_path(linear_op._resolve("auto", dt), n, k)
+        record(
+            "linear",
+            str(dt),
+            f"{m}x{n}x{k}-{act}",
+            path,
+            us,
+            f"torch F.linear then F.{'silu' if act == 'silu' else 'gelu(tanh)'} (cuBLAS + eager)",
+            2.0 * m * n * k + (4 if act == "silu" else 9) * m * n,
+            (m * k + n * k + m * n) * 2,
+            errs,
+            1e-3 if dt == F16 else 8e-3,
+            peaks.get("fp16_tensor_tflops"),
+            "compute",
+        )
+        ROWS[-1]["plain_us"] = round(us["plain"], 2)
+        ROWS[-1]["epilogue_cost"] = round(us["ours"] / us["plain"] - 1.0, 4)
+
+
 def bench_memory(rng: np.random.Generator, peaks: dict[str, Any]) -> None:
     shape = (16384, 4096)
     n = shape[0] * shape[1]
@@ -284,6 +332,7 @@ def main() -> int:
             (f"gemm 4096^3 {dt}", lambda dt=dt: bench_gemm(rng, 4096, 4096, 4096, dt, peaks)),
             (f"gemm 8192x2560x2560 {dt}", lambda dt=dt: bench_gemm(rng, 8192, 2560, 2560, dt, peaks)),
             (f"o_proj {dt}", lambda dt=dt: bench_o_proj(rng, 16, 512, 2560, 2560, dt, peaks)),
+            (f"linear {dt}", lambda dt=dt: bench_linear(rng, 4096, 4096, 14336, dt, peaks)),
         ]
     steps.append(("memory-bound bf16", lambda: bench_memory(rng, peaks)))
     for name, fn in steps:

@@ -7,7 +7,7 @@
 # Steps, each on its own deadline from the start (seconds; the whole call stays under the device tool's 600):
 #   1. benchmarks/h200_llm.py, every LLM op in bf16, fp16 and fp32 at the bench shapes, and the bf16 width
 #      sweep of the row ops (1024-131072 columns): ours / torch eager / Liger-Kernel          (LLM_DEADLINE 330)
-#   2. benchmarks/h200_bf16.py: gemm and o_proj in bf16 / fp16 against cuBLAS (torch), bf16 residual_add and
+#   2. benchmarks/h200_bf16.py: gemm, o_proj and linear in bf16 / fp16 against cuBLAS (torch), bf16 residual_add and
 #      cast against torch                                                                       (GEMM_DEADLINE 420)
 #   3. python -m kernels bench --compare cupy for the ops step 1 does not cover (cast, clip_grad_norm, gemm,
 #      o_proj; fp32 and fp16 against CuPy, bf16 alone: CuPy has no bfloat16)                  (REG_DEADLINE 540)

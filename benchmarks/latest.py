@@ -109,7 +109,7 @@ def from_gemm(doc: dict[str, Any]) -> list[Row]:
     out = []
     for r in doc.get("rows", []):
         ours = r.get("ours_us")
-        compute = r["op"] in ("gemm", "o_proj")
+        compute = r["op"] in ("gemm", "o_proj", "linear")
         row: Row = {
             "op": r["op"],
             "dtype": r["dtype"],
@@ -137,6 +137,9 @@ def from_gemm(doc: dict[str, Any]) -> list[Row]:
         )
         if ref:
             row["refs"][name] = ref
+        for extra in ("plain_us", "epilogue_cost"):  # linear: ours without the activation, same run
+            if extra in r:
+                row[extra] = r[extra]
         out.append(row)
     return out
 

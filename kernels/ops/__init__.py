@@ -7,6 +7,7 @@ from kernels.ops import (  # noqa: F401  (registration side effect)
     fused_add_rmsnorm,
     gemm,
     layernorm,
+    linear,
     o_proj,
     residual_add,
     rmsnorm,

@@ -64,7 +64,8 @@ class OutputSpec:
 @dataclass(frozen=True)
 class ParamSpec:
     name: str
-    default: float | None  # None: required
+    default: float | str | None  # None: required
+    choices: tuple[str, ...] = ()  # a word parameter (linear's activation): one of these, else a number
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class Plan:
     dtype: np.dtype
     inputs: dict[str, tuple[tuple[int, ...], np.dtype]]
     outputs: dict[str, tuple[tuple[int, ...], np.dtype]]  # includes in-place inputs that come back
-    scalars: dict[str, float]
+    scalars: dict[str, float | str]
     device_bytes: int
     finite: frozenset[str]
 
@@ -146,6 +147,15 @@ CATALOGUE: dict[str, dict[str, Any]] = {
             TensorSpec("bias", ("N",), optional=True),
         ),
         "outputs": (OutputSpec("out", ("B", "S", "N")),),
+    },
+    "linear": {
+        "inputs": (
+            TensorSpec("x", ("B", "S", "K"), (F16,), finite=True),
+            TensorSpec("weight", ("N", "K"), finite=True),
+            TensorSpec("bias", ("N",), optional=True),
+        ),
+        "outputs": (OutputSpec("out", ("B", "S", "N")),),
+        "params": (ParamSpec("activation", "none", ("none", "silu", "gelu_tanh")),),
     },
     "layernorm": {
         "inputs": (
@@ -300,10 +310,15 @@ def _describe(t: TensorSpec, model: Model) -> str:
     return f"{t.name} [{', '.join(t.dims)}] of {what}"
 
 
-def _scalars(model: Model, params: Mapping[str, Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
+def _scalars(model: Model, params: Mapping[str, Any]) -> dict[str, float | str]:
+    out: dict[str, float | str] = {}
     for p in model.params:
         v = params.get(p.name, p.default)
+        if p.choices:
+            if not isinstance(v, str) or v not in p.choices:
+                raise BadInput(f"parameter {p.name!r}: {v!r}, expected one of: {', '.join(p.choices)}")
+            out[p.name] = v
+            continue
         if v is None:
             raise BadInput(f"parameter {p.name!r}: missing; {model.name} needs it (a positive number)")
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:

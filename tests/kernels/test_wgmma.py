@@ -128,8 +128,10 @@ from kernels.ops.gemm import wgmma
 from kernels.runtime.arrays import BF16
 import numpy as np
 rows = {}
-for dt, out16, bias, res in ((BF16, False, False, False), (np.dtype(np.float16), True, True, True)):
-    key = wgmma.key_of(dt, out16, bias, res)
+for dt, out16, bias, res, bt, act in ((BF16, False, False, False, False, "none"),
+                                      (np.dtype(np.float16), True, True, True, False, "none"),
+                                      (BF16, True, True, False, True, "gelu_tanh")):  # linear's
+    key = wgmma.key_of(dt, out16, bias, res, bt, act)
     d = wgmma.dispatcher(key)
     ltoir, _ = cuda.compile(d.py_func, wgmma.KERNEL_SIG, device=False, cc=wgmma.ARCH, output="ltoir",
                             abi="numba", launch_bounds=(wgmma.THREADS, 1))

@@ -57,6 +57,20 @@ def test_shape_mismatch_names_the_dimension() -> None:
         plan(MODELS["softmax"], {"x": ((0, 3), "FP32")}, {}, memory_limit=GIB)
 
 
+def test_a_word_parameter_takes_only_its_choices() -> None:
+    """linear's activation: a word from its list (default "none"), anything else refused naming the list."""
+    m = MODELS["linear"]
+    decl = {"x": ((1, 4, 16), "FP16"), "weight": ((8, 16), "FP16")}
+    assert plan(m, decl, {}, memory_limit=GIB).scalars == {"activation": "none"}
+    assert plan(m, decl, {"activation": "silu"}, memory_limit=GIB).scalars == {"activation": "silu"}
+    for bad in ("relu", 1.0, None):
+        with pytest.raises(BadInput) as e:
+            plan(m, decl, {"activation": bad}, memory_limit=GIB)
+        assert str(e.value) == f"parameter 'activation': {bad!r}, expected one of: none, silu, gelu_tanh"
+    with pytest.raises(BadInput, match=r"input 'weight': dimension 1 \(K\) is 15, expected 16"):
+        plan(m, {"x": ((1, 4, 16), "FP16"), "weight": ((8, 15), "FP16")}, {}, memory_limit=GIB)
+
+
 def test_nonfinite_count_both_dtypes() -> None:
     for dt in (np.float32, np.float16):
         a = np.ones(3_000_001, dtype=dt)

@@ -3,6 +3,7 @@ CUDA simulator and on any GPU (fp32 or fp16 inputs; bf16 through `make_words_ker
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from typing import Any
 
@@ -83,3 +84,53 @@ def make_words_kernel(has_bias: bool, has_res: bool, out_words: bool) -> Any:
                 out[row, col] = acc
 
     return portable_bf16
+
+
+@cuda.jit(device=True, inline="always")
+def x_sigmoid(x, z):  # type: ignore[no-untyped-def]
+    """x * sigmoid(z) = x / (1 + e^-z) in fp32 (wgmma.cu's wg_x_sigmoid, with numba's exp)."""
+    return x / (float32(1.0) + math.exp(-z))
+
+
+@cache
+def make_linear_kernel(has_bias: bool, act: str, words: bool) -> Any:
+    """linear's portable tile: out = act(x @ w.T (+ bias)) with w [N, K] (a torch Linear weight), rounded
+    once to the input type; `words`: bf16 as uint16 words (kernels.primitives.bf16), else fp16 / fp32 arrays.
+    `act`: "none", "silu" or "gelu_tanh" (kernels.ops.gemm.wgmma.ACTIVATIONS). As `make_kernel`, with the w
+    tile read along K (coalesced) and used transposed from shared memory."""
+    silu, gelu = act == "silu", act == "gelu_tanh"
+    if act not in ("none", "silu", "gelu_tanh"):
+        raise ValueError(f"activation: {act!r} is not one; allowed: none, silu, gelu_tanh")
+
+    load, store = (bf16_to_f32, f32_to_bf16) if words else (float32, float32)
+
+    @cuda.jit
+    def portable_linear(x, w, bias, out, m, n, k):  # type: ignore[no-untyped-def]
+        sa = cuda.shared.array((PT, PT), float32)
+        sw = cuda.shared.array((PT, PT1), float32)  # sw[c, i] = w[n0 + c, k0 + i]; read as sw[tx, i]
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        row = cuda.blockIdx.y * PT + ty
+        col = cuda.blockIdx.x * PT + tx
+        wrow = cuda.blockIdx.x * PT + ty
+        acc = float32(0.0)
+        for k0 in range(0, k, PT):
+            ka = k0 + tx
+            sa[ty, tx] = load(x[row, ka]) if (row < m and ka < k) else float32(0.0)
+            sw[ty, tx] = load(w[wrow, ka]) if (wrow < n and ka < k) else float32(0.0)
+            cuda.syncthreads()
+            for i in range(PT):
+                acc += sa[ty, i] * sw[tx, i]
+            cuda.syncthreads()
+        if row < m and col < n:
+            if has_bias:
+                acc += load(bias[col])
+            if silu:
+                acc = x_sigmoid(acc, acc)
+            elif gelu:
+                acc = x_sigmoid(
+                    acc, float32(1.5957691216057308) * (acc + float32(0.044715) * acc * acc * acc)
+                )
+            out[row, col] = store(acc)
+
+    return portable_linear

@@ -1,8 +1,10 @@
 // Hopper (sm_90a) GEMM on wgmma, linked into a numba kernel (kernels/ops/gemm/wgmma.py):
 //
-//   C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) (+ R[M, N]),   A, B row-major bf16 or fp16, fp32 accumulation,
-//   C fp32 (WG_OUT 0: gemm) or the input type (WG_OUT 1: o_proj); bias (WG_BIAS 1) and R (WG_RES 1) are of
-//   the input type and added in fp32 before the one final rounding.
+//   C[M, N] = act(A[M, K] @ B (+ bias[N]) (+ R[M, N])),   A row-major bf16 or fp16, B [K, N] row-major
+//   (WG_BT 0: gemm, o_proj) or [N, K] row-major (WG_BT 1: a torch Linear weight, linear), fp32 accumulation,
+//   C fp32 (WG_OUT 0: gemm) or the input type (WG_OUT 1: o_proj, linear); bias (WG_BIAS 1) and R (WG_RES 1)
+//   are of the input type and added in fp32, then the activation (WG_ACT: 0 none, 1 SiLU, 2 GELU with the
+//   tanh approximation), then the one final rounding.
 //
 // sm_90a only: wgmma exists on no other target (ptxas refuses it for plain sm_90), and the launcher never
 // compiles this file on another architecture. numba ABI: `int f(int* ret, args...)`, pointers as 64-bit
@@ -59,6 +61,9 @@ struct __align__(8) wg_f2 {  // two fp32 in one 8-byte store (no CUDA headers: n
 #endif
 #ifndef WG_BIAS
 #define WG_BIAS 0  // 1: add bias[N] (input type) in the epilogue
+#endif
+#ifndef WG_ACT
+#define WG_ACT 0  // 0: none, 1: silu, 2: gelu_tanh (wg_act below)
 #endif
 #ifndef WG_GROUP_M
 #define WG_GROUP_M 8  // tile-rows walked before moving right: those blocks share their B columns in L2
@@ -194,6 +199,25 @@ __device__ __forceinline__ float wg_to_f32(u16 h) {
 #endif
 }
 
+// x * sigmoid(z) = x / (1 + e^-z), e^-z as ex2.approx (relative error ~2^-22); e^-z = inf gives -0 or 0, a
+// NaN stays NaN. gelu_tanh's 0.5 (1 + tanh(u)) is sigmoid(2u) exactly, so both activations are this one form
+// (no 1 + tanh cancellation for negative x).
+__device__ __forceinline__ float wg_x_sigmoid(float x, float z) {
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(z * -1.4426950408889634f));
+    return x / (1.0f + e);
+}
+
+__device__ __forceinline__ float wg_act(float x) {
+#if WG_ACT == 1
+    return wg_x_sigmoid(x, x);
+#elif WG_ACT == 2
+    return wg_x_sigmoid(x, 1.5957691216057308f * (x + 0.044715f * x * x * x));  // 2u
+#else
+    return x;
+#endif
+}
+
 // (lo, hi) -> one 32-bit word of two 16-bit values, lo in the low half (the lower column)
 __device__ __forceinline__ u32 wg_pack(float lo, float hi) {
     u32 r;
@@ -326,6 +350,8 @@ extern "C" __device__ int WG_NAME(int* ret, long long a, long long b, long long 
             x += wg_to_f32((u16)(rw & 0xFFFF));
             y += wg_to_f32((u16)(rw >> 16));
 #endif
+            x = wg_act(x);
+            y = wg_act(y);
 #if WG_OUT == 0
             wg_f2 v;
             v.x = x;

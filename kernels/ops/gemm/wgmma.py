@@ -94,36 +94,48 @@ class Config:
 DEFAULT = Config()
 
 
+ACTIVATIONS = ("none", "silu", "gelu_tanh")  # wgmma.cu's WG_ACT 0, 1, 2
+
+
 @dataclass(frozen=True)
 class Key:
     """What one compiled kernel is specialised to besides the tile: the input type, fp32 or 16-bit output,
-    and which epilogue operands it reads."""
+    which epilogue operands it reads, B's layout (`bt`: [N, K], a torch Linear weight) and the activation
+    applied before the rounding (ACTIVATIONS)."""
 
     dtype: str  # "bf16" | "f16"
     out16: bool
     bias: bool
     res: bool
+    bt: bool = False
+    act: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.act not in ACTIVATIONS:
+            raise ValueError(f"activation: {self.act!r} is not one; allowed: {', '.join(ACTIVATIONS)}")
 
     @property
     def tag(self) -> str:
         epi = ("_bias" if self.bias else "") + ("_res" if self.res else "")
+        epi += ("_nt" if self.bt else "") + ("" if self.act == "none" else f"_{self.act}")
         return f"{self.dtype}_{'o16' if self.out16 else 'o32'}{epi}"
 
 
-def key_of(dtype: np.dtype, out16: bool, bias: bool, res: bool) -> Key:
+def key_of(dtype: np.dtype, out16: bool, bias: bool, res: bool, bt: bool = False, act: str = "none") -> Key:
     name = DTYPES.get(np.dtype(dtype))
     if name is None:
         allowed = ", ".join(str(d) for d in DTYPES)
         raise TypeError(f"wgmma: dtype {dtype} is not supported; expected one of: {allowed}")
-    return Key(name, out16, bias, res)
+    return Key(name, out16, bias, res, bt, act)
 
 
 def source(key: Key, cfg: Config) -> str:
     """wgmma.cu with the #defines of one kernel in front."""
     d = {
         "WG_BN": cfg.bn, "WG_STAGES": cfg.stages, "WG_INFLIGHT": cfg.inflight, "WG_GROUP_M": cfg.group_m,
-        "WG_DT": 0 if key.dtype == "bf16" else 1, "WG_OUT": int(key.out16), "WG_BT": 0,
-        "WG_RES": int(key.res), "WG_BIAS": int(key.bias), "WG_NAME": name_of(key, cfg),
+        "WG_DT": 0 if key.dtype == "bf16" else 1, "WG_OUT": int(key.out16), "WG_BT": int(key.bt),
+        "WG_RES": int(key.res), "WG_BIAS": int(key.bias), "WG_ACT": ACTIVATIONS.index(key.act),
+        "WG_NAME": name_of(key, cfg),
     }  # fmt: skip
     return "".join(f"#define {k} {v}\n" for k, v in d.items()) + CU_FILE.read_text()
 
