@@ -35,6 +35,7 @@ import ctypes
 import dataclasses
 import math
 import struct
+import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -761,6 +762,7 @@ class _FastPlan:
         # (id(values), max_norm) -> (values, graph): the call's launches captured once (see `launch`)
         self._graphs = GraphCache(GRAPHS_MAX)
         self._grids: list[int] = []
+        self._lock = threading.Lock()  # one call at a time: the blocks and graphs are this plan's
         q = 7 * SLOTS
         gq = two_pass_grid(dt, cfg, "norm")
         part = _buffer("part", gq, np.float32)
@@ -781,9 +783,15 @@ class _FastPlan:
     def launch(self, fv: tuple[np.dtype, list[int], int], mx: float, hs: Any, moving_ok: bool = True) -> None:
         """Replay the graph of (`fv`, `mx`) if there is one. Else pack both blocks (skipped when they already
         hold `fv`, the very object, and `mx`) and launch; the second call in a row with the same (`fv`, `mx`)
-        captures the launches into a graph first and replays it from then on."""
+        captures the launches into a graph first and replays it from then on. While the caller captures the
+        stream into a graph of its own, every call launches directly (its launches land in that graph)."""
+        with self._lock:
+            self._launch(fv, mx, hs, moving_ok)
+
+    def _launch(self, fv: tuple[np.dtype, list[int], int], mx: float, hs: Any, moving_ok: bool) -> None:
         key = (id(fv), mx)
-        graph = self._graphs.find(key, fv)
+        cap = hs is not None and _launch.capturing(hs)
+        graph = None if cap else self._graphs.find(key, fv)
         if graph is not None:
             graph.launch(hs)
             return
@@ -815,7 +823,7 @@ class _FastPlan:
                 words = words + self.empty_words * (SLOTS - cnt)  # a new list: the cached one stays unpadded
             self._grids = [self.pack(i, words, p_no, mx) for i in range(len(self.kernels))]
             self._last = (fv, mx)  # holds fv: its id cannot be reused while it is compared by identity
-        elif _launch.GRAPH_REPLAY:
+        elif _launch.GRAPH_REPLAY and not cap:
             self._graphs.add(key, self._record, fv).launch(hs)  # the driver copies the packed blocks now
             return
         self._record(hs)
@@ -873,12 +881,20 @@ class _TableCall:
         self._graph: LaunchGraph | None = None
         self._graph_mx = 0.0  # what the graph's scale launch holds
         self._calls = 0
+        self._lock = threading.Lock()  # one call at a time: max_norm is written into one block
 
     def launch(self, mx: float, hs: Any) -> None:
+        with self._lock:
+            self._launch(mx, hs)
+
+    def _launch(self, mx: float, hs: Any) -> None:
         scale = self.kernels[1]
         if mx != self._mx:
             _F64.pack_into(scale._block, self._mx_at, mx)
             self._mx = mx
+        if hs is not None and _launch.capturing(hs):  # the caller's own graph capture: direct launches
+            self._record(hs)
+            return
         g = self._graph
         if g is not None:
             if self._graph_mx != mx:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -64,6 +65,9 @@ class Kernel:
         argtypes, _ = sigutils.normalize_signature(sig)
         self.argtypes: tuple[Any, ...] = tuple(argtypes)
         self._ready = False
+        # one launch at a time per Kernel: `pack` writes the shared parameter block that the launch reads
+        # (the operator service calls launchers from several threads)
+        self._lock = threading.Lock()
 
     # compiled lazily: importing an op module must not need a GPU (the fleet imports them for PTX builds)
     def _prepare(self) -> None:
@@ -162,6 +166,10 @@ class Kernel:
         shared: int = 0,
         stream: Any = 0,
     ) -> None:
+        with self._lock:
+            self._launch_locked(grid, block, args, shared, stream)
+
+    def _launch_locked(self, grid: Any, block: Any, args: Sequence[Any], shared: int, stream: Any) -> None:
         if not self._ready:
             self._prepare()
         if USE_DISPATCHER:
@@ -172,11 +180,11 @@ class Kernel:
         if type(grid) is int:
             gx, gy, gz = grid, 1, 1
         else:
-            gx, gy, gz = (tuple(grid) + (1, 1))[:3]  # type: ignore[arg-type]  # not an int: a tuple
+            gx, gy, gz = (tuple(grid) + (1, 1))[:3]  # not an int: a tuple
         if type(block) is int:
             bx, by, bz = block, 1, 1
         else:
-            bx, by, bz = (tuple(block) + (1, 1))[:3]  # type: ignore[arg-type]  # not an int: a tuple
+            bx, by, bz = (tuple(block) + (1, 1))[:3]  # not an int: a tuple
         h = stream if type(stream) is int else _stream_handle(stream)
         hs = ctypes.c_void_p(h) if h else None
         rc = self._launch(self._func, gx, gy, gz, bx, by, bz, shared, hs, self._params, None)
@@ -223,13 +231,14 @@ class Bound:
     benchmarks/notes-clip.md). Everything but the pointers is fixed per Bound, so the graph launches
     exactly what a direct launch with those pointers would. Up to GRAPHS_PER_BOUND tuples, oldest dropped."""
 
-    __slots__ = ("_kern", "_call", "_slots", "_blk", "_dims", "_shared", "_graphs", "_prev")
+    __slots__ = ("_kern", "_call", "_slots", "_blk", "_dims", "_shared", "_graphs", "_prev", "_lock")
     _call: Any  # the driver's cuLaunchKernel (None on the dispatcher path, where _direct never runs)
 
     def __init__(self, kern: Kernel, grid: Any, block: Any, args: Sequence[Any], shared: int,
                  ptr_args: Sequence[int] | None = None) -> None:  # fmt: skip
         own = Kernel.__new__(Kernel)
         own.__dict__.update(kern.__dict__)
+        own._lock = threading.Lock()
         own.build_plan()  # a private block, so two bound layouts of one kernel never share slots
         own.pack(args)
         self._kern = own
@@ -251,23 +260,34 @@ class Bound:
         self._call = None if USE_DISPATCHER else own._launch
         self._graphs = GraphCache(GRAPHS_PER_BOUND)
         self._prev: tuple[int, ...] | None = None
+        self._lock = threading.Lock()  # one launch at a time: the pointers are written into one block
 
     def launch(self, ptrs: Sequence[int], stream: Any = 0) -> None:
         key = tuple(ptrs)
         h = stream if type(stream) is int else _stream_handle(stream)
         hs = ctypes.c_void_p(h) if h else None
-        graph = self._graphs.find(key)
-        if graph is not None:
-            graph.launch(hs)
-            return
+        with self._lock:
+            if hs is not None and capturing(hs):
+                # the caller is recording its own CUDA graph on this stream: launch directly, so that the
+                # launch lands in their graph as it is (no graph of ours captured, none replayed into theirs)
+                self._write(key)
+                self._direct(hs)
+                return
+            graph = self._graphs.find(key)
+            if graph is not None:
+                graph.launch(hs)
+                return
+            self._write(key)
+            if key == self._prev and GRAPH_REPLAY:
+                self._graphs.add(key, self._direct).launch(hs)  # captures the block as just written
+                return
+            self._prev = key
+            self._direct(hs)
+
+    def _write(self, key: tuple[int, ...]) -> None:
         blk = self._blk
         for slot, p in zip(self._slots, key, strict=True):
             blk[slot] = p
-        if key == self._prev and GRAPH_REPLAY:
-            self._graphs.add(key, self._direct).launch(hs)  # captures the block as just written
-            return
-        self._prev = key
-        self._direct(hs)
 
     def _direct(self, hs: Any) -> None:
         k = self._kern
@@ -419,6 +439,17 @@ class GraphCache:
     def keys(self) -> list[Any]:
         """The keys, oldest first."""
         return list(self._d)
+
+
+def capturing(hs: Any) -> bool:
+    """Whether the stream `hs` (a CUstream as ctypes.c_void_p) is being captured into a CUDA graph, by the
+    caller (torch.cuda.graph, cudaStreamBeginCapture...). Launchers then launch directly: their launches go
+    into the caller's graph as plain kernel nodes, and no graph of their own is captured or replayed there. A
+    query the driver refuses (a capture in a mode that forbids it) counts as capturing. The legacy default
+    stream (None) cannot be captured: not asked."""
+    st = ctypes.c_int()
+    rc = _driver().cuStreamIsCapturing(hs, ctypes.byref(st))
+    return rc != 0 or st.value != 0
 
 
 def _check(rc: int, what: str) -> None:

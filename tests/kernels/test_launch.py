@@ -258,3 +258,55 @@ def test_launchers_replay_validated_layouts_only(stubbed, opname):  # type: igno
     with pytest.raises(TypeError, match="out: dtype"):  # a bad output is never served from the cache
         call(0x5000000, out_dtype=np.float64)
     assert len(stubbed) == 3
+
+
+def test_bound_launches_directly_into_a_callers_own_capture(stubbed, monkeypatch):  # type: ignore[no-untyped-def]
+    # while the caller captures the stream into its own graph (torch.cuda.graph, cudaStreamBeginCapture),
+    # repeat calls launch directly, so each lands in that graph as a kernel node with its own pointers: no
+    # graph of ours is captured there or replayed into it; outside the capture the replay works as before
+    monkeypatch.setattr(launch, "GRAPH_REPLAY", True)
+    FakeGraph = fake_graph_class(stubbed)
+    monkeypatch.setattr(launch, "LaunchGraph", FakeGraph)
+    asked: list[object] = []
+    monkeypatch.setattr(launch, "capturing", lambda hs: asked.append(hs.value) or True)
+    sig = "void(" + ", ".join(["int64"] * 9) + ")"
+    b = launch.Kernel(rmsnorm._K.stream_fns[F32], sig).bind(5, 64, tuple(range(1, 10)), ptr_args=(0, 1))
+    for _ in range(3):
+        b.launch((0xA0, 0xB0), stream=0x77)
+    assert len(stubbed) == 3 and not FakeGraph.made and asked == [0x77] * 3
+    assert [c[2][:2] for c in stubbed] == [[0xA0, 0xB0]] * 3
+    monkeypatch.setattr(launch, "capturing", lambda hs: False)  # the capture ended
+    b.launch((0xA0, 0xB0), stream=0x77)
+    b.launch((0xA0, 0xB0), stream=0x77)
+    assert len(FakeGraph.made) == 1 and FakeGraph.made[0].replays == 1
+    b.launch((0xA0, 0xB0))  # the legacy stream cannot be captured: not asked
+    assert FakeGraph.made[0].replays == 2
+
+
+def test_one_bound_shared_by_threads_launches_each_calls_own_pointers(stubbed):  # type: ignore[no-untyped-def]
+    # the operator service calls launchers from several threads; a FastCache hit hands them one Bound, whose
+    # pointers are written into one block: each launch must carry its own call's pointers (here p, p + 1)
+    import sys
+    import threading
+
+    sig = "void(" + ", ".join(["int64"] * 9) + ")"
+    b = launch.Kernel(rmsnorm._K.stream_fns[F32], sig).bind(5, 64, tuple(range(1, 10)), ptr_args=(0, 1))
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows
+
+    def hammer(base: int) -> None:
+        for i in range(3000):
+            p = base + 16 * i
+            b.launch((p, p + 1))
+
+    try:
+        threads = [threading.Thread(target=hammer, args=(t << 40,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert len(stubbed) == 12000
+    torn = [c[2][:2] for c in stubbed if c[2][1] != c[2][0] + 1]
+    assert not torn, f"{len(torn)} launches mixed two calls' pointers, e.g. {torn[:3]}"

@@ -83,7 +83,7 @@ def test_device_out_replays_with_new_inputs() -> None:
             "activation: 'relu' is not one; allowed: none, silu, gelu_tanh",
         ),  # fmt: skip
         (lambda x, w, b: lin.linear(x.astype(np.float32), w.astype(np.float32)), "float32"),
-        (lambda x, w, b: lin.linear(x, np.ascontiguousarray(w[:, :-1])), r"weight: shape \(16, 23\) does not match x's last"),
+        (lambda x, w, b: lin.linear(x, np.ascontiguousarray(w[:, :-1])), r"weight: shape \(16, 23\) does"),
         (lambda x, w, b: lin.linear(x, w, b[:-1]), "bias"),
         (lambda x, w, b: lin.linear(x, w.astype(BF16)), "weight"),
         (lambda x, w, b: lin.linear(x, w, path="mma"), "not a linear path; allowed: auto, portable, wgmma"),

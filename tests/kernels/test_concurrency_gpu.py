@@ -1,0 +1,96 @@
+"""Launchers under the operator service's conditions, on a real GPU: several threads calling one launcher on
+arrays of one layout (one FastCache entry, one parameter block), and a caller that records its own CUDA
+graph on the stream it hands us. The stubbed-driver versions of both rules are in test_launch.py."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+from numba import cuda
+from opcheck import needs_gpu
+
+from kernels.ops import residual_add as ra
+from kernels.runtime import launch
+
+pytestmark = [pytest.mark.gpu, needs_gpu]
+F16 = np.dtype(np.float16)
+
+
+def _ref(x: np.ndarray, r: np.ndarray) -> np.ndarray:
+    out: np.ndarray = (x.astype(np.float64) + r.astype(np.float64)).astype(F16)  # one rounding of the sum
+    return out
+
+
+def test_threads_sharing_one_layout_each_get_their_own_sum() -> None:
+    rng = np.random.default_rng(11)
+    shape = (64, 1024)
+    n_threads, calls = 8, 60
+    hosts = [(rng.standard_normal(shape).astype(F16), rng.standard_normal(shape).astype(F16))
+             for _ in range(n_threads)]  # fmt: skip
+    devs = [(cuda.to_device(x), cuda.to_device(r), cuda.device_array(shape, F16)) for x, r in hosts]
+    errors: list[str] = []
+
+    def work(t: int) -> None:
+        x, r, out = devs[t]
+        try:
+            for _ in range(calls):
+                ra.residual_add(x, r, out)
+            cuda.synchronize()
+            got = out.copy_to_host()
+            if not np.array_equal(got.view(np.uint16), _ref(*hosts[t]).view(np.uint16)):
+                errors.append(f"thread {t}: {int(np.count_nonzero(got != _ref(*hosts[t])))} elements wrong")
+        except Exception as e:  # noqa: BLE001  (reported below, with the thread)
+            errors.append(f"thread {t}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+
+
+def test_a_callers_own_graph_capture_records_our_launch() -> None:
+    """cudaStreamBeginCapture (global mode) on the stream we are given, our op called twice on the same
+    arrays inside it (a repeat call: the case that would capture and replay a graph of ours), capture ended:
+    nothing ran during the capture, and replaying the caller's graph computes the sum."""
+    rng = np.random.default_rng(12)
+    shape = (32, 512)
+    x, r = rng.standard_normal(shape).astype(F16), rng.standard_normal(shape).astype(F16)
+    dx, dr = cuda.to_device(x), cuda.to_device(r)
+    out = cuda.to_device(np.full(shape, np.nan, F16))
+    ra.residual_add(dx, dr, out)  # validated once outside: the calls below hit the FastCache
+    cuda.synchronize()
+    out.copy_to_device(np.full(shape, np.nan, F16))
+    s = cuda.stream()
+    hs = ctypes.c_void_p(launch._stream_handle(s))
+    lib = launch._driver()
+    assert lib.cuStreamBeginCapture_v2(hs, 0) == 0  # 0: CU_STREAM_CAPTURE_MODE_GLOBAL
+    try:
+        assert launch.capturing(hs)
+        ra.residual_add(dx, dr, out, stream=s)
+        ra.residual_add(dx, dr, out, stream=s)
+    finally:
+        graph = ctypes.c_void_p()
+        rc_end = lib.cuStreamEndCapture(hs, ctypes.byref(graph))
+    assert rc_end == 0 and graph.value, f"the caller's capture was broken: cuStreamEndCapture -> {rc_end}"
+    assert not launch.capturing(hs)
+    assert np.isnan(out.copy_to_host().astype(np.float32)).all()  # captured, not run
+    ex = ctypes.c_void_p()
+    assert lib.cuGraphInstantiateWithFlags(ctypes.byref(ex), graph, ctypes.c_ulonglong(0)) == 0
+    try:
+        assert lib.cuGraphLaunch(ex, hs) == 0
+        s.synchronize()
+        assert np.array_equal(out.copy_to_host().view(np.uint16), _ref(x, r).view(np.uint16))
+    finally:
+        lib.cuGraphExecDestroy(ex)
+        lib.cuGraphDestroy(graph)
+    x2 = (2 * x.astype(np.float32)).astype(F16)  # and the launcher still works after it
+    dx.copy_to_device(x2)
+    for _ in range(3):  # direct, then its own graph, then a replay
+        ra.residual_add(dx, dr, out, stream=s)
+    s.synchronize()
+    assert np.array_equal(out.copy_to_host().view(np.uint16), _ref(x2, r).view(np.uint16))
