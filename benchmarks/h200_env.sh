@@ -5,7 +5,7 @@
 # Carry `.whl` in the device call. Fails (return 2) when numpy 2.5+ is there and no 2.4 wheel was carried.
 export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/solfleet-h200-cache} PYTHONPATH=$PWD
 export PATH=$PATH:/usr/local/cuda/bin
-PY=${PY:-python3}
+export PY=${PY:-python3}
 _site=/tmp/solfleet-h200-site
 if $PY -c "import sys, numpy; sys.exit(0 if tuple(map(int, numpy.__version__.split('.')[:2])) >= (2, 5) else 1)"; then
   _whl=$(ls .whl/numpy-2.4*cp312*manylinux*x86_64*.whl 2>/dev/null | head -1)

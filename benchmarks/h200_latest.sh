@@ -4,42 +4,47 @@
 # errors against float64, and the roofline. Run from the repository root, carrying .whl (numpy 2.4, and
 # .whl/bench/liger_kernel-*.whl):
 #   OUT=/some/dir bash benchmarks/h200_latest.sh
-# Steps, each on its own deadline from the start (seconds; the whole call stays under the device tool's 600):
+# Steps, each on its own deadline from the start (seconds; the whole call stays under the device tool's 600);
+# LLM_OPS, LLM_DTYPES and REG_OPS (empty: step 3 skipped) narrow a shorter call:
 #   1. benchmarks/h200_llm.py, every LLM op in bf16, fp16 and fp32 at the bench shapes, and the bf16 width
 #      sweep of the row ops (1024-131072 columns): ours / torch eager / Liger-Kernel          (LLM_DEADLINE 330)
 #   2. benchmarks/h200_bf16.py: gemm, o_proj and linear in bf16 / fp16 against cuBLAS (torch), bf16 residual_add and
 #      cast against torch                                                                       (GEMM_DEADLINE 420)
 #   3. python -m kernels bench --compare cupy for the ops step 1 does not cover (cast, clip_grad_norm, gemm,
-#      o_proj; fp32 and fp16 against CuPy, bf16 alone: CuPy has no bfloat16)                  (REG_DEADLINE 540)
+#      o_proj; fp32 and fp16 against CuPy, bf16 alone: CuPy has no bfloat16)                  (REG_DEADLINE 520)
 #   4. benchmarks/latest.py merges the three into $OUT/latest.json and $OUT/roofline.png, table last.
 # A step that hits its deadline leaves its JSON unwritten and the merge goes on without it (it says so).
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-latest}
 mkdir -p "$OUT"
-source benchmarks/h200_env.sh || exit 2
 t0=$(date +%s)
+source benchmarks/h200_env.sh || exit 2
 left() { local s=$(( $1 - ($(date +%s) - t0) )); echo $(( s > 1 ? s : 1 )); }
 smi() { timeout 15 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
   --format=csv,noheader >>"$OUT/nvidia-smi.csv" 2>&1; }
 smi
-LLM_OPS=rmsnorm,layernorm,softmax,fused_add_rmsnorm,swiglu,rope,cast_fp8,residual_add
+LLM_OPS=${LLM_OPS:-rmsnorm,layernorm,softmax,fused_add_rmsnorm,swiglu,rope,cast_fp8,residual_add}
+LLM_DTYPES=${LLM_DTYPES:-bfloat16,float16,float32}
+REG_OPS=${REG_OPS-cast,clip_grad_norm,gemm,o_proj}  # empty: no registry bench
 timeout "$(left ${LLM_DEADLINE:-330})" $PY benchmarks/h200_llm.py --out "$OUT/llm" --ops $LLM_OPS \
-  --dtypes bfloat16,float16,float32 >"$OUT/llm.txt" 2>&1
+  --dtypes $LLM_DTYPES >"$OUT/llm.txt" 2>&1
 echo "== llm rc=$? after $(( $(date +%s) - t0 )) s"; smi
 timeout "$(left ${GEMM_DEADLINE:-420})" $PY benchmarks/h200_bf16.py --out "$OUT/gemm" >"$OUT/gemm.txt" 2>&1
 echo "== gemm rc=$? after $(( $(date +%s) - t0 )) s"; smi
-timeout "$(left ${REG_DEADLINE:-540})" $PY -m kernels bench --ops cast,clip_grad_norm,gemm,o_proj --compare cupy \
-  --json --out "$OUT/registry.json" >"$OUT/registry.txt" 2>&1
-echo "== registry bench rc=$? after $(( $(date +%s) - t0 )) s"; smi
+if [ -n "$REG_OPS" ]; then
+  timeout "$(left ${REG_DEADLINE:-520})" $PY -m kernels bench --ops "$REG_OPS" --compare cupy \
+    --json --out "$OUT/registry.json" >"$OUT/registry.txt" 2>&1
+  echo "== registry bench rc=$? after $(( $(date +%s) - t0 )) s"; smi
+fi
 args=()
 [ -s "$OUT/llm/h200_llm.json" ] && args+=(--llm "$OUT/llm/h200_llm.json")
 [ -s "$OUT/gemm/h200_bf16.json" ] && args+=(--gemm "$OUT/gemm/h200_bf16.json")
 [ -s "$OUT/registry.json" ] && args+=(--registry "$OUT/registry.json")
-$PY benchmarks/latest.py "${args[@]}" --out "$OUT/latest.json" --plot "$OUT/roofline.png" \
-  --command "OUT=\$OUT bash benchmarks/h200_latest.sh (h200_llm.py --ops $LLM_OPS --dtypes bfloat16,float16,float32; h200_bf16.py; kernels bench --ops cast,clip_grad_norm,gemm,o_proj --compare cupy)" \
+timeout "$(left 590)" $PY benchmarks/latest.py ${args[@]+"${args[@]}"} --out "$OUT/latest.json" --plot "$OUT/roofline.png" \
+  --command "OUT=\$OUT bash benchmarks/h200_latest.sh (h200_llm.py --ops $LLM_OPS --dtypes $LLM_DTYPES; h200_bf16.py; kernels bench --ops ${REG_OPS:-(none)} --compare cupy)" \
   >"$OUT/latest.txt" 2>&1
 echo "== merge rc=$? (inputs: ${args[*]}) after $(( $(date +%s) - t0 )) s"
-grep -hE "ERROR|Traceback|Error:" "$OUT/llm.txt" "$OUT/gemm.txt" "$OUT/registry.txt" | head -10
+grep -hE "ERROR|Traceback|Error:" "$OUT/llm.txt" "$OUT/gemm.txt" "$OUT"/registry.txt 2>/dev/null | head -10
 echo "---- nvidia-smi"; cat "$OUT/nvidia-smi.csv"
 echo "---- table"; cat "$OUT/latest.txt"
 exit 0

@@ -177,7 +177,10 @@ def from_clip(doc: dict[str, Any]) -> list[Row]:
 
 
 def merge(groups: list[list[Row]]) -> list[Row]:
-    """Rows keyed by (op, dtype, case): the first group's row wins; later groups add their references."""
+    """Rows keyed by (op, dtype, case): the first group's row is the row; a later report's row of the same
+    key is kept whole under `also[source]` (its own ours, SOL, check), its check counts in `ok`, and its
+    references join the row's, renamed `name@source` where the name is taken, each with the `ours_us` it
+    was timed against. Nothing a report measured is dropped."""
     rows: dict[tuple[str, str, str], Row] = {}
     for group in groups:
         for r in group:
@@ -186,9 +189,13 @@ def merge(groups: list[list[Row]]) -> list[Row]:
             if have is None:
                 rows[key] = r
                 continue
+            have["ok"] = bool(have.get("ok")) and bool(r.get("ok"))
+            have.setdefault("also", {})[r["source"]] = {
+                k: r.get(k) for k in ("path", "median_us", "sol", "rel_err", "ok")
+            }
             for name, ref in r["refs"].items():
-                # the other report's ratio is against its own ours: say so, and keep its ours beside it
-                have["refs"].setdefault(name, {**ref, "ours_us_in_that_run": r.get("median_us")})
+                label = name if name not in have["refs"] else f"{name}@{r['source']}"
+                have["refs"][label] = {**ref, "ours_us_in_that_run": r.get("median_us")}
     return sorted(rows.values(), key=lambda r: (r["op"], r["dtype"], r["case"]))
 
 
@@ -199,7 +206,10 @@ def table(rows: list[Row]) -> str:
     head = f"{'op':17} {'dtype':18} {'case':16} {'path':14} {'ours us':>9} {'SOL':>5}"
     lines = [head + "  references (x = their us / ours)"]
     for r in rows:
-        refs = ", ".join(f"{n} {f(v['ratio'], '.2f')}x" for n, v in r["refs"].items())
+        refs = ", ".join(
+            f"{n} {f(v['ratio'], '.2f')}x" + ("*" if "ours_us_in_that_run" in v else "")
+            for n, v in r["refs"].items()
+        )
         lines.append(
             f"{r['op']:17} {r['dtype']:18} {r['case']:16} {str(r.get('path')):14} "
             f"{f(r.get('median_us'), '9.1f')} {f(r.get('sol'), '5.2f')}  {refs}"
@@ -258,7 +268,10 @@ def main() -> int:
         plot({**report, "device": report["device"] or {}, "results": pts}, a.plot)
     print(table(rows))
     bad = [r for r in rows if not r.get("ok")]
-    print(f"{len(rows)} rows, {len(rows) - len(bad)} checked ok against float64")
+    print(
+        f"{len(rows)} rows, {len(rows) - len(bad)} checked ok against float64 (* a ratio from another"
+        " report's run of the same case, against that run's own median)"
+    )
     return 0 if not bad else 1
 
 

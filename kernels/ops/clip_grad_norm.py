@@ -749,13 +749,9 @@ class _FastPlan:
         self.kernels = []
         for nm in names:
             k = _two_pass_kernel(dt, cfg, nm)
-            if not k._ready:
-                k._prepare()
             # a private copy with its own parameter block: nothing else (Kernel.launch of the general path)
             # writes it, so a repeat call whose blocks are already packed (see `launch`) launches as they are
-            own = Kernel.__new__(Kernel)
-            own.__dict__.update(k.__dict__)
-            own.build_plan()
+            own = k.clone()
             self.kernels.append(own)
         self._last: tuple[Any, float] | None = None  # (values, max_norm) the blocks hold now
         self._moving: tuple[Any, _TableCall] | None = None  # (values, their table call) for a moving max_norm
@@ -785,6 +781,7 @@ class _FastPlan:
         hold `fv`, the very object, and `mx`) and launch; the second call in a row with the same (`fv`, `mx`)
         captures the launches into a graph first and replays it from then on. While the caller captures the
         stream into a graph of its own, every call launches directly (its launches land in that graph)."""
+        _launch.bind_thread()
         with self._lock:
             self._launch(fv, mx, hs, moving_ok)
 
@@ -868,11 +865,7 @@ class _TableCall:
         calls = (("norm", (self.tab, part, tiles_q)), ("scale", (self.tab, part, no, 1.0, tiles_c)))
         for name, args in calls:
             k = _table_kernel(dt, cfg, name)
-            if not k._ready:
-                k._prepare()
-            own = Kernel.__new__(Kernel)  # a private parameter block, as _FastPlan's
-            own.__dict__.update(k.__dict__)
-            own.build_plan()
+            own = k.clone()  # a private parameter block, as _FastPlan's
             own.pack(args)
             self.kernels.append(own)
         self.grids = (gq, two_pass_grid(dt, cfg, "scale"))
@@ -884,6 +877,7 @@ class _TableCall:
         self._lock = threading.Lock()  # one call at a time: max_norm is written into one block
 
     def launch(self, mx: float, hs: Any) -> None:
+        _launch.bind_thread()
         with self._lock:
             self._launch(mx, hs)
 

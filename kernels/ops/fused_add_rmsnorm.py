@@ -24,7 +24,7 @@ Kernels: rmsnorm's (kernels/ops/rmsnorm.py), one block of BLOCK threads per row,
     added on top (all in flight, before any store), rounds the sums in registers to the dtype
     (kernels.primitives.vector.round_like: what storing and reloading gives), stores them to residual as
     16-byte vectors, and reduces and writes `out` from the same registers. Rows of up to BLOCK * PER at
-    BLOCK threads; fp16 / bf16 rows at rmsnorm's kernels.ops.rows.WIDE_ROWS shapes (128 x 8 to 1024 x 32
+    BLOCK threads; fp16 / bf16 rows at rmsnorm's kernels.ops.rows.WIDE_ROWS shapes (32 x 32 to 1024 x 32
     threads x values, by rows.wide_for), so rows of up to 32768 columns are read once instead of streamed.
 `path="auto"` takes the vector kernel for fp16 / bf16 on a GPU when aligned
 (kernels.primitives.vector.choose), as rmsnorm does; fp32 keeps the register kernel (opt-in "vector").

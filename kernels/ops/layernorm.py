@@ -20,7 +20,7 @@ Kernels, one block of 256 threads per row, as rmsnorm:
     fp32 arithmetic, one round to nearest even on the store (NaN stays NaN); and the vector kernel, which
     moves the words as 16-byte vectors of 8 (kernels.primitives.vector.ldg_into / stg_from).
   - Vector rows in fp16 / bf16 past BLOCK * PER, or much shorter: the vector kernel at a kernels.ops.rows
-    WIDE_ROWS shape (128 x 8 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
+    WIDE_ROWS shape (32 x 32 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
     32768 columns stay in registers (one read of the row) instead of streaming (two).
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,

@@ -131,6 +131,7 @@ def linear(
     arrays.check_contiguous(xo)
     arrays.check_same_dtype(wo, xo)
     arrays.check_ndim(wo, (2,))
+    arrays.check_nonempty(wo)
     arrays.check_contiguous(wo)
     k = xo.shape[-1]
     n = wo.shape[0]

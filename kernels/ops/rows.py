@@ -154,13 +154,22 @@ ROW_KERNELS: dict[str, dict[np.dtype, RowConfig]] = {
 # leave three quarters of its threads idle, and rows past 4096 columns would take the streaming kernel (two
 # reads of the row, scalar loads). The 2-byte dtypes' vector path runs these shapes instead: a row of n
 # columns takes the smallest kernel, of these and the op's own BLOCK x PER one, that holds it (ties: the
-# op's own). Register caps: 128 x 8 at 12 blocks per SM (<= 40 registers), 512 x 16 at 2 (<= 64), 1024 x
-# 16 and 1024 x 32 at 1 (<= 64; the fp32 values of a 32768-column row are 128 KB, half the register file).
-# fp32 rows keep BLOCK x PER and the streaming kernel past it.
+# op's own). Every shape is 32 values (four 16-byte vectors) per thread and one thread per 32 columns, with
+# as many blocks per SM as 64 registers a thread allow (32 blocks of one warp for 1024 columns, one block
+# of 1024 threads for 32768). Chosen on the H200 (2026-12-05, lab/rows_shapes_ab.py, bf16, 2^25 elements;
+# benchmarks/h200/rows-shapes-ab-2026-12-05.txt) from 2-3 candidates per width against the shapes before
+# (128 x 8, 512 x 16, 1024 x 16): of copy, rmsnorm / softmax / layernorm at 1024 0.87 / 0.91 / 0.86 (was
+# 0.81 / 0.77 / 0.66), 2048 0.89 / 0.91 / 0.85 (0.69 / 0.64 / 0.59, the op's own kernel), 5120 0.87 / 0.92 /
+# 0.84 (0.56 / 0.49 / 0.42), 8192 0.84 / 0.88 / 0.83 (0.84 / 0.79 / 0.64), 16384 0.86 / 0.80 / 0.79 (0.60 /
+# 0.53 / 0.52). 64 x 16 beat 32 x 32 by 1 % for rmsnorm at 1024 and 1024 x 16 / 2 beat 512 x 32 by 1 % for
+# softmax at 16384: within the spread, one rule kept. fp16 runs the same shapes (the same loads and stores;
+# not timed at these widths). ptxas sm_90: 28-63 registers, no spills (layernorm 32 x 32: 68, 30 blocks fit).
 WIDE_ROWS: tuple[WideRows, ...] = (
-    WideRows(threads=128, per=8, min_blocks=12),
-    WideRows(threads=512, per=16, min_blocks=2),
-    WideRows(threads=1024, per=16, min_blocks=1),
+    WideRows(threads=32, per=32, min_blocks=32),
+    WideRows(threads=64, per=32, min_blocks=16),
+    WideRows(threads=160, per=32, min_blocks=6),
+    WideRows(threads=256, per=32, min_blocks=4),
+    WideRows(threads=512, per=32, min_blocks=2),
     WideRows(threads=1024, per=32, min_blocks=1),
 )
 WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
@@ -403,11 +412,14 @@ class RowCases(TypedDict):
     special_cases: tuple[Case, ...]
 
 
-# GPU verify rows (rows, cols) for the WIDE_ROWS shapes, 16-byte aligned in fp16 / bf16: 1024 (128 x 8),
-# 5120 and 8192 (512 x 16), 16384 (1024 x 16), 32768 (1024 x 32), and past them the 16-byte streaming kernel
+# GPU verify rows (rows, cols) for the WIDE_ROWS shapes, 16-byte aligned in fp16 / bf16: 1024 (32 x 32),
+# 2048 (64 x 32), 5120 (160 x 32), 6008 and 8192 (256 x 32: padding lanes, full), 16384 (512 x 32), 32768
+# (1024 x 32), and past them the 16-byte streaming kernel
 # (STREAM_ROWS) at Llama-3's vocabulary, 128256; fp32 streams from 5120, with that kernel where
 # STREAM_VECTOR_AUTO_FROM allows (8192 and 16384 in rmsnorm / layernorm, 16384 in softmax, 32768, 128256)
-_WIDE_VERIFY = ((257, 1024), (65, 5120), (33, 8192), (17, 16384), (9, 32768), (5, 128256))
+_WIDE_VERIFY = (
+    (257, 1024), (129, 2048), (65, 5120), (41, 6008), (33, 8192), (17, 16384), (9, 32768), (5, 128256)
+)  # fmt: skip
 
 
 def row_cases() -> RowCases:
@@ -417,7 +429,7 @@ def row_cases() -> RowCases:
     bench: 16384 x 4096, 537 MB (fp32) / 268 MB (fp16) moved; specials (kernels.registry.poison): rows 0, 2,
     3 hold NaN, +inf, -inf; 136 columns (the vector / fp16 row kernel on a GPU, registers in the simulator),
     601 (registers on a GPU, streaming in the simulator) and on a GPU 5003 (streaming), 8200 (the
-    1024 x 16 shape in fp16 / bf16, its padding lanes beside the specials) and 128256 (the 16-byte
+    512 x 32 shape in fp16 / bf16, its padding lanes beside the specials) and 128256 (the 16-byte
     streaming kernel, STREAM_ROWS)."""
     return RowCases(
         sim_cases=_cases([("tiny-odd", 3, 133), ("long-odd", 2, 601)]),

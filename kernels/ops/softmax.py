@@ -20,7 +20,7 @@ Kernels, one block of 256 threads per row:
     fp32 arithmetic, one round to nearest even on the store (NaN stays NaN); on a GPU the blocked vector
     kernel of fp16 (ROW_KERNELS), moving the words as 16-byte vectors of 8.
   - Vector rows in fp16 / bf16 outside its 4096 columns: the blocked kernel at a kernels.ops.rows WIDE_ROWS
-    shape (128 x 8 up to 1024 x 32 threads x values, rows.wide_for), so rows of up to 32768 columns are read
+    shape (32 x 32 up to 1024 x 32 threads x values, rows.wide_for), so rows of up to 32768 columns are read
     once instead of streamed twice.
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,

@@ -9,7 +9,9 @@ the same kernel bodies are tested in CI and run on the GPU.
   bf16_to_f32(w) = the fp32 whose bits are w << 16 (exact)
   f32_to_bf16(x) = round to nearest even of x's bits to the upper 16: (u + 0x7FFF + ((u >> 16) & 1)) >> 16,
                    NaN kept NaN (quiet bit 0x0040 set, so a payload in the low half cannot round to infinity);
-                   overflow rounds to +-inf as IEEE rounding does. The same result as ml_dtypes' astype.
+                   overflow rounds to +-inf as IEEE rounding does. The same result as ml_dtypes' astype. On
+                   sm_80 and newer the GPU rounds with cvt.rn.bf16x2.f32 instead (below): the same words,
+                   except that every NaN becomes the canonical 0x7fff (sign and payload not kept).
 
 Only the bit reinterpretation (fp32 <-> uint32) needs an intrinsic (an LLVM bitcast: no instruction at all);
 under the simulator it is numpy's view of the same 4 bytes.
@@ -147,8 +149,8 @@ def _gpu_f32_to_bf16() -> Any:
 
     @intrinsic
     def f32_to_bf16(typingctx, x):  # type: ignore[no-untyped-def]
-        if not isinstance(x, types.Float):
-            raise TypeError(f"f32_to_bf16 rounds a float, got {x}")
+        if not isinstance(x, (types.Float, types.Integer)):  # what the simulator's float32(x) takes
+            raise TypeError(f"f32_to_bf16 rounds a number, got {x}")
         sig = types.uint16(x)
 
         def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]

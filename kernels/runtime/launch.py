@@ -51,6 +51,23 @@ class LaunchError(RuntimeError):
     pass
 
 
+_TLS = threading.local()
+
+
+def bind_thread() -> None:
+    """Make sure the calling thread has a CUDA context current before a driver launch. A thread starts with
+    none (cuLaunchKernel then fails with CUDA_ERROR_INVALID_CONTEXT, 201): numba binds its context of the
+    current device on a thread's first numba call, which the fast path skips, so a launcher's first call in
+    each thread asks numba for it. One thread-local flag read per call after that. Nothing on the
+    dispatcher path (numba's own launches bind it)."""
+    if USE_DISPATCHER or getattr(_TLS, "bound", False):
+        return
+    ctx = ctypes.c_void_p()
+    if _driver().cuCtxGetCurrent(ctypes.byref(ctx)) != 0 or not ctx.value:
+        cuda.current_context()  # numba: the primary context of the current device, made current here
+    _TLS.bound = True
+
+
 class Kernel:
     """One numba kernel specialised to one signature, launched with low host overhead.
 
@@ -166,8 +183,27 @@ class Kernel:
         shared: int = 0,
         stream: Any = 0,
     ) -> None:
+        bind_thread()
         with self._lock:
             self._launch_locked(grid, block, args, shared, stream)
+
+    def _ensure_ready(self) -> None:
+        """Compile and lay out on first use, under the lock: `_prepare` replaces the parameter block, which a
+        launch in another thread may be packing."""
+        if not self._ready:
+            with self._lock:
+                if not self._ready:
+                    self._prepare()
+
+    def clone(self) -> Kernel:
+        """A copy with a private parameter block and lock (compiled first): for callers that keep one packed
+        launch of their own (Bound, clip_grad_norm's plans)."""
+        self._ensure_ready()
+        own = Kernel.__new__(Kernel)
+        own.__dict__.update(self.__dict__)
+        own._lock = threading.Lock()
+        own.build_plan()
+        return own
 
     def _launch_locked(self, grid: Any, block: Any, args: Sequence[Any], shared: int, stream: Any) -> None:
         if not self._ready:
@@ -194,8 +230,7 @@ class Kernel:
     def resident_blocks(self, block: int, shared: int = 0) -> int:
         """Blocks of `block` threads one SM holds at once (the driver's occupancy query, cached): the
         persistent grids of the prefetching row kernels are SMs x this. 1 on the dispatcher path."""
-        if not self._ready:
-            self._prepare()
+        self._ensure_ready()
         if USE_DISPATCHER:
             return 1
         cache: dict[tuple[int, int], int] = self.__dict__.setdefault("_resident", {})
@@ -215,8 +250,7 @@ class Kernel:
         pass only the array pointers (`Bound.launch`). For FastCache: same shapes, new pointers.
         `ptr_args`: the argument indices `Bound.launch`'s pointers go to, in its order (array slots take
         the data pointer, int64 slots the address itself); default: every array argument in order."""
-        if not self._ready:
-            self._prepare()
+        self._ensure_ready()
         return Bound(self, grid, block, args, shared, ptr_args)
 
 
@@ -236,10 +270,7 @@ class Bound:
 
     def __init__(self, kern: Kernel, grid: Any, block: Any, args: Sequence[Any], shared: int,
                  ptr_args: Sequence[int] | None = None) -> None:  # fmt: skip
-        own = Kernel.__new__(Kernel)
-        own.__dict__.update(kern.__dict__)
-        own._lock = threading.Lock()
-        own.build_plan()  # a private block, so two bound layouts of one kernel never share slots
+        own = kern.clone()  # a private block, so two bound layouts of one kernel never share slots
         own.pack(args)
         self._kern = own
         self._blk = own._block
@@ -266,6 +297,7 @@ class Bound:
         key = tuple(ptrs)
         h = stream if type(stream) is int else _stream_handle(stream)
         hs = ctypes.c_void_p(h) if h else None
+        bind_thread()
         with self._lock:
             if hs is not None and capturing(hs):
                 # the caller is recording its own CUDA graph on this stream: launch directly, so that the

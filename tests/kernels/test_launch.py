@@ -147,6 +147,7 @@ def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
     calls: list[tuple[object, tuple[int, ...], list[int]]] = []
     monkeypatch.setattr(launch, "USE_DISPATCHER", False)
     monkeypatch.setattr(launch, "GRAPH_REPLAY", False)  # graphs need the real driver (their test fakes them)
+    monkeypatch.setattr(launch, "bind_thread", lambda: None)  # no driver to ask for a context
 
     def prepare(self):  # type: ignore[no-untyped-def]
         self._func = id(self)
