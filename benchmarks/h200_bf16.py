@@ -335,14 +335,16 @@ def main() -> int:
             (f"linear {dt}", lambda dt=dt: bench_linear(rng, 4096, 4096, 14336, dt, peaks)),
         ]
     steps.append(("memory-bound bf16", lambda: bench_memory(rng, peaks)))
+    dev = device.describe()
     for name, fn in steps:
         try:
             fn()
         except Exception as e:  # noqa: BLE001  (one failure must not hide the other figures)
             errors.append(f"{name}: {type(e).__name__}: {e}")
             log(f"ERROR {errors[-1]}")
-    result = {"peaks": peaks, "rows": ROWS, "errors": errors, "device": device.describe()}
-    (args.out / "h200_bf16.json").write_text(json.dumps(result, indent=1, default=str))
+        # after every step: a run stopped at its deadline keeps what it measured
+        result = {"peaks": peaks, "rows": ROWS, "errors": errors, "device": dev}
+        (args.out / "h200_bf16.json").write_text(json.dumps(result, indent=1, default=str))
     print(table())
     print(f"checks: {sum(r['ok'] for r in ROWS)}/{len(ROWS)} ok; errors: {errors}")
     return 0 if not errors and all(r["ok"] for r in ROWS) else 1

@@ -335,8 +335,9 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001  (one failure must not hide the other figures)
                 errs.append(f"{op} {case.dtype} {case.label}: {type(e).__name__}: {e}")
                 log(f"ERROR {errs[-1]}")
-    doc = {"versions": versions, "peaks": peaks, "iters": ITERS, "rows": rows, "errors": errs}
-    (a.out / "h200_llm.json").write_text(json.dumps(doc, indent=1, default=str))
+            # after every case: a run stopped at its deadline keeps what it measured
+            doc = {"versions": versions, "peaks": peaks, "iters": ITERS, "rows": rows, "errors": errs}
+            (a.out / "h200_llm.json").write_text(json.dumps(doc, indent=1, default=str))
     print(table(rows))
     print(f"checks: {sum(bool(r['ok']) for r in rows)}/{len(rows)} ok; errors: {errs}")
     return 0 if not errs and rows and all(r["ok"] for r in rows) else 1
