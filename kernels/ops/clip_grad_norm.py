@@ -843,6 +843,7 @@ GRAPHS_MAX = 8  # graphs per plan
 
 
 _fast_plans: dict[np.dtype, _FastPlan] = {}
+_PLANS_LOCK = threading.Lock()
 
 
 class _TableCall:
@@ -911,9 +912,10 @@ class _TableCall:
                 raise LaunchError(f"cuLaunchKernel failed with CUresult {rc} for {k.sig}")
 
     def close(self) -> None:
-        if self._graph is not None:
-            self._graph.close()
-            self._graph = None
+        with self._lock:  # not while another thread launches the graph
+            if self._graph is not None:
+                self._graph.close()
+                self._graph = None
 
 
 TABLE_CALLS_MAX = 8  # sets of arrays with a lean table call kept (a training loop needs one)
@@ -1024,7 +1026,10 @@ def _fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream: Any, 
         return False
     plan = _fast_plans.get(dt)
     if plan is None:
-        plan = _fast_plans[dt] = _FastPlan(dt, two_pass_config(dt))
+        with _PLANS_LOCK:  # one plan per dtype, whichever thread gets here first
+            plan = _fast_plans.get(dt)
+            if plan is None:
+                plan = _fast_plans[dt] = _FastPlan(dt, two_pass_config(dt))
     h = stream if type(stream) is int else _stream_handle(stream)
     plan.launch(fv, mx, ctypes.c_void_p(h) if h else None, moving_ok=path == "auto")
     return True

@@ -121,7 +121,7 @@ def linear(
             hit.launch(ptrs, stream)
             return out
     if activation not in ACTIVATIONS:
-        raise ValueError(f"activation: {activation!r} is not one; allowed: {', '.join(ACTIVATIONS)}")
+        raise ValueError(f"activation: {activation!r} is not supported; allowed: {', '.join(ACTIVATIONS)}")
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     wo = arrays.operand("weight", weight, sync)

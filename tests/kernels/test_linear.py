@@ -80,7 +80,7 @@ def test_device_out_replays_with_new_inputs() -> None:
     [
         (
             lambda x, w, b: lin.linear(x, w, b, activation="relu"),
-            "activation: 'relu' is not one; allowed: none, silu, gelu_tanh",
+            "activation: 'relu' is not supported; allowed: none, silu, gelu_tanh",
         ),  # fmt: skip
         (lambda x, w, b: lin.linear(x.astype(np.float32), w.astype(np.float32)), "float32"),
         (lambda x, w, b: lin.linear(x, np.ascontiguousarray(w[:, :-1])), r"weight: shape \(16, 23\) does"),

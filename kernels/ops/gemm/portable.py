@@ -100,7 +100,7 @@ def make_linear_kernel(has_bias: bool, act: str, words: bool) -> Any:
     tile read along K (coalesced) and used transposed from shared memory."""
     silu, gelu = act == "silu", act == "gelu_tanh"
     if act not in ("none", "silu", "gelu_tanh"):
-        raise ValueError(f"activation: {act!r} is not one; allowed: none, silu, gelu_tanh")
+        raise ValueError(f"activation: {act!r} is not supported; allowed: none, silu, gelu_tanh")
 
     load, store = (bf16_to_f32, f32_to_bf16) if words else (float32, float32)
 

@@ -112,7 +112,7 @@ class Key:
 
     def __post_init__(self) -> None:
         if self.act not in ACTIVATIONS:
-            raise ValueError(f"activation: {self.act!r} is not one; allowed: {', '.join(ACTIVATIONS)}")
+            raise ValueError(f"activation: {self.act!r} is not supported; allowed: {', '.join(ACTIVATIONS)}")
 
     @property
     def tag(self) -> str:
