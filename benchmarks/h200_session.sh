@@ -18,24 +18,7 @@ timeout 240 $PY -m pytest -q -m "not slow" -p no:cacheprovider -rf $TESTS >"$OUT
 TPID=$!
 wait $VPID; echo "== verify rc=$? after $(( $(date +%s) - t0 )) s"
 wait $TPID; echo "== pytest rc=$? after $(( $(date +%s) - t0 )) s"
-$PY - "$OUT/verify.json" <<'PYEOF'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("verify: no JSON:", e); sys.exit(0)
-res = d.get("results", [])
-print(f"verify ok={d.get('ok')} simulated={d.get('simulated')} {sum(r['ok'] for r in res)}/{len(res)} cases")
-for r in res:
-    if not r["ok"]:
-        print(f"  FAIL {r['op']} {r['dtype']} {r['case']} path={r.get('path')} rel={r.get('rel_err')} {r.get('error') or ''}"[:300])
-worst = {}
-for r in res:
-    if r.get("rel_err") is not None:
-        k = (r["op"], r["dtype"])
-        worst[k] = max(worst.get(k, 0.0), r["rel_err"])
-print("worst rel_err:", ", ".join(f"{o}/{d[:4]} {v:.1e}" for (o, d), v in sorted(worst.items())))
-PYEOF
+$PY benchmarks/verify_summary.py "$OUT/verify.json"
 tail -4 "$OUT/verify.err"
 grep -E "passed|failed|error" "$OUT/pytest.txt" | tail -5
 if [ -n "${PROBE:-}" ]; then

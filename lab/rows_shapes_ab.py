@@ -26,6 +26,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 from numba import cuda
+from wide_rows_ab import ITERS, SETS, WARMUP, timed  # the same interleaved timing (lab/ is on sys.path)
 
 import kernels.primitives.bf16 as bf16mod
 from kernels.ops.rows import WideRows
@@ -36,7 +37,6 @@ from kernels.runtime.launch import kernel
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
 ELEMS = int(os.environ.get("RS_ELEMS", 1 << 25))  # RS_ELEMS=2048: a simulator smoke run
-ITERS, WARMUP, SETS = 30, 5, 3
 T0 = time.perf_counter()
 
 # candidate shapes per width: (threads, per, min_blocks); per is values per thread (a multiple of 8)
@@ -54,20 +54,6 @@ INT_AT = (4096, 8192, 32768)  # widths where the auto kernel is also built with 
 
 def log(msg: str) -> None:
     print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
-
-
-def timed(calls: list) -> list[float]:
-    ev: list[list] = [[] for _ in calls]
-    for i in range(WARMUP + ITERS):
-        for j, c in enumerate(calls):
-            a, b = cuda.event(), cuda.event()
-            a.record()
-            c(i % SETS)
-            b.record()
-            if i >= WARMUP:
-                ev[j].append((a, b))
-    cuda.synchronize()
-    return [float(np.median([a.elapsed_time(b) * 1e3 for a, b in e])) for e in ev]
 
 
 def main() -> int:

@@ -10,20 +10,11 @@ set -uo pipefail
 OUT=${OUT:-/tmp/wgmma-ws-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/wgmma-ws-cache} PATH=$PATH:/usr/local/cuda/bin  # nvdisasm for SASS
-PY=${PY:-python3}
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
   >"$OUT/nvidia-smi.csv" 2>&1
-NPV=$($PY -c "import numpy; print(numpy.__version__)" 2>/dev/null)
-SITE=/tmp/wgmma-ws-site
-if $PY -c "import sys, numpy; sys.exit(0 if tuple(map(int, numpy.__version__.split('.')[:2])) >= (2, 5) else 1)"; then
-  WHL=$(ls .whl/numpy-2.4*cp312*manylinux*x86_64*.whl 2>/dev/null | head -1)
-  if [ -z "$WHL" ]; then echo "numpy $NPV here breaks numba-cuda 0.30.4 and no .whl/numpy-2.4*cp312*.whl was carried"; exit 2; fi
-  mkdir -p "$SITE" && $PY -m zipfile -e "$WHL" "$SITE" || exit 2
-  for w in .whl/ml_dtypes-*cp312*.whl; do [ -f "$w" ] && $PY -m zipfile -e "$w" "$SITE"; done
-  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-fi
-$PY -c "import numpy, numba, ml_dtypes, torch; print('numpy', numpy.__version__, 'numba', numba.__version__, 'ml_dtypes', ml_dtypes.__version__, 'torch', torch.__version__)" 2>&1 | tail -2
+source benchmarks/h200_env.sh || exit 2  # $PY, and numpy 2.4 from .whl where the image's numpy breaks numba-cuda
+$PY -c "import torch; print('torch', torch.__version__)" 2>&1 | tail -1
 echo "== setup $(( $(date +%s) - t0 )) s"
 LEFT=$(( 232 - ($(date +%s) - t0) ))
 timeout -k 3 $LEFT $PY lab/wgmma_ws/bench.py --out "$OUT" --budget $(( LEFT - 14 )) "$@" >"$OUT/bench.txt" 2>&1

@@ -335,3 +335,35 @@ def test_a_bf16_store_swallowing_nan_fails_verify(op: str, monkeypatch: pytest.M
     _break_store(monkeypatch, op, _swallow_nan)
     res = verify.check_case(spec, case, np.random.default_rng(2))
     assert not res.ok and "NaN or infinite" in str(res.error)
+
+
+_CVT_PTX = """
+import json
+from numba import cuda
+from kernels.ops import rmsnorm
+from kernels.runtime.arrays import BF16
+out = {}
+for cc in ((7, 5), (8, 0), (9, 0)):
+    vec, _ = cuda.compile_ptx(rmsnorm._K.vec_fns[BF16], rmsnorm._K.sigs[BF16], cc=cc)
+    out[f"{cc[0]}.{cc[1]}"] = vec.count("cvt.rn.bf16x2.f32")
+print(json.dumps(out))
+"""
+
+
+def test_bf16_stores_round_in_hardware_only_where_the_target_has_it() -> None:
+    """kernels.primitives.bf16.round_pair: PTX compiled for sm_80 / sm_90 rounds with cvt.rn.bf16x2.f32 (one
+    per two values of a 16-byte store), PTX for sm_75 has none (integer rounding): NVVM's __nvvm_reflect
+    decides at compile time. Offline, in a process without the simulator (numba-cuda's compile_ptx)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    p = subprocess.run([sys.executable, "-c", _CVT_PTX], cwd=Path(__file__).resolve().parents[2], env=env,
+                       capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    counts = json.loads(p.stdout.strip().splitlines()[-1])
+    assert counts["7.5"] == 0, counts
+    assert counts["8.0"] >= 8 and counts["9.0"] == counts["8.0"], counts  # 2 vectors x 8 words / 2 per cvt
