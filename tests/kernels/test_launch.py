@@ -117,6 +117,9 @@ class _FakeDeviceArray:
         self.strides = arrays.c_strides(shape, self.dtype.itemsize)
         self.gpu_data = _Ptr(ptr)
 
+    def reshape(self, shape: tuple[int, ...]) -> _FakeDeviceArray:  # a C-contiguous view, as numba's
+        return _FakeDeviceArray(shape, self.dtype, self.gpu_data.device_pointer)
+
 
 _FakeDeviceArray.__module__ = "numba.cuda.fake"
 
@@ -311,3 +314,47 @@ def test_one_bound_shared_by_threads_launches_each_calls_own_pointers(stubbed): 
     assert len(stubbed) == 12000
     torn = [c[2][:2] for c in stubbed if c[2][1] != c[2][0] + 1]
     assert not torn, f"{len(torn)} launches mixed two calls' pointers, e.g. {torn[:3]}"
+
+
+def test_linear_replays_its_portable_launch_with_each_calls_pointers(stubbed, monkeypatch):  # type: ignore[no-untyped-def]
+    # linear's FastCache hands the replay the pointers in (x, weight, out, bias) order; its portable kernel
+    # takes (x, w, bias, out): every replayed launch must put each pointer in its own argument
+    import functools
+
+    from kernels.ops import linear as lin
+
+    seen: list[list[int]] = []
+
+    def prepare(self):  # type: ignore[no-untyped-def]
+        self._func = id(self)
+        self.build_plan()
+
+        def fake(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
+            blk = ctypes.cast(params[0], ctypes.POINTER(ctypes.c_int64))
+            seen.append(
+                [blk[i] for i in (4, 13, 22, 29)]
+            )  # data slots: x, w (2-d: 9 each), bias (1-d: 7), out
+            return 0
+
+        self._launch = fake
+        self._ready = True
+
+    f16 = np.dtype(np.float16)
+    monkeypatch.setattr(launch.Kernel, "_prepare", prepare)
+    monkeypatch.setattr(lin, "SIMULATED", False)  # the device path that stores a replay
+    monkeypatch.setattr(lin, "_FAST", launch.FastCache())
+    monkeypatch.setitem(lin._RESOLVED, ("auto", f16), "portable")
+    monkeypatch.setattr(
+        lin, "_portable", functools.cache(lin._portable.__wrapped__)
+    )  # kernels of this test only
+
+    def call(base: int) -> None:
+        x = _FakeDeviceArray((4, 16), f16, base)
+        w = _FakeDeviceArray((8, 16), f16, base + 0x1000)
+        b = _FakeDeviceArray((8,), f16, base + 0x2000)
+        o = _FakeDeviceArray((4, 8), f16, base + 0x3000)
+        lin.linear(x, w, b, o, activation="silu")
+
+    call(0x100000)  # validated and launched, its replay stored
+    call(0x500000)  # the same layout: replayed with new pointers
+    assert seen == [[0x100000, 0x101000, 0x102000, 0x103000], [0x500000, 0x501000, 0x502000, 0x503000]]
