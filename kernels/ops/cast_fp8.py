@@ -59,6 +59,7 @@ from kernels.primitives.reductions import BLOCK
 from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, vector_ok
 from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays, device
+from kernels.runtime import launch as _launch
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, FP8, SIMULATED, HostSync, Operand
 from kernels.runtime.launch import kernel, sm_count
 
@@ -276,7 +277,7 @@ _CAST_VEC_FNS = {
     for cvt in (False, True)
 }
 _CAST_VEC = {key: kernel(fn, _CAST_SIGS[key[0]]) for key, fn in _CAST_VEC_FNS.items()}
-_workspace: Operand | None = None
+_workspaces: dict[int, Operand] = {}  # by context (kernels.runtime.launch.context): memory is per context
 
 
 def parts() -> int:
@@ -285,7 +286,6 @@ def parts() -> int:
 
 
 def _workspace_for(workspace: Any, need: int) -> Operand:
-    global _workspace
     if workspace is not None:
         wo = arrays.operand("workspace", workspace)
         arrays.check_dtype(wo, (U32,))
@@ -294,9 +294,11 @@ def _workspace_for(workspace: Any, need: int) -> Operand:
         if wo.size < need:
             raise ValueError(f"workspace: expected at least {need} elements (parts()), got {wo.size}")
         return wo
-    if _workspace is None or _workspace.size < need:
-        _workspace = arrays.empty_like_device("workspace", (need,), U32)
-    return _workspace
+    ctx = _launch.context()
+    ws = _workspaces.get(ctx)
+    if ws is None or ws.size < need:
+        ws = _workspaces[ctx] = arrays.empty_like_device("workspace", (need,), U32)
+    return ws
 
 
 def _dtype_of(out: Any) -> np.dtype | None:

@@ -39,7 +39,6 @@ import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -54,6 +53,7 @@ from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, re
 from kernels.runtime import arrays
 from kernels.runtime import launch as _launch
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync, Operand
+from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import (
     USE_DISPATCHER,
     GraphCache,
@@ -171,21 +171,24 @@ _SCALE_SIGS: dict[np.dtype, str] = {
 _ZERO = kernel(_zero, _ZERO_SIG)
 _SUMSQ: dict[np.dtype, Kernel] = {dt: kernel(_sumsq[dt], s) for dt, s in _SUMSQ_SIGS.items()}
 _SCALE: dict[np.dtype, Kernel] = {dt: kernel(_scale[dt], s) for dt, s in _SCALE_SIGS.items()}
-_workspace: Operand | None = None
+# Device memory and device facts are per CUDA context (kernels.runtime.launch.context: each GPU's own); every
+# cache below that holds either is keyed by the context first.
+_workspaces: dict[int, Operand] = {}
 
 
 SLOTS = 8  # arrays per two_pass launch; more than that takes the per_array path
-_empty_arrays: dict[np.dtype, Operand] = {}
+_empty_arrays: dict[tuple[int, np.dtype], Operand] = {}
 
 
 def _empty(dt: np.dtype) -> Operand:
-    """An empty array of dt for unused slots, made once: one element, never read (length 0 is what the
-    kernel sees); a real allocation keeps pointers valid."""
-    op = _empty_arrays.get(dt)
+    """An empty array of dt for unused slots, made once per context: one element, never read (length 0 is
+    what the kernel sees); a real allocation keeps pointers valid."""
+    key = (_launch.context(), dt)
+    op = _empty_arrays.get(key)
     if op is None:
         dev = cuda.device_array(1, dtype=dt)
         ptr = 0 if SIMULATED else int(dev.device_ctypes_pointer.value or 0)
-        op = _empty_arrays[dt] = Operand(
+        op = _empty_arrays[key] = Operand(
             f"empty_{dt.name}", ptr, (0,), (dt.itemsize,), dt, dev[:0], None, dev[:0]
         )
     return op
@@ -509,21 +512,15 @@ def two_pass_config(dt: np.dtype) -> TwoPassConfig:
     cache-hinted loads need sm_80; ptxas rejects them for older targets). The simulator keeps them (it runs
     plain loads in their place)."""
     c = TWO_PASS_DEFAULT[dt]
-    if c.l2_keep_mb < 0 or SIMULATED or _device_cc() >= (8, 0):
+    if c.l2_keep_mb < 0 or SIMULATED or (compute_capability() or (0, 0)) >= (8, 0):
         return c
     return dataclasses.replace(c, l2_keep_mb=-1)
 
 
-@cache
-def _device_cc() -> tuple[int, int]:
-    cc = cuda.get_current_device().compute_capability
-    return int(cc[0]), int(cc[1])
-
-
 _FNS: dict[tuple[np.dtype, TwoPassConfig], dict[str, Any]] = {}
 _KERNELS: dict[tuple[np.dtype, TwoPassConfig, str], Kernel] = {}
-_buffers: dict[tuple[str, int], Operand] = {}
-_grids: dict[tuple[np.dtype, TwoPassConfig, str], int] = {}
+_buffers: dict[tuple[int, str, int], Operand] = {}
+_grids: dict[tuple[int, np.dtype, TwoPassConfig, str], int] = {}
 SIM_GRID = 2  # blocks of the two grids under the simulator (see two_pass_grid)
 
 
@@ -546,8 +543,8 @@ def _two_pass_kernel(dt: np.dtype, cfg: TwoPassConfig, name: str) -> Kernel:
 
 
 def _buffer(name: str, n: int, dtype: Any) -> Operand:
-    """A zeroed device buffer of n elements kept for every later call (the partials)."""
-    key = (name, n)
+    """A zeroed device buffer of n elements kept for every later call in this context (the partials)."""
+    key = (_launch.context(), name, n)
     op = _buffers.get(key)
     if op is None:
         dev = cuda.to_device(np.zeros(n, dtype))
@@ -560,8 +557,8 @@ def _buffer(name: str, n: int, dtype: Any) -> Operand:
 def two_pass_grid(dt: np.dtype, cfg: TwoPassConfig, name: str) -> int:
     """Persistent grids: SMs x blocks per SM. Under the simulator 2 blocks: enough to deal tiles to several
     blocks and sum several partials, while every idle simulated block (256 Python threads) would cost the
-    fleet's simulated verify seconds per node."""
-    key = (dt, cfg, name)
+    fleet's simulated verify seconds per node. Per context: the SMs are the current device's."""
+    key = (_launch.context(), dt, cfg, name)
     g = _grids.get(key)
     if g is None:
         g = sm_count() * (cfg.scale_blocks_per_sm if name == "scale" else cfg.norm_blocks_per_sm)
@@ -632,7 +629,7 @@ def _table_of(
     is right even when the arrays were freed and others allocated at the same addresses. Up to TABLES_MAX,
     the oldest dropped once the device has drained (no queued launch can read a freed table then, whatever
     the memory manager)."""
-    key = (dt, cfg, rows)
+    key = (_launch.context(), dt, cfg, rows)
     hit = _tables.pop(key, None)
     if hit is None:
         fns = table_fns(dt, cfg)
@@ -842,7 +839,7 @@ class _FastPlan:
 GRAPHS_MAX = 8  # graphs per plan
 
 
-_fast_plans: dict[np.dtype, _FastPlan] = {}
+_fast_plans: dict[tuple[int, np.dtype], _FastPlan] = {}  # by (context, dtype)
 _PLANS_LOCK = threading.Lock()
 
 
@@ -934,7 +931,7 @@ def _table_fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream:
         return False  # the general path names the error
     if not mx > 0.0:  # also NaN; the general path raises the error
         return False
-    key = (*map(id, grads), id(norm_out))
+    key = (_launch.context(), *map(id, grads), id(norm_out))
     hit = _table_calls.get(key)
     if hit is None:
         objs = (*grads, norm_out)
@@ -1024,12 +1021,13 @@ def _fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream: Any, 
         return False  # the general path names the error
     if not mx > 0.0:  # also NaN; the general path raises the error
         return False
-    plan = _fast_plans.get(dt)
+    pk = (_launch.context(), dt)
+    plan = _fast_plans.get(pk)
     if plan is None:
-        with _PLANS_LOCK:  # one plan per dtype, whichever thread gets here first
-            plan = _fast_plans.get(dt)
+        with _PLANS_LOCK:  # one plan per context and dtype, whichever thread gets here first
+            plan = _fast_plans.get(pk)
             if plan is None:
-                plan = _fast_plans[dt] = _FastPlan(dt, two_pass_config(dt))
+                plan = _fast_plans[pk] = _FastPlan(dt, two_pass_config(dt))
     h = stream if type(stream) is int else _stream_handle(stream)
     plan.launch(fv, mx, ctypes.c_void_p(h) if h else None, moving_ok=path == "auto")
     return True
@@ -1037,11 +1035,12 @@ def _fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream: Any, 
 
 def _accumulator() -> Operand:
     """One float64 device scalar, reused by every call: calls on one stream are ordered, so reuse is safe;
-    callers running clip_grad_norm on several streams at once pass their own `workspace`."""
-    global _workspace
-    if _workspace is None:
-        _workspace = arrays.empty_like_device("workspace", (1,), np.dtype(np.float64))
-    return _workspace
+    callers running clip_grad_norm on several streams at once pass their own `workspace`. One per context."""
+    ctx = _launch.context()
+    ws = _workspaces.get(ctx)
+    if ws is None:
+        ws = _workspaces[ctx] = arrays.empty_like_device("workspace", (1,), np.dtype(np.float64))
+    return ws
 
 
 def _tiles(n: int, unroll: int) -> int:

@@ -32,6 +32,7 @@ from kernels.ops.gemm import portable, wgmma
 from kernels.ops.gemm import select_path as _gemm_select
 from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
+from kernels.runtime import launch as _launch
 from kernels.runtime.arrays import BF16, SIMULATED, HostSync, Operand
 from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import FastCache, kernel
@@ -84,19 +85,27 @@ def _portable(has_bias: bool, act: str, dt: np.dtype) -> Any:
     return kernel(portable.make_linear_kernel(has_bias, act, dt == BF16), sig)
 
 
-@cache
+_PLACEHOLDERS: dict[tuple[int, np.dtype], Operand] = {}
+
+
 def _placeholder(dt: np.dtype) -> Operand:
-    return arrays.empty_like_device("bias", (1,), dt)
+    """A one-element device array standing for an absent bias, one per context and dtype (never read)."""
+    key = (_launch.context(), dt)
+    op = _PLACEHOLDERS.get(key)
+    if op is None:
+        op = _PLACEHOLDERS[key] = arrays.empty_like_device("bias", (1,), dt)
+    return op
 
 
-_RESOLVED: dict[tuple[str, np.dtype], str] = {}
+_RESOLVED: dict[tuple[int, str, np.dtype], str] = {}  # by context: its device's compute capability decides
 
 
 def _resolve(path: str, dt: np.dtype) -> str:
-    hit = _RESOLVED.get((path, dt))
+    key = (_launch.context(), path, dt)
+    hit = _RESOLVED.get(key)
     if hit is None:
         cc = None if SIMULATED else compute_capability()
-        hit = _RESOLVED[(path, dt)] = select_path(path=path, dtype=dt, cc=cc, simulated=SIMULATED)
+        hit = _RESOLVED[key] = select_path(path=path, dtype=dt, cc=cc, simulated=SIMULATED)
     return hit
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32
 
+from kernels.runtime import launch as _launch
 from kernels.runtime.arrays import SIMULATED
 
 FP32_LANES_PER_SM = 128  # Volta .. Hopper: 4 sub-partitions x 32 fp32 lanes
@@ -56,19 +57,22 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-_CC: dict[int, tuple[int, int] | None] = {}
+_CC: dict[int, tuple[int, int] | None] = {}  # by CUDA context (kernels.runtime.launch.context)
 
 
 def compute_capability() -> tuple[int, int] | None:
-    """The current device's (major, minor), asked once per process; None under the simulator or without a
-    usable GPU. Kernel selection reads it on every first call of an op (gemm's select_path)."""
-    if 0 not in _CC:
-        cc = None
-        if not SIMULATED and cuda.is_available():
-            major, minor = cuda.get_current_device().compute_capability
-            cc = (int(major), int(minor))
-        _CC[0] = cc
-    return _CC[0]
+    """The current device's (major, minor), asked once per context (a node may hold GPUs of two
+    architectures); None under the simulator or without a usable GPU. Kernel selection reads it on every
+    first call of an op in a context (gemm's select_path)."""
+    if SIMULATED:
+        return None
+    if not _CC and not cuda.is_available():
+        return None
+    ctx = _launch.context()
+    if ctx not in _CC:
+        major, minor = cuda.get_current_device().compute_capability
+        _CC[ctx] = (int(major), int(minor))
+    return _CC[ctx]
 
 
 def require_device() -> None:

@@ -54,18 +54,36 @@ class LaunchError(RuntimeError):
 _TLS = threading.local()
 
 
-def bind_thread() -> None:
-    """Make sure the calling thread has a CUDA context current before a driver launch. A thread starts with
-    none (cuLaunchKernel then fails with CUDA_ERROR_INVALID_CONTEXT, 201): numba binds its context of the
-    current device on a thread's first numba call, which the fast path skips, so a launcher's first call in
-    each thread asks numba for it. One thread-local flag read per call after that. Nothing on the
-    dispatcher path (numba's own launches bind it)."""
-    if USE_DISPATCHER or getattr(_TLS, "bound", False):
-        return
-    ctx = ctypes.c_void_p()
-    if _driver().cuCtxGetCurrent(ctypes.byref(ctx)) != 0 or not ctx.value:
+def context() -> int:
+    """The calling thread's current CUDA context (its CUcontext handle): the key of every per-context cache
+    (compiled functions, validated launches, graphs, device buffers, device facts). A thread starts with no
+    context (a launch then fails with CUDA_ERROR_INVALID_CONTEXT, 201): numba binds its context of the
+    current device on a thread's first numba call, which the fast path skips, so when the driver reports
+    none this asks numba for it (numba's `cuda.select_device` in the thread decides which device that is).
+    One ctypes call per use (~0.2-0.3 us). 0 under the simulator, which has one simulated device."""
+    if SIMULATED:
+        return 0
+    ref = getattr(_TLS, "ctx_ref", None)
+    if ref is None:
+        out = ctypes.c_void_p()
+        _TLS.ctx_out, _TLS.ctx_ref = out, ctypes.byref(out)  # one out-parameter per thread
+        ref = _TLS.ctx_ref
+    get = _driver().cuCtxGetCurrent
+    if get(ref) != 0 or not _TLS.ctx_out.value:
         cuda.current_context()  # numba: the primary context of the current device, made current here
+        if get(ref) != 0 or not _TLS.ctx_out.value:
+            raise LaunchError("no CUDA context is current in this thread and numba could not make one")
     _TLS.bound = True
+    return int(_TLS.ctx_out.value)
+
+
+def bind_thread() -> None:
+    """Make sure the calling thread has a CUDA context current before a driver launch (see `context`); one
+    thread-local flag read per call once it has. For launches whose context was checked earlier in the same
+    call (a FastCache hit: `FastCache.find` asked for the context)."""
+    if SIMULATED or getattr(_TLS, "bound", False):
+        return
+    context()
 
 
 class Kernel:
@@ -74,20 +92,31 @@ class Kernel:
     `launch(grid, block, args, shared=0, stream=0)`: `args` follow the signature; array slots take an
     `Operand`, scalar slots a Python number. The caller has validated shapes: nothing is re-checked here.
     A 1-d array slot accepts a C-contiguous operand of any shape, seen flat.
+
+    Contexts: a CUfunction belongs to one CUDA context (one device's). This object holds the function of the
+    context it was first used in; a launch from another context (another GPU made current: `with
+    cuda.gpus[i]:`, `torch.cuda.set_device(i)`; a thread bound to another GPU) goes to a sibling Kernel
+    compiled and loaded for that context (`here`), numba compiling for that device's compute capability.
+    `on_load(func)`, when given, runs once per context with the new CUfunction handle (e.g. to raise its
+    shared-memory limit).
     """
 
-    def __init__(self, dispatcher: Any, sig: str) -> None:
+    def __init__(self, dispatcher: Any, sig: str, on_load: Callable[[int], None] | None = None) -> None:
         self.dispatcher = dispatcher
         self.sig = sig
+        self.on_load = on_load
         argtypes, _ = sigutils.normalize_signature(sig)
         self.argtypes: tuple[Any, ...] = tuple(argtypes)
         self._ready = False
+        self._ctx: int | None = None  # the context `_func` belongs to, once ready
+        self._others: dict[int, Kernel] = {}  # this kernel in other contexts
         # one launch at a time per Kernel: `pack` writes the shared parameter block that the launch reads
         # (the operator service calls launchers from several threads)
         self._lock = threading.Lock()
 
     # compiled lazily: importing an op module must not need a GPU (the fleet imports them for PTX builds)
     def _prepare(self) -> None:
+        """Compile for the current device and load into the current context (numba does both per device)."""
         if USE_DISPATCHER:
             self._ready = True
             return
@@ -103,6 +132,32 @@ class Kernel:
         self.build_plan()
         self._launch = _driver().cuLaunchKernel
         self._ready = True
+
+    def _load(self, ctx: int) -> None:
+        """`_prepare` in the current context `ctx`, then `on_load` with its function (under the lock)."""
+        self._prepare()
+        if self.on_load is not None and not USE_DISPATCHER:
+            f = self._func
+            self.on_load(int(getattr(f, "value", f) or 0))
+        self._ctx = ctx
+
+    def here(self) -> Kernel:
+        """This kernel for the calling thread's current context: compiled and loaded on first use there."""
+        ctx = context()
+        if ctx == self._ctx and self._ready:
+            return self
+        with self._lock:  # `_prepare` replaces the parameter block a launch in another thread may be packing
+            if not self._ready or self._ctx is None:
+                self._load(ctx)
+                return self
+            if ctx == self._ctx:
+                return self
+            other = self._others.get(ctx)
+            if other is None:
+                other = Kernel(self.dispatcher, self.sig, self.on_load)
+                other._load(ctx)
+                self._others[ctx] = other
+            return other
 
     def build_plan(self) -> None:
         """Lay out the parameter block (no GPU needed): one int64 buffer for every 8-byte parameter, one
@@ -183,31 +238,22 @@ class Kernel:
         shared: int = 0,
         stream: Any = 0,
     ) -> None:
-        bind_thread()
-        with self._lock:
-            self._launch_locked(grid, block, args, shared, stream)
-
-    def _ensure_ready(self) -> None:
-        """Compile and lay out on first use, under the lock: `_prepare` replaces the parameter block, which a
-        launch in another thread may be packing."""
-        if not self._ready:
-            with self._lock:
-                if not self._ready:
-                    self._prepare()
+        k = self.here()
+        with k._lock:
+            k._launch_locked(grid, block, args, shared, stream)
 
     def clone(self) -> Kernel:
-        """A copy with a private parameter block and lock (compiled first): for callers that keep one packed
-        launch of their own (Bound, clip_grad_norm's plans)."""
-        self._ensure_ready()
+        """A copy for the current context with a private parameter block and lock (compiled first): for
+        callers that keep one packed launch of their own in that context (Bound, clip_grad_norm's plans)."""
+        src = self.here()
         own = Kernel.__new__(Kernel)
-        own.__dict__.update(self.__dict__)
+        own.__dict__.update(src.__dict__)
         own._lock = threading.Lock()
+        own._others = {}  # a clone launches in its own context only: its owner is per context
         own.build_plan()
         return own
 
     def _launch_locked(self, grid: Any, block: Any, args: Sequence[Any], shared: int, stream: Any) -> None:
-        if not self._ready:
-            self._prepare()
         if USE_DISPATCHER:
             dev = [_dispatchable(a, t) for a, t in zip(args, self.argtypes, strict=True)]
             self.dispatcher[grid, block, stream, shared](*dev)
@@ -229,16 +275,17 @@ class Kernel:
 
     def resident_blocks(self, block: int, shared: int = 0) -> int:
         """Blocks of `block` threads one SM holds at once (the driver's occupancy query, cached): the
-        persistent grids of the prefetching row kernels are SMs x this. 1 on the dispatcher path."""
-        self._ensure_ready()
+        persistent grids of the prefetching row kernels are SMs x this (both of the current device). 1 on
+        the dispatcher path."""
+        k = self.here()
         if USE_DISPATCHER:
             return 1
-        cache: dict[tuple[int, int], int] = self.__dict__.setdefault("_resident", {})
+        cache: dict[tuple[int, int], int] = k.__dict__.setdefault("_resident", {})
         hit = cache.get((block, shared))
         if hit is None:
             n = ctypes.c_int()
             occ = _driver().cuOccupancyMaxActiveBlocksPerMultiprocessor
-            rc = occ(ctypes.byref(n), self._func, block, shared)
+            rc = occ(ctypes.byref(n), k._func, block, shared)
             if rc != 0 or n.value < 1:
                 raise LaunchError(f"occupancy query failed (CUresult {rc}, {n.value} blocks) for {self.sig}")
             hit = cache[(block, shared)] = n.value
@@ -249,8 +296,8 @@ class Kernel:
         """A launch of this kernel with `args` packed once into a parameter block of its own: later calls
         pass only the array pointers (`Bound.launch`). For FastCache: same shapes, new pointers.
         `ptr_args`: the argument indices `Bound.launch`'s pointers go to, in its order (array slots take
-        the data pointer, int64 slots the address itself); default: every array argument in order."""
-        self._ensure_ready()
+        the data pointer, int64 slots the address itself); default: every array argument in order.
+        The launch belongs to the current context (FastCache keys hold it)."""
         return Bound(self, grid, block, args, shared, ptr_args)
 
 
@@ -518,7 +565,8 @@ class OverlapGuard:
 
 
 class FastCache:
-    """Per-launcher cache of validated launches, keyed by the operands' layout (shape, strides, dtype of each
+    """Per-launcher cache of validated launches, keyed by the current CUDA context (`context`: a launch, its
+    compiled function and its graphs belong to one) and the operands' layout (shape, strides, dtype of each
     array, 16-byte alignment of all pointers) plus the launcher's own options. A hit skips every check and
     the packing: the launcher validated exactly this layout on the call that stored it, and only the
     pointers differ. Device arrays only (numba, CuPy, __cuda_array_interface__); off under the simulator /
@@ -539,7 +587,7 @@ class FastCache:
             return None, []
         get = _EXTRACTORS.get  # filled by arrays.operand on the validating call; a miss is a cache miss
         ptrs: list[int] = []
-        key: list[Any] = [opts]
+        key: list[Any] = [context(), opts]
         acc = 0
         for o in objs:
             ex = get(type(o))
@@ -555,7 +603,7 @@ class FastCache:
     def store(self, objs: tuple[Any, ...], opts: Any, bound: Replayable) -> None:
         if USE_DISPATCHER or len(self._d) >= self.MAX:
             return
-        key: list[Any] = [opts]
+        key: list[Any] = [context(), opts]
         acc = 0
         for o in objs:
             ex = arrays.fast_extractor(type(o))
@@ -589,17 +637,20 @@ def _stream_handle(stream: Any) -> int:
     return int(h or 0)
 
 
-def kernel(dispatcher: Any, sig: str) -> Kernel:
-    """The fast-launch handle of `dispatcher` at `sig` (compiled on first launch)."""
-    return Kernel(dispatcher, sig)
+def kernel(dispatcher: Any, sig: str, on_load: Callable[[int], None] | None = None) -> Kernel:
+    """The fast-launch handle of `dispatcher` at `sig` (compiled on first launch in each context, where
+    `on_load` then runs with the new CUfunction)."""
+    return Kernel(dispatcher, sig, on_load)
 
 
 def sm_count() -> int:
-    """Multiprocessors of the current device (a small fixed number under the simulator)."""
-    global _SM
-    if _SM is None:
-        _SM = 4 if SIMULATED else int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
-    return _SM
+    """Multiprocessors of the current device, asked once per context (a small fixed number under the
+    simulator)."""
+    ctx = context()
+    n = _SM.get(ctx)
+    if n is None:
+        n = _SM[ctx] = 4 if SIMULATED else int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    return n
 
 
-_SM: int | None = None
+_SM: dict[int, int] = {}

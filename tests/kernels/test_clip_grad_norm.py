@@ -414,9 +414,9 @@ def test_two_pass_config_drops_the_l2_hints_below_cc_8(monkeypatch):  # type: ig
     for dt in (np.dtype(np.float32), np.dtype(np.float16)):
         d = op.TWO_PASS_DEFAULT[dt]
         assert d.l2_keep_mb >= 0  # the hints are on by default
-        monkeypatch.setattr(op, "_device_cc", lambda: (9, 0))
+        monkeypatch.setattr(op, "compute_capability", lambda: (9, 0))
         assert op.two_pass_config(dt) is d
-        monkeypatch.setattr(op, "_device_cc", lambda: (7, 5))
+        monkeypatch.setattr(op, "compute_capability", lambda: (7, 5))
         old = op.two_pass_config(dt)
         assert old.l2_keep_mb == -1
         assert dataclasses.replace(old, l2_keep_mb=d.l2_keep_mb) == d  # the same tiles and occupancy

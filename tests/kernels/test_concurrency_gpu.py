@@ -100,3 +100,61 @@ def test_a_callers_own_graph_capture_records_our_launch() -> None:
         ra.residual_add(dx, dr, out, stream=s)
     s.synchronize()
     assert np.array_equal(out.copy_to_host().view(np.uint16), _ref(x2, r).view(np.uint16))
+
+
+def _handle(ctx: object) -> int:
+    """A numba Context's CUcontext as an int (a ctypes pointer or a cuda-python handle object)."""
+    h = getattr(ctx, "handle", ctx)
+    v = getattr(h, "value", None)
+    return int(v if v is not None else h)  # type: ignore[call-overload]
+
+
+def test_context_is_numbas_current_context_in_every_thread() -> None:
+    """`launch.context()` (the key of every per-context cache) is numba's context of the current device, in
+    the main thread and in a new thread that has none yet (where asking binds it)."""
+    main = launch.context()
+    assert main == _handle(cuda.current_context())
+    seen: list[object] = []
+
+    def work() -> None:
+        try:
+            seen.append(launch.context())
+            seen.append(_handle(cuda.current_context()))
+        except Exception as e:  # noqa: BLE001  (reported below)
+            seen.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert seen == [main, main], seen
+
+
+@pytest.mark.skipif(len(cuda.gpus) < 2, reason="needs two GPUs in one process (the nvidia-h100-x2 kind)")
+def test_two_gpus_each_run_their_own_compiled_launches() -> None:
+    """A node with two GPUs driven from one process: the same op, the same layout, alternating between
+    the devices (`with cuda.gpus[i]:` makes each one's context current) and repeated, so the second and
+    later calls on each device are FastCache hits and graph replays. Each device computes its own sum: a
+    launch with the other device's function, graph or buffers fails or computes garbage."""
+    rng = np.random.default_rng(13)
+    shape = (64, 2048)
+    hosts = [
+        (rng.integers(-50, 51, shape).astype(F16), rng.integers(-2, 3, shape).astype(F16)) for _ in range(2)
+    ]
+    devs = []
+    for i in (0, 1):
+        with cuda.gpus[i]:
+            devs.append((cuda.to_device(hosts[i][0]), cuda.to_device(hosts[i][1])))
+    contexts = set()
+    for _ in range(5):
+        for i in (0, 1):
+            with cuda.gpus[i]:
+                contexts.add(launch.context())
+                out, r = devs[i]
+                ra.residual_add(out, r, out)
+    assert len(contexts) == 2
+    for i in (0, 1):
+        with cuda.gpus[i]:
+            cuda.synchronize()
+            x, r = hosts[i]
+            want = (x.astype(np.float64) + 5 * r.astype(np.float64)).astype(F16)
+            assert np.array_equal(devs[i][0].copy_to_host(), want), f"GPU {i}"

@@ -343,7 +343,7 @@ def test_linear_replays_its_portable_launch_with_each_calls_pointers(stubbed, mo
     monkeypatch.setattr(launch.Kernel, "_prepare", prepare)
     monkeypatch.setattr(lin, "SIMULATED", False)  # the device path that stores a replay
     monkeypatch.setattr(lin, "_FAST", launch.FastCache())
-    monkeypatch.setitem(lin._RESOLVED, ("auto", f16), "portable")
+    monkeypatch.setitem(lin._RESOLVED, (launch.context(), "auto", f16), "portable")
     monkeypatch.setattr(
         lin, "_portable", functools.cache(lin._portable.__wrapped__)
     )  # kernels of this test only
@@ -358,3 +358,122 @@ def test_linear_replays_its_portable_launch_with_each_calls_pointers(stubbed, mo
     call(0x100000)  # validated and launched, its replay stored
     call(0x500000)  # the same layout: replayed with new pointers
     assert seen == [[0x100000, 0x101000, 0x102000, 0x103000], [0x500000, 0x501000, 0x502000, 0x503000]]
+
+
+# --- per-context state: a node with two GPUs (two CUDA contexts) in one process, the driver stubbed ---------
+
+
+@pytest.fixture
+def two_contexts(stubbed, monkeypatch):  # type: ignore[no-untyped-def]
+    """`stubbed`, plus a current-context switch the test flips (two GPUs' primary contexts): every kernel
+    load records the context it happened in, and each loaded function is a number that names its context
+    (high bits) so a launch shows whose function it ran."""
+    current = [0xA]
+    monkeypatch.setattr(launch, "context", lambda: current[0])
+    loads: list[int] = []
+    stub = launch.Kernel._prepare
+
+    def prepare(self):  # type: ignore[no-untyped-def]
+        stub(self)
+        loads.append(current[0])
+        self._func = (current[0] << 32) | len(loads)
+
+    monkeypatch.setattr(launch.Kernel, "_prepare", prepare)
+    return current, loads
+
+
+def test_a_kernel_is_loaded_once_per_context_and_launches_that_contexts_function(two_contexts, stubbed):  # type: ignore[no-untyped-def]
+    # a CUfunction belongs to one context: launching context A's function while B is current is invalid
+    current, loads = two_contexts
+    seen: list[int] = []
+    k = launch.Kernel(rmsnorm._K.stream_fns[F32], "void(" + ", ".join(["int64"] * 9) + ")",
+                      on_load=seen.append)  # fmt: skip
+    for ctx in (0xA, 0xB, 0xA, 0xB, 0xA):
+        current[0] = ctx
+        k.launch(1, 32, tuple(range(9)))
+    assert loads == [0xA, 0xB], "one load per context, none repeated"
+    assert [c[0] >> 32 for c in stubbed] == [0xA, 0xB, 0xA, 0xB, 0xA]
+    assert [f >> 32 for f in seen] == [0xA, 0xB], "on_load ran once per context, with that context's function"
+    current[0] = 0xB
+    assert k.clone()._func >> 32 == 0xB  # a private copy is of the current context's function
+
+
+def test_validated_launches_are_kept_per_context(two_contexts, stubbed):  # type: ignore[no-untyped-def]
+    # the same layout on two GPUs: the second GPU's first call is validated and bound there, not served
+    # from the first GPU's FastCache entry (whose function and graphs belong to the first context)
+    current, loads = two_contexts
+
+    def call(ptr: int) -> None:
+        x = _FakeDeviceArray((4, 256), np.float32, ptr)
+        w = _FakeDeviceArray((256,), np.float32, ptr + 0x100000)
+        o = _FakeDeviceArray((4, 256), np.float32, ptr + 0x200000)
+        rmsnorm.rmsnorm(x, w, o)
+
+    for ctx, ptr in ((0xA, 0x1000000), (0xB, 0x5000000), (0xA, 0x9000000), (0xB, 0xD000000)):
+        current[0] = ctx
+        call(ptr)
+    assert [c[0] >> 32 for c in stubbed] == [0xA, 0xB, 0xA, 0xB]
+    assert [c[2][4] for c in stubbed] == [0x1000000, 0x5000000, 0x9000000, 0xD000000]
+    assert sorted(set(loads)) == [0xA, 0xB]
+    assert len(rmsnorm._FAST._d) == 2  # one entry per context; the repeat calls were hits
+
+
+def test_clip_keeps_plans_and_device_buffers_per_context(two_contexts, stubbed, monkeypatch):  # type: ignore[no-untyped-def]
+    # clip_grad_norm's lean call holds kernels, graphs and device buffers (the partials, the empty slots):
+    # each context gets its own, and a call launches its own context's functions
+    from kernels.ops import clip_grad_norm as clip
+
+    current, _ = two_contexts
+    monkeypatch.setattr(clip, "USE_DISPATCHER", False)
+    for name in ("_fast_plans", "_buffers", "_empty_arrays", "_grids", "_table_calls", "_tables"):
+        monkeypatch.setattr(clip, name, {})
+    norm = _FakeDeviceArray((1,), np.float32, 0x7000000)
+    grads = [_FakeDeviceArray((1000 + 16 * i,), np.float32, 0x1000000 * (i + 1)) for i in range(3)]
+    many = [_FakeDeviceArray((64,), np.float32, 0x20000000 + 0x10000 * i) for i in range(clip.SLOTS + 2)]
+    for ctx in (0xA, 0xB):
+        current[0] = ctx
+        assert clip.clip_grad_norm(grads, 1.0, norm_out=norm) is norm  # two_pass's plan
+        assert clip.clip_grad_norm(many, 1.0, norm_out=norm) is norm  # the table call
+    assert sorted(clip._fast_plans) == [(0xA, np.dtype(np.float32)), (0xB, np.dtype(np.float32))]
+    pa, pb = (clip._fast_plans[(c, np.dtype(np.float32))] for c in (0xA, 0xB))
+    assert [k._func >> 32 for k in pa.kernels] == [0xA, 0xA]
+    assert [k._func >> 32 for k in pb.kernels] == [0xB, 0xB]
+    parts = {k[0]: v for k, v in clip._buffers.items()}
+    assert set(parts) == {0xA, 0xB} and parts[0xA].dev is not parts[0xB].dev
+    assert {k[0] for k in clip._empty_arrays} == {0xA, 0xB} and {k[0] for k in clip._tables} == {0xA, 0xB}
+    assert {k[0] for k in clip._table_calls} == {0xA, 0xB}
+    assert [c[0] >> 32 for c in stubbed] == [0xA] * 4 + [0xB] * 4  # two launches per call, each its own
+
+
+def test_kernel_selection_follows_each_devices_architecture(two_contexts, monkeypatch):  # type: ignore[no-untyped-def]
+    # one node, an H100 (cc 9.0) and an A100 (cc 8.0): auto takes wgmma on the first and mma.sync on the
+    # second, and sm_90a code is refused on the second whatever the first one compiled
+    from numba import cuda as numba_cuda
+
+    from kernels.ops import gemm
+    from kernels.ops.gemm import mma, wgmma
+    from kernels.runtime import device
+
+    current, _ = two_contexts
+    cc = {0xA: (9, 0), 0xB: (8, 0)}
+
+    class _Dev:
+        @property
+        def compute_capability(self) -> tuple[int, int]:
+            return cc[current[0]]
+
+    monkeypatch.setattr(device, "SIMULATED", False)
+    monkeypatch.setattr(gemm, "SIMULATED", False)
+    monkeypatch.setattr(numba_cuda, "is_available", lambda: True)
+    monkeypatch.setattr(numba_cuda, "get_current_device", _Dev)
+    monkeypatch.setattr(device, "_CC", {})
+    monkeypatch.setattr(gemm, "_RESOLVED", {})
+    f16 = np.dtype(np.float16)
+    got = []
+    for ctx in (0xA, 0xB, 0xA, 0xB):
+        current[0] = ctx
+        got.append((gemm.resolve_path("auto", f16), mma.available(), wgmma.available()))
+    assert got == [("wgmma", True, True), ("mma", True, False)] * 2
+    current[0] = 0xB
+    with pytest.raises(RuntimeError, match="sm_90a"):
+        wgmma._kernel(wgmma.key_of(f16, False, False, False), wgmma.DEFAULT)

@@ -12,6 +12,7 @@ from numba import cuda
 from kernels.ops.clip_grad_norm import clip_grad_norm
 from kernels.ops.gemm import gemm
 from kernels.ops.o_proj import o_proj
+from kernels.runtime import launch
 from kernels.runtime.arrays import SIMULATED
 
 pytestmark = [
@@ -117,7 +118,7 @@ def test_clip_grad_norm_graph_replay(dtype: type) -> None:
             else:
                 err = rel(out, h.astype(np.float64) * coef)
                 assert err <= TOL[dtype], f"call {call}: scaled rel err {err:.3g}"
-    plan = op._fast_plans[np.dtype(dtype)]
+    plan = op._fast_plans[(launch.context(), np.dtype(dtype))]
     newest = plan._graphs.keys()[-1]  # keys (id(values), max_norm), oldest first
     assert newest[1] == 1.0, f"expected the 1.0 calls' graph, got {newest}"
     # the 1e9 calls (max_norm moved alone) ran the table call over the same arrays, on its own graph
@@ -156,7 +157,7 @@ def test_clip_grad_norm_table_graph_follows_max_norm(dtype: str) -> None:
             else:
                 err = rel(out.astype(np.float64), h.astype(np.float64) * coef)
                 assert err <= tol, f"call {call}: scaled rel err {err:.3g}"
-        (entry, _refs) = op._table_calls[(*map(id, grads), id(norm))]
+        (entry, _refs) = op._table_calls[(launch.context(), *map(id, grads), id(norm))]
         if call == 0:
             assert entry._graph is None  # the first call launches directly
         else:

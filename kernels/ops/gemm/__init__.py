@@ -33,6 +33,7 @@ import numpy as np
 from kernels.ops.gemm import mma, portable, simt, wgmma
 from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
+from kernels.runtime import launch as _launch
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync, Operand
 from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import FastCache, kernel
@@ -56,18 +57,20 @@ def _portable(has_bias: bool, has_res: bool, in_dt: np.dtype, out_dt: np.dtype) 
     return kernel(portable.make_kernel(has_bias, has_res), _sig(in_dt, out_dt))
 
 
-_RESOLVED: dict[tuple[str, np.dtype], str] = {}  # (path, input dtype) -> path, for paths that can run here
+# (context, path, input dtype) -> path, for paths that can run on that context's device
+_RESOLVED: dict[tuple[int, str, np.dtype], str] = {}
 
 
 def resolve_path(path: str, in_dtype: np.dtype) -> str:
-    """The path `path` means on this device (`select_path` with its compute capability). An explicit path
-    that cannot run here raises ValueError."""
-    hit = _RESOLVED.get((path, in_dtype))
+    """The path `path` means on the current device (`select_path` with its compute capability). An explicit
+    path that cannot run here raises ValueError."""
+    key = (_launch.context(), path, in_dtype)
+    hit = _RESOLVED.get(key)
     if hit is not None:
         return hit
     cc = None if SIMULATED else compute_capability()
     resolved = select_path(path=path, dtype=in_dtype, cc=cc, simulated=SIMULATED)
-    _RESOLVED[(path, in_dtype)] = resolved
+    _RESOLVED[key] = resolved
     return resolved
 
 
@@ -234,9 +237,16 @@ def _mma_replay(a: Operand, b: Operand, bias: Operand | None, res: Operand | Non
     return Replay(go)
 
 
-@cache
+_PLACEHOLDERS: dict[tuple[int, np.dtype], Operand] = {}
+
+
 def _placeholder_1d(dtype: np.dtype) -> Operand:
-    return arrays.empty_like_device("bias", (1,), dtype)
+    """A one-element device array standing for an absent bias, one per context and dtype (never read)."""
+    key = (_launch.context(), dtype)
+    op = _PLACEHOLDERS.get(key)
+    if op is None:
+        op = _PLACEHOLDERS[key] = arrays.empty_like_device("bias", (1,), dtype)
+    return op
 
 
 def check_matmul_operands(a: Operand, b: Operand, a_name: str = "a", b_name: str = "b") -> None:

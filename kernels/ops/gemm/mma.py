@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, replace
-from functools import cache, cached_property
+from functools import cache, cached_property, partial
 from pathlib import Path
 from typing import Any
 
 from numba import cuda
 
 from kernels.runtime import launch as _launch
+from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import Kernel
 
 CU_FILE = Path(__file__).with_name("mma.cu")
@@ -85,13 +86,12 @@ class Config:
 DEFAULT = Config()
 
 
-@cache
 def available() -> bool:
-    """Tensor cores through mma.sync need a real GPU of compute capability >= 8.0 (and no simulator).
-    Cached: asking the driver costs ~20 us, more than the whole launch is allowed (issue 4: <= 10 us)."""
-    if cuda.config.ENABLE_CUDASIM or not cuda.is_available():
-        return False
-    return bool(cuda.get_current_device().compute_capability >= (8, 0))
+    """Tensor cores through mma.sync need a real GPU of compute capability >= 8.0 (and no simulator): the
+    current device's, asked once per context (`device.compute_capability`: the driver query costs ~20 us,
+    more than a whole launch is allowed)."""
+    cc = compute_capability()
+    return cc is not None and cc >= (8, 0)
 
 
 def link_code(cfg: Config) -> Any:
@@ -133,16 +133,10 @@ def _wrap(fn: Any, cfg: Config) -> Any:
 
 @cache
 def _kernels(cfg: Config) -> dict[tuple[bool, bool], Kernel]:
-    return {key: _launch.kernel(d, KERNEL_SIG) for key, d in dispatchers(cfg).items()}
-
-
-def _cufunc(k: Kernel) -> int:
-    """The CUfunction of the compiled kernel (numba's handle may be a CUkernel: resolve it)."""
-    kern = k.dispatcher.compile(k.sig)
-    handle = int(kern._codelibrary.get_cufunc().handle)
-    func = ctypes.c_void_p()
-    rc = _launch._driver().cuKernelGetFunction(ctypes.byref(func), ctypes.c_void_p(handle))
-    return int(func.value) if rc == 0 and func.value else handle
+    """The four kernels of `cfg` by (out_half, aligned); each context's CUfunction gets its shared-memory
+    limit raised when it is loaded (`Kernel.on_load`)."""
+    smem = partial(_allow_dynamic_smem, nbytes=cfg.smem_bytes)
+    return {key: _launch.kernel(d, KERNEL_SIG, on_load=smem) for key, d in dispatchers(cfg).items()}
 
 
 def _allow_dynamic_smem(func: int, nbytes: int) -> None:
@@ -157,15 +151,6 @@ def _allow_dynamic_smem(func: int, nbytes: int) -> None:
         raise RuntimeError(f"cuFuncSetAttribute(max dynamic shared = {nbytes} B) failed with CUresult {rc}")
 
 
-# (config, out_half, aligned) of the kernels whose dynamic shared-memory limit is raised
-_ready: set[tuple[Config, bool, bool]] = set()
-
-
-def _prepare(cfg: Config, key: tuple[bool, bool], kern: Kernel) -> None:
-    _allow_dynamic_smem(_cufunc(kern), cfg.smem_bytes)
-    _ready.add((cfg, *key))
-
-
 def _select(a: int, b: int, bias: int, res: int, out: int, m: int, n: int, k: int, out_half: bool,
             cfg: Config) -> tuple[Kernel, int, Config]:  # fmt: skip
     """(kernel, grid, configuration) of one matmul; the rules are `launch`'s docstring."""
@@ -174,11 +159,7 @@ def _select(a: int, b: int, bias: int, res: int, out: int, m: int, n: int, k: in
     aligned = aligned and (not cfg.cpy32 or (k * cfg.bm < 2**31 and n * cfg.bk < 2**31))
     if not aligned:
         cfg = cfg.unaligned
-    key = (out_half, aligned)
-    kern = _kernels(cfg)[key]
-    if (cfg, *key) not in _ready:
-        _prepare(cfg, key, kern)
-    return kern, cfg.grid(m, n), cfg
+    return _kernels(cfg)[(out_half, aligned)], cfg.grid(m, n), cfg
 
 
 def launch(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from numba import cuda
 
 from kernels.runtime import launch as _launch
 from kernels.runtime.arrays import BF16
+from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import Kernel
 
 CU_FILE = Path(__file__).with_name("wgmma.cu")
@@ -49,12 +50,10 @@ def supported(cc: tuple[int, ...] | None) -> bool:
     return cc is not None and tuple(cc[:2]) == (9, 0)
 
 
-@cache
 def available() -> bool:
-    """A real cc 9.0 GPU (and no simulator). Cached: asking the driver costs ~20 us."""
-    if cuda.config.ENABLE_CUDASIM or not cuda.is_available():
-        return False
-    return supported(tuple(cuda.get_current_device().compute_capability))
+    """The current device is a real cc 9.0 GPU (and no simulator): asked once per context
+    (`device.compute_capability`; the driver query costs ~20 us)."""
+    return supported(compute_capability())
 
 
 @dataclass(frozen=True)
@@ -169,23 +168,21 @@ def fits(m: int, n: int, k: int, ptrs: tuple[int, ...]) -> bool:
 
 
 @cache
+def _template(key: Key, cfg: Config) -> Kernel:
+    """The kernel of (key, cfg); each context's CUfunction gets its shared-memory limit raised on load."""
+    smem = partial(_allow_dynamic_smem, nbytes=cfg.smem_bytes)
+    return _launch.kernel(dispatcher(key, cfg), KERNEL_SIG, on_load=smem)
+
+
 def _kernel(key: Key, cfg: Config) -> Kernel:
+    """`_template`, after checking the current device: sm_90a code is compiled and loaded on cc 9.0 only,
+    whatever device another context of this process runs."""
     if not available():
         raise RuntimeError(
-            "wgmma kernels need a cc 9.0 (sm_90a) GPU; gemm's auto path takes mma.sync elsewhere"
+            "wgmma kernels need a cc 9.0 (sm_90a) GPU; this device is not one: gemm's auto path takes "
+            "mma.sync or the portable kernel here"
         )
-    kern = _launch.kernel(dispatcher(key, cfg), KERNEL_SIG)
-    _allow_dynamic_smem(_cufunc(kern), cfg.smem_bytes)
-    return kern
-
-
-def _cufunc(k: Kernel) -> int:
-    """The CUfunction of the compiled kernel (numba's handle may be a CUkernel: resolve it)."""
-    kern = k.dispatcher.compile(k.sig)
-    handle = int(kern._codelibrary.get_cufunc().handle)
-    func = ctypes.c_void_p()
-    rc = _launch._driver().cuKernelGetFunction(ctypes.byref(func), ctypes.c_void_p(handle))
-    return int(func.value) if rc == 0 and func.value else handle
+    return _template(key, cfg)
 
 
 def _allow_dynamic_smem(func: int, nbytes: int) -> None:
