@@ -99,6 +99,7 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
     oout16 = cuda.device_array((2, 64, 128), dtype=f16)
     # Llama-3-8B's 291 gradient shapes / 4096, bf16: the table path (more arrays than two_pass's SLOTS)
     g_llama = [arrays.to_device(np.ones(k, dtype=arrays.BF16)) for k in clip_grad_norm.llama3_8b_sizes(4096)]
+    prepared = clip_grad_norm.prepare(g_llama, norm_out=norm)  # the same set, resolved once
     mx_new = itertools.count(1e9)  # 1e9, 1e9 + 1, ...: never a repeat
     out_alt = itertools.cycle((out, cuda.device_array_like(out)))
     mc_alt = itertools.cycle((mc, cuda.device_array_like(mc)))
@@ -125,6 +126,8 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
             "clip_grad_norm bf16, 291 arrays, max_norm new each call",
             lambda: clip(g_llama, next(mx_new), norm_out=norm),
         ),
+        ("clip_grad_norm bf16, 291 arrays, prepared", lambda: prepared(1e9)),
+        ("clip_grad_norm bf16, 291 arrays, prepared, max_norm new each call", lambda: prepared(next(mx_new))),
         ("gemm fp32 128^3", lambda: gemm.gemm(ma, mb, mc)),
         ("gemm fp16 128^3", lambda: gemm.gemm(ma16, mb16, mc)),
         ("gemm fp16 128^3, pointers new each call", lambda: gemm.gemm(ma16, mb16, next(mc_alt))),

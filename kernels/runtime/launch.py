@@ -395,7 +395,7 @@ class LaunchGraph:
     graph launch pays it once (benchmarks/notes-clip.md, "Host overhead").
     """
 
-    __slots__ = ("_exec", "_call", "_graph", "_nodes")
+    __slots__ = ("_exec", "_call", "_graph", "_nodes", "_updates")
     _exec: Any  # the CUgraphExec handle, None once closed
 
     def __init__(self, record: Callable[[Any], None], *, updatable: bool = False) -> None:
@@ -431,6 +431,7 @@ class LaunchGraph:
         self._graph = graph if updatable else None  # node handles stay valid while their graph lives
         self._exec = ex
         self._call = lib.cuGraphLaunch
+        self._updates: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # set_kernel_params' structs, built once
 
     def launch(self, stream: Any = None) -> None:
         rc = self._call(self._exec, stream)
@@ -440,11 +441,23 @@ class LaunchGraph:
     def set_kernel_params(self, i: int, kern: Kernel, grid: int, block: int, shared: int = 0) -> None:
         """Launch i (in the order `record` issued them) takes `kern`'s parameter block as it is now, from
         the next replay on (replays already queued keep the arguments they had: the driver copies them).
-        One driver call (cuGraphExecKernelNodeSetParams), no new capture. Needs `updatable`."""
-        p = _KernelNodeParams(kern._func, grid, 1, 1, block, 1, 1, shared, ctypes.addressof(kern._params))
-        lib = _driver()
-        fn = getattr(lib, "cuGraphExecKernelNodeSetParams_v2", None) or lib.cuGraphExecKernelNodeSetParams
-        _check(fn(self._exec, self._nodes[i], ctypes.byref(p)), "cuGraphExecKernelNodeSetParams")
+        One driver call (cuGraphExecKernelNodeSetParams), no new capture. Needs `updatable`. The node
+        parameters (function, dims, the address of `kern`'s parameter block) are built once per (i, kern,
+        dims): a caller that rewrites a value in that block and updates again (clip's new max_norm) pays
+        the driver call alone; the driver reads the block's contents at each call."""
+        key = (i, id(kern), grid, block, shared)
+        hit = self._updates.get(key)
+        if hit is None:
+            p = _KernelNodeParams(kern._func, grid, 1, 1, block, 1, 1, shared, ctypes.addressof(kern._params))
+            lib = _driver()
+            fn = getattr(lib, "cuGraphExecKernelNodeSetParams_v2", None) or lib.cuGraphExecKernelNodeSetParams
+            hit = self._updates[key] = (
+                fn,
+                ctypes.byref(p),
+                p,
+                kern,
+            )  # holds p and kern: the address stays valid
+        _check(hit[0](self._exec, self._nodes[i], hit[1]), "cuGraphExecKernelNodeSetParams")
 
     def close(self) -> None:
         """Free the executable graph (a replay still in flight completes first: the driver defers it)."""

@@ -8,7 +8,15 @@ import dataclasses
 import numpy as np
 import pytest
 from numba import cuda
-from opcheck import assert_case_passes, case_id, fake_graph_class, needs_device, needs_gpu, small_cases
+from opcheck import (
+    ON_GPU,
+    assert_case_passes,
+    case_id,
+    fake_graph_class,
+    needs_device,
+    needs_gpu,
+    small_cases,
+)
 
 from kernels.ops import clip_grad_norm as op
 from kernels.registry import Case
@@ -528,3 +536,86 @@ def test_hint_configs_match_float64(dtype, launches, keep_mb):  # type: ignore[n
     assert abs(got - full) / full < 1e-5
     for g, before in zip(out, grads, strict=True):
         np.testing.assert_array_equal(g, before)
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_prepared_clip_matches_float64_with_max_norm_new_each_call(dtype):  # type: ignore[no-untyped-def]
+    # prepare() once over a set of device arrays, then calls with max_norm new each time (clipping and not),
+    # new contents between calls: each call right against float64, norm returned in norm_out
+    dt = np.dtype(arrays.BF16 if dtype == "bfloat16" else dtype)
+    tol = {"float32": 1e-5, "bfloat16": 4e-3}[dtype]
+    rng = np.random.default_rng(21)
+    sizes = [5, 300, 1001, 1, 77] * 2 + [64]  # 11 arrays: more than two_pass's SLOTS
+    grads = [arrays.to_device(np.zeros(n, dt)) for n in sizes]
+    prepared = op.prepare(grads)
+    for call, factor in enumerate((0.5, 2.0, 0.3, 0.7)):
+        host = [rng.standard_normal(n).astype(np.float32).astype(dt) for n in sizes]
+        for dev, h in zip(grads, host, strict=True):
+            arrays.words(dev).copy_to_device(arrays.host_words(h))
+        total, want = op.reference(host, 1.0)
+        got_norm = prepared(total * factor)
+        assert got_norm is prepared.norm_out
+        assert abs(float(arrays.to_host(got_norm)[0]) - total) <= 1e-4 * total, call
+        _, want = op.reference(host, total * factor)
+        for dev, w in zip(grads, want, strict=True):
+            out = arrays.to_host(dev).astype(np.float64)
+            err = float(np.max(np.abs(out - w)) / max(float(np.max(np.abs(w))), 1e-30))
+            assert err <= tol, f"call {call}: rel err {err:.3g}"
+
+
+@needs_device
+def test_prepare_refuses_what_it_cannot_hold():  # type: ignore[no-untyped-def]
+    f32 = np.float32
+    dev = [cuda.to_device(np.ones(8, f32)), cuda.to_device(np.ones(8, f32))]
+    with pytest.raises(ValueError, match="grads: expected a non-empty list of device arrays"):
+        op.prepare([])
+    with pytest.raises(ValueError, match=r"grads\[1\]: prepare takes device arrays .* got a numpy array"):
+        op.prepare([dev[0], np.ones(8, f32)])
+    with pytest.raises(TypeError, match=r"grads\[1\]: dtype float16 must match grads\[0\]'s dtype float32"):
+        op.prepare([dev[0], cuda.to_device(np.ones(8, np.float16))])
+    with pytest.raises(ValueError, match=r"grads\[0\]: expected a non-empty array"):
+        op.prepare([cuda.device_array(0, f32)])
+    with pytest.raises(TypeError, match="norm_out: dtype"):
+        op.prepare(dev, norm_out=cuda.device_array(1, np.float64))
+    prepared = op.prepare(dev)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="max_norm: expected a positive finite number"):
+            prepared(bad)
+
+
+def test_prepared_call_launches_its_table_and_stays_in_its_context(monkeypatch):  # type: ignore[no-untyped-def]
+    # the lean path (driver stubbed): a prepared call hands max_norm to its table call and nothing else: it
+    # looks at no array (the list the caller passed may change afterwards), and a call from another CUDA
+    # context (GPU) than the one it was prepared in is refused
+    if ON_GPU:
+        pytest.skip("stubbed-driver test: runs where there is no GPU")
+    monkeypatch.setattr(op, "USE_DISPATCHER", False)
+    ctx = [0xA]
+    monkeypatch.setattr(launch, "context", lambda: ctx[0])
+    launched: list[tuple[float, object]] = []
+
+    class _Call:
+        def __init__(self, dt, words, p_no):  # type: ignore[no-untyped-def]
+            self.rows = [(words[i + 4], words[i + 2]) for i in range(0, len(words), 7)]
+            self.p_no = p_no
+
+        def launch(self, mx, hs):  # type: ignore[no-untyped-def]
+            launched.append((mx, hs))
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(op, "_TableCall", _Call)
+    dt = np.dtype(np.float16)
+    grads = [_FakeDeviceArray((1000 + 8 * i,), dt, (1 << 40) + (i << 20)) for i in range(12)]
+    no = _FakeDeviceArray((1,), np.float32, 1 << 41)
+    prepared = op.prepare(grads, norm_out=no)
+    assert prepared._call.rows == [((1 << 40) + (i << 20), 1000 + 8 * i) for i in range(12)]
+    grads[3] = None  # the caller's list changes: the prepared set does not
+    assert prepared(0.5) is no and prepared(2, stream=0x77) is no
+    assert launched[0] == (0.5, None) and launched[1][0] == 2.0 and launched[1][1].value == 0x77
+    ctx[0] = 0xB
+    with pytest.raises(RuntimeError, match="another CUDA context"):
+        prepared(0.5)
+    assert len(launched) == 2

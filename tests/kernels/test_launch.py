@@ -477,3 +477,39 @@ def test_kernel_selection_follows_each_devices_architecture(two_contexts, monkey
     current[0] = 0xB
     with pytest.raises(RuntimeError, match="sm_90a"):
         wgmma._kernel(wgmma.key_of(f16, False, False, False), wgmma.DEFAULT)
+
+
+def test_graph_node_update_builds_its_parameters_once(monkeypatch):  # type: ignore[no-untyped-def]
+    # clip's new max_norm each call: the scale launch's block is rewritten in place and the executable graph's
+    # node updated from it; the node parameters (function, dims, the block's address) are built once per
+    # kernel and dims, and every update hands the driver that struct, pointing at the live block
+    seen: list[tuple[int, int, int, int, int]] = []
+
+    class _Lib:
+        @staticmethod
+        def cuGraphExecKernelNodeSetParams_v2(ex, node, ref):  # type: ignore[no-untyped-def]
+            p = ctypes.cast(ref, ctypes.POINTER(launch._KernelNodeParams)).contents
+            seen.append((ctypes.addressof(p), p.func, p.grid[0], p.block[0], p.params))
+            return 0
+
+    monkeypatch.setattr(launch, "_libcuda", _Lib())
+    g = launch.LaunchGraph.__new__(launch.LaunchGraph)
+    g._exec, g._nodes, g._updates = ctypes.c_void_p(1), (ctypes.c_void_p(10), ctypes.c_void_p(11)), {}
+    kerns = []
+    for _ in range(2):
+        k = launch.Kernel(rmsnorm._K.stream_fns[F32], "void(int64, float64)")
+        k.build_plan()
+        k._func = ctypes.c_void_p(0xF00 + len(kerns))
+        kerns.append(k)
+    g.set_kernel_params(1, kerns[0], 132, 256)
+    g.set_kernel_params(1, kerns[0], 132, 256)
+    g.set_kernel_params(1, kerns[1], 132, 256)
+    g.set_kernel_params(1, kerns[0], 264, 256)  # other dims: their own struct
+    addr = [s[0] for s in seen]
+    assert addr[0] == addr[1] and len(set(addr)) == 3
+    assert [s[1:] for s in seen[:3]] == [
+        (0xF00, 132, 256, ctypes.addressof(kerns[0]._params)),
+        (0xF00, 132, 256, ctypes.addressof(kerns[0]._params)),
+        (0xF01, 132, 256, ctypes.addressof(kerns[1]._params)),
+    ]
+    assert seen[3][1:3] == (0xF00, 264)
