@@ -276,3 +276,77 @@ def test_the_stack_check_finds_the_dist_info_of_the_copy_that_loads_whatever_its
         )
         seen = json.loads(proc.stdout)
         assert seen["foo-bar"] == "2.0" and seen["numba-cuda"] == metadata.version("numba-cuda")
+
+
+def _fake_kernels_release(where: Path, body: str) -> Path:
+    """A release whose `python -m kernels` runs `body` (argv in `args`), leaving a marker when it started."""
+    pkg = where / "kernels"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(
+        "import json, os, sys, time\n"
+        "args = sys.argv[1:]\n"
+        "open(os.path.join(os.getcwd(), 'started'), 'w').write(json.dumps(args))\n" + body
+    )
+    return where
+
+
+def _verifier(release: Path, tmp_path: Path, python: str = sys.executable) -> Any:
+    return solfleet_artifact.StackThenKernels(
+        python=python,
+        want=solfleet_artifact.stack_want({}),
+        command="verify",
+        args=["--ops", "residual_add"],
+        release=str(release),
+        cache_dir=str(tmp_path / "cache"),
+        simulated=True,
+    )
+
+
+def test_stack_then_verify_in_one_interpreter(tmp_path: Path) -> None:
+    """The stack report comes first, from the interpreter verify then runs in, which waits for the word:
+    the versions are what node_stack reports in the same environment, and `go` runs `python -m kernels
+    verify --json <args>` there, its JSON report parsed as run_kernels parses it."""
+    release = _fake_kernels_release(tmp_path / "rel", "print(json.dumps({'ok': True, 'argv': args}))\n")
+    v = _verifier(release, tmp_path)
+    seen = v.stack(60)
+    alone = solfleet_artifact.node_stack(sys.executable, 60, release=str(release), cache_dir=str(tmp_path))
+    assert seen == alone and seen["numpy"] == metadata.version("numpy")
+    assert not (release / "started").exists(), "nothing of the release runs before the word"
+    run = v.run(60, "verify")
+    assert run.ok and run.data is not None
+    assert run.data["argv"] == ["verify", "--json", "--ops", "residual_add"]
+    assert json.loads((release / "started").read_text()) == run.data["argv"]
+
+
+def test_a_refused_stack_runs_nothing_of_the_release(tmp_path: Path) -> None:
+    release = _fake_kernels_release(tmp_path / "rel", "print(json.dumps({'ok': True}))\n")
+    v = _verifier(release, tmp_path)
+    seen = v.stack(60)
+    with pytest.raises(solfleet_artifact.NodeError, match="stack pin numpy=1.21.*"):
+        solfleet_artifact.require_stack({"numpy": "1.21.*"}, seen, sys.executable)
+    v.stop()
+    assert v.proc.returncode is not None and not (release / "started").exists()
+
+
+def test_stack_then_verify_failures_name_their_cause(tmp_path: Path) -> None:
+    release = _fake_kernels_release(tmp_path / "rel", "time.sleep(30)\n")
+    with pytest.raises(solfleet_artifact.NodeError, match="cannot run solfleet_python /nonexistent/python"):
+        _verifier(release, tmp_path, python="/nonexistent/python")
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'Fatal Python error: init_fs_encoding' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    with pytest.raises(solfleet_artifact.NodeError) as exc:
+        _verifier(release, tmp_path, python=str(broken)).stack(30)
+    assert exc.value.phase == "stack_check" and "Fatal Python error: init_fs_encoding" in exc.value.message
+    v = _verifier(release, tmp_path)
+    v.stack(60)
+    with pytest.raises(solfleet_artifact.NodeError) as exc:
+        v.run(1, "verify")  # the kernels command outlives its deadline: killed, the phase named
+    assert exc.value.phase == "verify" and "timed out after 1 s" in exc.value.message
+    assert v.proc.returncode is not None
+    failing = _fake_kernels_release(tmp_path / "rel2", "raise AttributeError('no attribute spam')\n")
+    v = _verifier(failing, tmp_path)
+    v.stack(60)
+    run = v.run(60, "verify")
+    assert not run.ok and "AttributeError: no attribute spam" in run.message
