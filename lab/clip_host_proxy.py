@@ -79,18 +79,30 @@ class _Driver:
     cuGraphDestroy = _noop
 
 
+_STUB_C = "int cuCtxGetCurrent(void **ctx) { *ctx = (void *)0x5000; return 0; }\n"
+
+
+def _ctx_stub() -> Any:
+    """A C cuCtxGetCurrent that reports one context (compiled here with the system's cc): the real
+    launch.context() then runs as on a GPU, its one ctypes crossing included."""
+    import subprocess
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="ctxstub-")
+    src, lib = os.path.join(d, "stub.c"), os.path.join(d, "libstub.so")
+    with open(src, "w") as fh:
+        fh.write(_STUB_C)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", lib, src], check=True)
+    return ctypes.CDLL(lib).cuCtxGetCurrent
+
+
 def install() -> None:
     launch.USE_DISPATCHER = False
     op.USE_DISPATCHER = False
+    _Driver.cuCtxGetCurrent = _ctx_stub()
     launch._libcuda = _Driver()  # type: ignore[assignment]
-    out = ctypes.c_void_p()
-    ref = ctypes.byref(out)
-
-    def context() -> int:  # one ctypes crossing, as launch.context() makes on a GPU
-        _noop(ref)
-        return 1
-
-    launch.context = context  # type: ignore[assignment]
+    launch.SIMULATED = False  # the real context() (the kernels themselves never run here)
+    launch._SM[0x5000] = 132  # the H200's SMs, for the stub's context (the simulator's device has none)
 
     def prepare(self: launch.Kernel) -> None:
         self._func = ctypes.c_void_p(1)

@@ -128,7 +128,7 @@ def ab_cast_fp8(rng, gbs: float) -> list[dict]:  # type: ignore[no-untyped-def]
 
         def call(p: str):  # type: ignore[no-untyped-def]
             def f(s: int) -> None:
-                cf.hardware_cvt = hw if p == "cvt" else (lambda: False)
+                cf.hardware_cvt = hw if p == "cvt" else (lambda ctx=None: False)
                 cf.cast_fp8(xs[s], o[p][s], sc, path="scalar" if p == "scalar" else "vector")
                 cf.hardware_cvt = hw
 

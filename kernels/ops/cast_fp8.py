@@ -280,12 +280,13 @@ _CAST_VEC = {key: kernel(fn, _CAST_SIGS[key[0]]) for key, fn in _CAST_VEC_FNS.it
 _workspaces: dict[int, Operand] = {}  # by context (kernels.runtime.launch.context): memory is per context
 
 
-def parts() -> int:
-    """Blocks of both persistent grids, and the partials `workspace` must hold."""
-    return sm_count() * BLOCKS_PER_SM
+def parts(ctx: int | None = None) -> int:
+    """Blocks of both persistent grids, and the partials `workspace` must hold (on the GPU of `ctx`, the
+    current context when None)."""
+    return sm_count(ctx) * BLOCKS_PER_SM
 
 
-def _workspace_for(workspace: Any, need: int) -> Operand:
+def _workspace_for(workspace: Any, need: int, ctx: int) -> Operand:
     if workspace is not None:
         wo = arrays.operand("workspace", workspace)
         arrays.check_dtype(wo, (U32,))
@@ -294,7 +295,6 @@ def _workspace_for(workspace: Any, need: int) -> Operand:
         if wo.size < need:
             raise ValueError(f"workspace: expected at least {need} elements (parts()), got {wo.size}")
         return wo
-    ctx = _launch.context()
     ws = _workspaces.get(ctx)
     if ws is None or ws.size < need:
         ws = _workspaces[ctx] = arrays.empty_like_device("workspace", (need,), U32)
@@ -316,11 +316,11 @@ def _dtype_of(out: Any) -> np.dtype | None:
         return None
 
 
-def hardware_cvt() -> bool:
+def hardware_cvt(ctx: int | None = None) -> bool:
     """Whether the vector cast converts with cvt.rn.satfinite.e4m3x2.f32 here (a GPU of CVT_CC or newer)."""
     if SIMULATED:
         return False
-    cc = device.compute_capability()
+    cc = device.compute_capability(ctx)
     return cc is not None and tuple(cc) >= CVT_CC
 
 
@@ -350,19 +350,20 @@ def cast_fp8(
         target = odt
     oo = arrays.output("out", out, sync, xo.shape, target)
     so = arrays.output("scale_out", scale_out, sync, (1,), F32)
-    g = parts()
-    wo = _workspace_for(workspace, g)
+    ctx = _launch.context()  # asked once: the grids, the workspace, the cvt choice and both launches use it
+    g = parts(ctx)
+    wo = _workspace_for(workspace, g, ctx)
     dt = xo.dtype
     n = xo.size
     if choose(path, dt, vector_ok((xo.ptr, oo.ptr), 0)):
         per = GROUP * GROUPS[dt]
-        amax, cast = _AMAX_VEC[dt], _CAST_VEC[(dt, hardware_cvt())]
+        amax, cast = _AMAX_VEC[dt], _CAST_VEC[(dt, hardware_cvt(ctx))]
     else:
         per, amax, cast = UNROLL[dt], _AMAX[dt], _CAST[dt]
     grid = max(1, min(g, (n + THREADS * per - 1) // (THREADS * per)))
     # kernel 1 writes partials 0 .. grid - 1; kernel 2 reduces exactly those
-    amax.launch(grid, THREADS, (xo, wo), stream=stream)
-    cast.launch(grid, THREADS, (xo, wo, grid, oo, so), stream=stream)
+    amax.launch(grid, THREADS, (xo, wo), stream=stream, ctx=ctx)
+    cast.launch(grid, THREADS, (xo, wo, grid, oo, so), stream=stream, ctx=ctx)
     sync.finish()
     return _result(oo, out, xo), _result(so, scale_out, xo)
 

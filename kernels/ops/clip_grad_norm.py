@@ -31,10 +31,12 @@ Three strategies (`PATHS`):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import math
 import struct
+import sys
 import threading
 import weakref
 from collections.abc import Sequence
@@ -542,15 +544,21 @@ def _two_pass_kernel(dt: np.dtype, cfg: TwoPassConfig, name: str) -> Kernel:
     return k
 
 
+def _zeros(name: str, n: int, dtype: Any) -> Operand:
+    """A new zeroed device buffer of n elements."""
+    dev = cuda.to_device(np.zeros(n, dtype))
+    ptr = 0 if SIMULATED else int(dev.device_ctypes_pointer.value or 0)
+    dt_ = np.dtype(dtype)
+    return Operand(name, ptr, (n,), (dt_.itemsize,), dt_, dev, None, dev)
+
+
 def _buffer(name: str, n: int, dtype: Any) -> Operand:
-    """A zeroed device buffer of n elements kept for every later call in this context (the partials)."""
+    """A zeroed device buffer of n elements kept for every later call in this context (the partials).
+    Callers that keep its pointer keep the Operand too: two threads racing here both get the one kept."""
     key = (_launch.context(), name, n)
     op = _buffers.get(key)
     if op is None:
-        dev = cuda.to_device(np.zeros(n, dtype))
-        ptr = 0 if SIMULATED else int(dev.device_ctypes_pointer.value or 0)
-        dt_ = np.dtype(dtype)
-        op = _buffers[key] = Operand(name, ptr, (n,), (dt_.itemsize,), dt_, dev, None, dev)
+        op = _buffers.setdefault(key, _zeros(name, n, dtype))
     return op
 
 
@@ -643,10 +651,13 @@ def _table_of(
         i64 = np.dtype(np.int64)
         ptr = 0 if SIMULATED else address_of(dev)
         hit = (Operand("table", ptr, (len(rows), 2), (16, 8), i64, dev, None, dev), tiles_q, tiles_c)
-        if len(_tables) >= TABLES_MAX:
-            cuda.synchronize()  # no queued launch may still read a table dropped here (any allocator)
-            while len(_tables) >= TABLES_MAX:
-                _tables.pop(next(iter(_tables)))
+        mine = [k for k in _tables if k[0] == key[0]]  # this context's tables, oldest first
+        if len(mine) >= TABLES_MAX:
+            # no queued launch may still read a table dropped here (any allocator): the drain covers this
+            # context, which is why only its own tables are dropped
+            cuda.synchronize()
+            for old in mine[: len(mine) - TABLES_MAX + 1]:
+                del _tables[old]
     _tables[key] = hit  # (re)inserted last: the most recently used
     return hit
 
@@ -758,7 +769,7 @@ class _FastPlan:
         self._lock = threading.Lock()  # one call at a time: the blocks and graphs are this plan's
         q = 7 * SLOTS
         gq = two_pass_grid(dt, cfg, "norm")
-        part = _buffer("part", gq, np.float32)
+        part = self.part = _buffer("part", gq, np.float32)  # held: the blocks hold its address
         pw = [0, 0, gq, 4, part.ptr, gq, 4]
         self.grids = [gq, two_pass_grid(dt, cfg, "scale")]
         self.tail = [pw, pw]
@@ -852,12 +863,15 @@ class _TableCall:
     max_norm does. Why: the general path resolves and checks every array on every call, ~0.9 ms of host
     time for Llama-3-8B's 291 gradients (H200 host, 2026-12-03)."""
 
-    def __init__(self, dt: np.dtype, words: list[int], p_no: int) -> None:
+    def __init__(self, dt: np.dtype, words: list[int], p_no: int, own_partials: bool = False) -> None:
+        """`own_partials`: a partials buffer of its own instead of the context's shared one, so that calls
+        on other streams (other prepared sets) never share it (PreparedClip)."""
         cfg = two_pass_config(dt)
         rows = tuple((words[i + 4], words[i + 2]) for i in range(0, len(words), 7))
         self.tab, tiles_q, tiles_c = _table_of(dt, cfg, rows)
         gq = two_pass_grid(dt, cfg, "norm")
-        part = _buffer("part", gq, np.float32)
+        part = _zeros("part", gq, np.float32) if own_partials else _buffer("part", gq, np.float32)
+        self.part = part  # held: the kernels' blocks hold its address
         no = Operand("norm_out", p_no, (1,), (4,), F32, None)
         self.kernels: list[Kernel] = []
         calls = (("norm", (self.tab, part, tiles_q)), ("scale", (self.tab, part, no, 1.0, tiles_c)))
@@ -951,8 +965,9 @@ def _table_fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream:
             refs = [weakref.ref(o, drop) for o in objs]
         except TypeError:  # a type without weak references: no lean call
             return False
-        while len(_table_calls) >= TABLE_CALLS_MAX:
-            _table_calls.pop(next(iter(_table_calls)))[0].close()
+        mine = [k for k in _table_calls if k[0] == key[0]]  # this context's, oldest first
+        for old in mine[: max(0, len(mine) - TABLE_CALLS_MAX + 1)]:
+            _table_calls.pop(old)[0].close()
         hit = _table_calls[key] = (entry, refs)
     h = stream if type(stream) is int else _stream_handle(stream)
     hit[0].launch(mx, ctypes.c_void_p(h) if h else None)
@@ -971,8 +986,12 @@ _words_refs: dict[tuple[int, ...], list[Any]] = {}
 
 
 def _immutable_layout(t: type) -> bool:
+    """numba device arrays (the simulator's too) and CuPy arrays: their pointer and size never change in
+    place. Not torch tensors (`set_`, `.data =` replace the storage) nor other __cuda_array_interface__
+    objects, whose owners may do the same."""
     mod = t.__module__ or ""
-    return (mod.startswith("numba.cuda") and hasattr(t, "device_ctypes_pointer")) or (
+    numba_array = hasattr(t, "device_ctypes_pointer") or t.__name__ == "FakeCUDAArray"
+    return (mod.startswith("numba.cuda") and numba_array) or (
         mod.startswith("cupy") and t.__name__ == "ndarray"
     )
 
@@ -1159,7 +1178,10 @@ class PreparedClip:
             self._call.close()
 
     def __del__(self) -> None:
-        self.close()
+        if sys.is_finalizing():  # the driver may be gone: the process exit frees everything
+            return
+        with contextlib.suppress(Exception):  # a collector thread without a context, a closed driver
+            self.close()
 
 
 def prepare(grads: Sequence[Any], *, norm_out: Any = None) -> PreparedClip:
@@ -1195,6 +1217,14 @@ def prepare(grads: Sequence[Any], *, norm_out: Any = None) -> PreparedClip:
         raise ValueError("norm_out: prepare takes a float32 device array of one element, got a numpy array")
     arrays.check_dtype(no, (np.dtype(np.float32),))
     arrays.check_shape(no, (1,), "one float32")
+    for k, o in enumerate((*held, norm_out)):
+        if not _immutable_layout(type(o)):
+            what = f"grads[{k}]" if k < len(held) else "norm_out"
+            raise ValueError(
+                f"{what}: prepare takes numba or CuPy device arrays, whose memory cannot move while the "
+                f"prepared object holds them; got {type(o).__module__}.{type(o).__name__} (a torch tensor's "
+                "storage can be replaced in place): clip those with clip_grad_norm"
+            )
     if USE_DISPATCHER:
         return PreparedClip(held, norm_out, None, _launch.context())
     fv = fast_values(held, norm_out, table=True)
@@ -1202,7 +1232,7 @@ def prepare(grads: Sequence[Any], *, norm_out: Any = None) -> PreparedClip:
         raise ValueError(
             f"grads: {type(held[0]).__name__} arrays cannot take the prepared path; use clip_grad_norm"
         )
-    return PreparedClip(held, norm_out, _TableCall(*fv), _launch.context())
+    return PreparedClip(held, norm_out, _TableCall(*fv, own_partials=True), _launch.context())
 
 
 def _choose_path(path: str, flat: list[Operand], has_workspace: bool) -> str:

@@ -60,15 +60,16 @@ def versions() -> dict[str, str | None]:
 _CC: dict[int, tuple[int, int] | None] = {}  # by CUDA context (kernels.runtime.launch.context)
 
 
-def compute_capability() -> tuple[int, int] | None:
-    """The current device's (major, minor), asked once per context (a node may hold GPUs of two
-    architectures); None under the simulator or without a usable GPU. Kernel selection reads it on every
-    first call of an op in a context (gemm's select_path)."""
+def compute_capability(ctx: int | None = None) -> tuple[int, int] | None:
+    """The current device's (major, minor) (`ctx`: its context, when the caller asked already), asked once
+    per context (a node may hold GPUs of two architectures); None under the simulator or without a usable
+    GPU. Kernel selection reads it on every first call of an op in a context (gemm's select_path)."""
     if SIMULATED:
         return None
     if not _CC and not cuda.is_available():
         return None
-    ctx = _launch.context()
+    if ctx is None:
+        ctx = _launch.context()
     if ctx not in _CC:
         major, minor = cuda.get_current_device().compute_capability
         _CC[ctx] = (int(major), int(minor))

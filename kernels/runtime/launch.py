@@ -60,21 +60,24 @@ def context() -> int:
     context (a launch then fails with CUDA_ERROR_INVALID_CONTEXT, 201): numba binds its context of the
     current device on a thread's first numba call, which the fast path skips, so when the driver reports
     none this asks numba for it (numba's `cuda.select_device` in the thread decides which device that is).
-    One ctypes call per use (~0.2-0.3 us). 0 under the simulator, which has one simulated device."""
+    One ctypes call per use: a FastCache hit asks once; a call that validates asks several times (its
+    kernels, SM count, compute capability, buffers), which launchers with no FastCache avoid by asking once
+    and passing `ctx` on. 0 under the simulator, which has one simulated device."""
     if SIMULATED:
         return 0
-    ref = getattr(_TLS, "ctx_ref", None)
-    if ref is None:
-        out = ctypes.c_void_p()
-        _TLS.ctx_out, _TLS.ctx_ref = out, ctypes.byref(out)  # one out-parameter per thread
-        ref = _TLS.ctx_ref
-    get = _driver().cuCtxGetCurrent
-    if get(ref) != 0 or not _TLS.ctx_out.value:
-        cuda.current_context()  # numba: the primary context of the current device, made current here
-        if get(ref) != 0 or not _TLS.ctx_out.value:
-            raise LaunchError("no CUDA context is current in this thread and numba could not make one")
+    q = getattr(_TLS, "ctx_query", None)
+    if q is None:
+        out = ctypes.c_void_p()  # one out-parameter per thread
+        q = _TLS.ctx_query = (_driver().cuCtxGetCurrent, ctypes.byref(out), out)
+    if q[0](q[1]) == 0:
+        ctx = q[2].value
+        if ctx:
+            return int(ctx)
+    cuda.current_context()  # numba: the primary context of the current device, made current here
+    if q[0](q[1]) != 0 or not q[2].value:
+        raise LaunchError("no CUDA context is current in this thread and numba could not make one")
     _TLS.bound = True
-    return int(_TLS.ctx_out.value)
+    return int(q[2].value)
 
 
 def bind_thread() -> None:
@@ -84,6 +87,7 @@ def bind_thread() -> None:
     if SIMULATED or getattr(_TLS, "bound", False):
         return
     context()
+    _TLS.bound = True
 
 
 class Kernel:
@@ -96,7 +100,7 @@ class Kernel:
     Contexts: a CUfunction belongs to one CUDA context (one device's). This object holds the function of the
     context it was first used in; a launch from another context (another GPU made current: `with
     cuda.gpus[i]:`, `torch.cuda.set_device(i)`; a thread bound to another GPU) goes to a sibling Kernel
-    compiled and loaded for that context (`here`), numba compiling for that device's compute capability.
+    loaded for that context (`here`): numba lowers once per signature and makes the PTX / cubin per device.
     `on_load(func)`, when given, runs once per context with the new CUfunction handle (e.g. to raise its
     shared-memory limit).
     """
@@ -113,6 +117,9 @@ class Kernel:
         # one launch at a time per Kernel: `pack` writes the shared parameter block that the launch reads
         # (the operator service calls launchers from several threads)
         self._lock = threading.Lock()
+        # making a sibling for another context (a compile: seconds for the tensor-core tiles) takes this one,
+        # so launches of this context's function never wait for another GPU's compile
+        self._others_lock = threading.Lock()
 
     # compiled lazily: importing an op module must not need a GPU (the fleet imports them for PTX builds)
     def _prepare(self) -> None:
@@ -122,42 +129,57 @@ class Kernel:
             return
         kern = self.dispatcher.compile(self.sig)
         cufunc = kern._codelibrary.get_cufunc()
-        handle = int(cufunc.handle)
-        func = ctypes.c_void_p()
-        # cuda.core loads modules as libraries, so the handle is a CUkernel; resolve it to the CUfunction of
-        # the current context (a CUkernel is also accepted by cuLaunchKernel on CUDA >= 12, the fallback)
-        rc = _driver().cuKernelGetFunction(ctypes.byref(func), ctypes.c_void_p(handle))
-        self._func = ctypes.c_void_p(func.value if rc == 0 and func.value else handle)
+        self._func = ctypes.c_void_p(self._resolve(cufunc))
         self.regs = cufunc.attrs.regs
         self.build_plan()
         self._launch = _driver().cuLaunchKernel
         self._ready = True
 
+    @staticmethod
+    def _resolve(cufunc: Any) -> int:
+        """The CUfunction of numba's compiled kernel in the current context. cuda.core loads modules as
+        libraries, so numba's handle is a CUkernel; resolved here (a CUkernel is also accepted by
+        cuLaunchKernel on CUDA >= 12: the fallback)."""
+        handle = int(cufunc.handle)
+        func = ctypes.c_void_p()
+        rc = _driver().cuKernelGetFunction(ctypes.byref(func), ctypes.c_void_p(handle))
+        return int(func.value) if rc == 0 and func.value else handle
+
     def _load(self, ctx: int) -> None:
-        """`_prepare` in the current context `ctx`, then `on_load` with its function (under the lock)."""
+        """`_prepare` in the current context `ctx`, then `on_load` with its function. On a GPU `on_load` runs
+        on the dispatcher launch path too (SOLFLEET_LAUNCH=dispatcher): numba launches that very function."""
         self._prepare()
-        if self.on_load is not None and not USE_DISPATCHER:
-            f = self._func
+        if self.on_load is not None and not (USE_DISPATCHER and SIMULATED):  # the simulator has no function
+            if USE_DISPATCHER:
+                f: Any = self._resolve(self.dispatcher.compile(self.sig)._codelibrary.get_cufunc())
+            else:
+                f = self._func
             self.on_load(int(getattr(f, "value", f) or 0))
         self._ctx = ctx
 
-    def here(self) -> Kernel:
-        """This kernel for the calling thread's current context: compiled and loaded on first use there."""
-        ctx = context()
+    def here(self, ctx: int | None = None) -> Kernel:
+        """This kernel for the current context (`ctx`, when the caller asked already): compiled and loaded on
+        first use there."""
+        if ctx is None:
+            ctx = context()
         if ctx == self._ctx and self._ready:
             return self
-        with self._lock:  # `_prepare` replaces the parameter block a launch in another thread may be packing
-            if not self._ready or self._ctx is None:
-                self._load(ctx)
-                return self
-            if ctx == self._ctx:
-                return self
-            other = self._others.get(ctx)
-            if other is None:
-                other = Kernel(self.dispatcher, self.sig, self.on_load)
-                other._load(ctx)
-                self._others[ctx] = other
-            return other
+        if not self._ready or self._ctx is None:
+            with self._lock:  # `_prepare` replaces the parameter block a launch in another thread may pack
+                if not self._ready or self._ctx is None:
+                    self._load(ctx)
+                    return self
+        if ctx == self._ctx:
+            return self
+        other = self._others.get(ctx)
+        if other is None:
+            with self._others_lock:
+                other = self._others.get(ctx)
+                if other is None:
+                    other = Kernel(self.dispatcher, self.sig, self.on_load)
+                    other._load(ctx)
+                    self._others[ctx] = other
+        return other
 
     def build_plan(self) -> None:
         """Lay out the parameter block (no GPU needed): one int64 buffer for every 8-byte parameter, one
@@ -237,8 +259,10 @@ class Kernel:
         args: Sequence[Any],
         shared: int = 0,
         stream: Any = 0,
+        ctx: int | None = None,
     ) -> None:
-        k = self.here()
+        """One launch in the current context (`ctx`: the caller's `context()` of this call, if it has it)."""
+        k = self.here(ctx)
         with k._lock:
             k._launch_locked(grid, block, args, shared, stream)
 
@@ -249,6 +273,7 @@ class Kernel:
         own = Kernel.__new__(Kernel)
         own.__dict__.update(src.__dict__)
         own._lock = threading.Lock()
+        own._others_lock = threading.Lock()
         own._others = {}  # a clone launches in its own context only: its owner is per context
         own.build_plan()
         return own
@@ -588,12 +613,13 @@ class FastCache:
     Why: issue 4's host-overhead goal (<= 10 us per op call); the checks and packing of a launcher cost
     ~5-7 us of Python per call, a hit ~1-2 us (benchmarks/notes-memory.md, "Host overhead")."""
 
-    MAX = 64
+    MAX = 64  # entries per context: one GPU's layouts never crowd out another's
 
-    __slots__ = ("_d",)
+    __slots__ = ("_d", "_n")
 
     def __init__(self) -> None:
         self._d: dict[Any, Replayable] = {}
+        self._n: dict[int, int] = {}  # entries per context
 
     def find(self, objs: tuple[Any, ...], opts: Any) -> tuple[Replayable | None, list[int]]:
         if USE_DISPATCHER:
@@ -614,9 +640,12 @@ class FastCache:
         return self._d.get(tuple(key)), ptrs
 
     def store(self, objs: tuple[Any, ...], opts: Any, bound: Replayable) -> None:
-        if USE_DISPATCHER or len(self._d) >= self.MAX:
+        if USE_DISPATCHER:
             return
-        key: list[Any] = [context(), opts]
+        ctx = context()
+        if self._n.get(ctx, 0) >= self.MAX:
+            return
+        key: list[Any] = [ctx, opts]
         acc = 0
         for o in objs:
             ex = arrays.fast_extractor(type(o))
@@ -626,10 +655,14 @@ class FastCache:
             acc |= p
             key.append((sh, st, dt))
         key.append(acc & 15)
-        self._d[tuple(key)] = bound
+        k = tuple(key)
+        if k not in self._d:
+            self._n[ctx] = self._n.get(ctx, 0) + 1
+        self._d[k] = bound
 
     def clear(self) -> None:
         self._d.clear()
+        self._n.clear()
 
 
 def _dispatchable(a: Any, t: Any) -> Any:
@@ -656,10 +689,11 @@ def kernel(dispatcher: Any, sig: str, on_load: Callable[[int], None] | None = No
     return Kernel(dispatcher, sig, on_load)
 
 
-def sm_count() -> int:
-    """Multiprocessors of the current device, asked once per context (a small fixed number under the
-    simulator)."""
-    ctx = context()
+def sm_count(ctx: int | None = None) -> int:
+    """Multiprocessors of the current device (`ctx`: its context, when the caller asked already), asked
+    once per context (a small fixed number under the simulator)."""
+    if ctx is None:
+        ctx = context()
     n = _SM.get(ctx)
     if n is None:
         n = _SM[ctx] = 4 if SIMULATED else int(cuda.get_current_device().MULTIPROCESSOR_COUNT)

@@ -3,6 +3,7 @@ arrays bit-identical; validation errors."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 
 import numpy as np
@@ -585,37 +586,69 @@ def test_prepare_refuses_what_it_cannot_hold():  # type: ignore[no-untyped-def]
 
 
 def test_prepared_call_launches_its_table_and_stays_in_its_context(monkeypatch):  # type: ignore[no-untyped-def]
-    # the lean path (driver stubbed): a prepared call hands max_norm to its table call and nothing else: it
-    # looks at no array (the list the caller passed may change afterwards), and a call from another CUDA
-    # context (GPU) than the one it was prepared in is refused
+    # the lean path (driver stubbed, the real _TableCall): a prepared call hands max_norm to its table call
+    # and looks at no array (the caller's list may change afterwards): direct launches first, one graph
+    # from the second call on, a new max_norm updated in place; its partials are its own; a call from
+    # another CUDA context (GPU) than the one it was prepared in is refused, as are arrays whose storage
+    # can move in place
     if ON_GPU:
         pytest.skip("stubbed-driver test: runs where there is no GPU")
     monkeypatch.setattr(op, "USE_DISPATCHER", False)
+    monkeypatch.setattr(launch, "USE_DISPATCHER", False)
     ctx = [0xA]
     monkeypatch.setattr(launch, "context", lambda: ctx[0])
-    launched: list[tuple[float, object]] = []
+    direct: list[tuple[int, list[int]]] = []
 
-    class _Call:
-        def __init__(self, dt, words, p_no):  # type: ignore[no-untyped-def]
-            self.rows = [(words[i + 4], words[i + 2]) for i in range(0, len(words), 7)]
-            self.p_no = p_no
+    def prepare(self):  # type: ignore[no-untyped-def]
+        self._func = 0
+        self.build_plan()
 
-        def launch(self, mx, hs):  # type: ignore[no-untyped-def]
-            launched.append((mx, hs))
+        def fake(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
+            blk = ctypes.cast(params[0], ctypes.POINTER(ctypes.c_int64))
+            direct.append((gx, [blk[i] for i in range(12)]))
+            return 0
 
-        def close(self) -> None:
-            pass
+        self._launch = fake
+        self._ready = True
 
-    monkeypatch.setattr(op, "_TableCall", _Call)
+    monkeypatch.setattr(launch.Kernel, "_prepare", prepare)
+    FakeGraph = fake_graph_class(direct)
+    monkeypatch.setattr(launch, "LaunchGraph", FakeGraph)
+    monkeypatch.setattr(launch, "capturing", lambda hs: False)  # no caller's capture on stream 0x77
     dt = np.dtype(np.float16)
     grads = [_FakeDeviceArray((1000 + 8 * i,), dt, (1 << 40) + (i << 20)) for i in range(12)]
     no = _FakeDeviceArray((1,), np.float32, 1 << 41)
     prepared = op.prepare(grads, norm_out=no)
-    assert prepared._call.rows == [((1 << 40) + (i << 20), 1000 + 8 * i) for i in range(12)]
+    other = op.prepare(grads[:10], norm_out=no)
+    call = prepared._call
+    assert call is not None and call.part.dev is not other._call.part.dev  # partials of its own
+    tab = call.tab.dev.copy_to_host()
+    assert [tuple(r) for r in tab] == [((1 << 40) + (i << 20), 1000 + 8 * i) for i in range(12)]
     grads[3] = None  # the caller's list changes: the prepared set does not
-    assert prepared(0.5) is no and prepared(2, stream=0x77) is no
-    assert launched[0] == (0.5, None) and launched[1][0] == 2.0 and launched[1][1].value == 0x77
+    assert prepared(0.5) is no and len(direct) == 2 and not FakeGraph.made  # the first call: direct
+    assert prepared(0.5, stream=0x77) is no and len(FakeGraph.made) == 1  # the second: one graph
+    assert prepared(0.25) is no and prepared(0.125) is no  # new max_norms: updated in place, no capture
+    (g,) = FakeGraph.made
+    assert g.replays == 3 and [u[0] for u in g.updates] == [1, 1] and len(direct) == 2
     ctx[0] = 0xB
     with pytest.raises(RuntimeError, match="another CUDA context"):
         prepared(0.5)
-    assert len(launched) == 2
+    assert g.replays == 3
+
+    class _TorchLike:  # an object with __cuda_array_interface__ whose storage its owner may replace
+        def __init__(self, ptr: int) -> None:
+            self.ptr = ptr
+
+        @property
+        def __cuda_array_interface__(self) -> dict[str, object]:
+            return {
+                "shape": (64,),
+                "typestr": "<f2",
+                "data": (self.ptr, False),
+                "strides": None,
+                "version": 3,
+            }
+
+    _TorchLike.__module__ = "torch"
+    with pytest.raises(ValueError, match=r"grads\[1\]: prepare takes numba or CuPy device arrays"):
+        op.prepare([grads[0], _TorchLike(1 << 42)], norm_out=no)

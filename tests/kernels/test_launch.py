@@ -474,6 +474,15 @@ def test_kernel_selection_follows_each_devices_architecture(two_contexts, monkey
         current[0] = ctx
         got.append((gemm.resolve_path("auto", f16), mma.available(), wgmma.available()))
     assert got == [("wgmma", True, True), ("mma", True, False)] * 2
+    from kernels.ops import linear
+
+    monkeypatch.setattr(linear, "SIMULATED", False)
+    monkeypatch.setattr(linear, "_RESOLVED", {})
+    picked = []
+    for ctx in (0xA, 0xB, 0xA):
+        current[0] = ctx
+        picked.append(linear._resolve("auto", f16))
+    assert picked == ["wgmma", "portable", "wgmma"]
     current[0] = 0xB
     with pytest.raises(RuntimeError, match="sm_90a"):
         wgmma._kernel(wgmma.key_of(f16, False, False, False), wgmma.DEFAULT)
@@ -513,3 +522,145 @@ def test_graph_node_update_builds_its_parameters_once(monkeypatch):  # type: ign
         (0xF01, 132, 256, ctypes.addressof(kerns[1]._params)),
     ]
     assert seen[3][1:3] == (0xF00, 264)
+
+
+def test_context_asks_the_driver_and_binds_numbas_context_in_a_thread_that_has_none(monkeypatch):  # type: ignore[no-untyped-def]
+    # the real launch.context() over a stub cuCtxGetCurrent (a C-callable that writes each thread's current
+    # context): a thread with one gets it back without numba; a thread with none gets numba's bound first
+    # (once); a thread where numba cannot bind one either gets one clear error
+    import threading
+
+    if ON_GPU:
+        pytest.skip("stubbed-driver test: runs where there is no GPU")
+    current = threading.local()  # each thread's current context (the callback runs in the calling thread)
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+    def get_current(out):  # type: ignore[no-untyped-def]
+        ctypes.cast(out, ctypes.POINTER(ctypes.c_void_p))[0] = getattr(current, "ctx", 0) or None
+        return 0
+
+    class _Lib:
+        cuCtxGetCurrent = get_current
+
+    asked: list[int] = []
+
+    def numba_binds() -> None:
+        asked.append(threading.get_ident())
+        if len(asked) == 1:  # numba binds in the first worker only
+            current.ctx = 0xC0
+
+    monkeypatch.setattr(launch, "SIMULATED", False)
+    monkeypatch.setattr(launch, "_libcuda", _Lib())
+    monkeypatch.setattr(launch, "_TLS", threading.local())  # no out-parameter left from another test
+    monkeypatch.setattr(launch.cuda, "current_context", numba_binds)
+    current.ctx = 0xA
+    assert launch.context() == 0xA and launch.context() == 0xA and not asked
+    seen: list[object] = []
+
+    def worker() -> None:
+        try:
+            seen.append(launch.context())
+            seen.append(launch.context())
+        except launch.LaunchError as e:
+            seen.append(str(e))
+
+    for _ in range(2):
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+    assert seen[:2] == [0xC0, 0xC0] and len(asked) == 2  # bound once in the first worker
+    assert "no CUDA context is current in this thread" in str(seen[2])
+
+
+def test_device_facts_and_buffers_are_kept_per_context(two_contexts, monkeypatch):  # type: ignore[no-untyped-def]
+    # two GPUs of different sizes: SM counts (and the persistent grids made from them), workspaces, bias
+    # placeholders and occupancy are each context's own
+    from numba import cuda as numba_cuda
+
+    from kernels.ops import cast_fp8, clip_grad_norm, gemm, linear
+
+    current, _ = two_contexts
+    sms = {0xA: 132, 0xB: 108}
+
+    class _Dev:
+        @property
+        def MULTIPROCESSOR_COUNT(self) -> int:  # noqa: N802  (numba's name)
+            return sms[current[0]]
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)
+    def occupancy(out, func, block, shared):  # type: ignore[no-untyped-def]
+        ctypes.cast(out, ctypes.POINTER(ctypes.c_int))[0] = 8 if (func >> 32) == 0xA else 3
+        return 0
+
+    class _Lib:
+        cuOccupancyMaxActiveBlocksPerMultiprocessor = occupancy
+
+    monkeypatch.setattr(launch, "SIMULATED", False)
+    monkeypatch.setattr(clip_grad_norm, "SIMULATED", False)
+    monkeypatch.setattr(launch, "_libcuda", _Lib())
+    monkeypatch.setattr(numba_cuda, "get_current_device", _Dev)
+    cleared = {launch: ("_SM",), clip_grad_norm: ("_grids", "_workspaces"), cast_fp8: ("_workspaces",),
+               gemm: ("_PLACEHOLDERS",), linear: ("_PLACEHOLDERS",)}  # fmt: skip
+    for mod, names in cleared.items():
+        for name in names:
+            monkeypatch.setattr(mod, name, {})
+    f32 = np.dtype(np.float32)
+    cfg = clip_grad_norm.TWO_PASS_DEFAULT[f32]
+    k = launch.Kernel(rmsnorm._K.stream_fns[F32], "void(float32[::1])")
+    got = {}
+    for ctx in (0xA, 0xB, 0xA):
+        current[0] = ctx
+        got.setdefault(ctx, []).append(
+            (
+                launch.sm_count(),
+                clip_grad_norm.two_pass_grid(f32, cfg, "norm"),
+                clip_grad_norm._accumulator(),
+                cast_fp8._workspace_for(None, 16, ctx),
+                gemm._placeholder_1d(f32),
+                linear._placeholder(np.dtype(np.float16)),
+                k.resident_blocks(256),
+            )
+        )
+    (a1, a2), (b,) = got[0xA], got[0xB]
+    assert (
+        a1[0] == 132
+        and b[0] == 108
+        and a1[1] == 132 * cfg.norm_blocks_per_sm
+        and b[1] == 108 * cfg.norm_blocks_per_sm
+    )
+    assert a1[6] == 8 and b[6] == 3
+    for i in range(2, 6):  # the same buffer again in A, another one in B
+        assert a1[i] is a2[i] and a1[i] is not b[i], i
+
+
+def test_fast_cache_bound_is_per_context(two_contexts, monkeypatch):  # type: ignore[no-untyped-def]
+    # FastCache keeps at most MAX layouts per context: a GPU that filled its share leaves another its own
+    current, _ = two_contexts
+    monkeypatch.setattr(launch.FastCache, "MAX", 2)
+    cache = launch.FastCache()
+    arrays_of = [(_FakeDeviceArray((4, n), np.float32, 0x1000),) for n in (16, 32, 48)]
+    for objs in arrays_of:
+        cache.store(objs, "opts", f"bound{objs[0].shape[1]}")  # type: ignore[arg-type]
+    assert [cache.find(o, "opts")[0] for o in arrays_of] == ["bound16", "bound32", None]
+    current[0] = 0xB
+    cache.store(arrays_of[2], "opts", "boundB")  # type: ignore[arg-type]
+    assert cache.find(arrays_of[2], "opts")[0] == "boundB" and cache.find(arrays_of[0], "opts")[0] is None
+
+
+def test_clip_drops_only_its_own_contexts_tables(two_contexts, monkeypatch):  # type: ignore[no-untyped-def]
+    # the device tables are bounded per context, and a full context drops its own oldest table after
+    # draining its own queue: never another GPU's, which that drain does not cover
+    from kernels.ops import clip_grad_norm as clip
+
+    current, _ = two_contexts
+    monkeypatch.setattr(clip, "TABLES_MAX", 2)
+    monkeypatch.setattr(clip, "_tables", {})
+    f32 = np.dtype(np.float32)
+    cfg = clip.TWO_PASS_DEFAULT[f32]
+    current[0] = 0xB
+    clip._table_of(f32, cfg, ((0xB000, 64),))
+    current[0] = 0xA
+    for base in (0x1000, 0x2000, 0x3000):
+        clip._table_of(f32, cfg, ((base, 64),))
+    kept = sorted((k[0], k[3][0][0]) for k in clip._tables)
+    assert kept == [(0xA, 0x2000), (0xA, 0x3000), (0xB, 0xB000)]
