@@ -21,16 +21,12 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.solfleet_artifact import (
-    StackThenKernels,
     check_cc,
     check_files,
     check_stack,
     read_manifest,
-    require_stack,
-    requirements_of,
     safe_unpack,
     sha256_file,
-    stack_want,
 )
 from ansible.module_utils.solfleet_kernels import KernelsRun, health_env, run_kernels, verify_summary
 from ansible.module_utils.solfleet_layout import (
@@ -103,7 +99,6 @@ options:
 KEEP_FAILED_RELEASES = 1
 ARTIFACT_RECORD = "artifact.json"  # in releases/V/verify/: which artifact sha256 this release came from
 BENCH_RECORD = "bench.json"  # in releases/V/verify/: the node's bench of the release (performance gates)
-STACK_TIMEOUT_S = 30.0  # the stack probe's report (as check_stack's default)
 
 # What a controller Ctrl-C (or a dropped SSH session) delivers to the module: ansible-playbook's cancel, with
 # connection local, reaches this process as SIGINT/SIGHUP/SIGTERM.
@@ -135,8 +130,6 @@ class Deployment:
         self.layout = NodeLayout(params["root"], params["node"], params["simulated"])
         self.phases: dict[str, float] = {}
         self.changed = False
-        # verify's interpreter, started by _stage for the stack check and waiting for the word to go on
-        self._verifier: StackThenKernels | None = None
         # set once this run has journaled its own failure, so main() adds a `refused` line only when not
         self.journaled_failure = False
         self.result: dict[str, Any] = {
@@ -204,12 +197,6 @@ class Deployment:
             # health checks the GPUs against the spec and refreshes <root>/metrics/solfleet.prom
             extra_env=health_env(self.layout.root, self.p) if command == "health" else None,
         )
-
-    def close(self) -> None:
-        """End a verify process still waiting for its word (a failure between stage and verify)."""
-        if self._verifier is not None:
-            self._verifier.stop()
-            self._verifier = None
 
     def finish_state(self) -> dict[str, Any]:
         state = self.layout.state()
@@ -413,6 +400,8 @@ class Deployment:
                     f"MANIFEST.json version {manifest.get('version')!r} is not {version!r}",
                 )
             check_files(partial, manifest)
+            # in the very environment verify will run in (the release on PYTHONPATH, nothing inherited)
+            check_stack(manifest, self.p["python"], **self._stack_env(partial))
             check_cc(manifest, self.p["gpu_cc"], self.p["simulated"])
             os.makedirs(os.path.join(partial, VERIFY_DIR))
             with open(os.path.join(partial, VERIFY_DIR, ARTIFACT_RECORD), "w", encoding="utf-8") as fh:
@@ -421,27 +410,6 @@ class Deployment:
         except BaseException:
             self.layout.remove_release_tree(partial)
             raise
-        # The stack pins, in the very environment and interpreter verify will run in (the release on
-        # PYTHONPATH, nothing inherited): the probe runs first in verify's own process, which waits for
-        # the word to go on (one Python start for both). Refused: the process ends before importing
-        # anything of the release, and the release goes (a kill before this point leaves it unverified:
-        # the next run removes it).
-        verifier = None
-        try:
-            verifier = StackThenKernels(
-                python=self.p["python"],
-                want=stack_want(requirements_of(manifest.get("stack") or {})),
-                command="verify",
-                args=["--ops", self.p["verify_ops"]] if self.p["verify_ops"] else [],
-                **self._stack_env(release),
-            )
-            require_stack(manifest.get("stack") or {}, verifier.stack(STACK_TIMEOUT_S), self.p["python"])
-        except BaseException:
-            if verifier is not None:
-                verifier.stop()
-            self.layout.remove_release_tree(release)
-            raise
-        self._verifier = verifier
         self.changed = True
         self.journal("staged", version, f"unpacked and checked {len(manifest['files'])} files")
         self.timed("unpack_check", start)
@@ -450,12 +418,8 @@ class Deployment:
     def _verify(self, version: str, release: str) -> None:
         start = time.monotonic()
         args = ["--ops", self.p["verify_ops"]] if self.p["verify_ops"] else []
-        verifier, self._verifier = self._verifier, None
         try:
-            if verifier is not None:  # started by _stage, its stack checked: say go
-                run = verifier.run(self.p["verify_timeout_s"], "verify")
-            else:
-                run = self.kernels("verify", release, args, self.p["verify_timeout_s"], "verify")
+            run = self.kernels("verify", release, args, self.p["verify_timeout_s"], "verify")
         except NodeError as exc:
             self.layout.remove_release_tree(release)
             self.journal("failed", version, exc.message)
@@ -791,8 +755,6 @@ def main() -> None:
         else:
             deployment.deploy()
     except Exception as exc:  # noqa: BLE001  every failure must come back as the contract's result
-        if deployment is not None:
-            deployment.close()
         error = (
             exc
             if isinstance(exc, NodeError)

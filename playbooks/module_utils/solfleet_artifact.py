@@ -6,20 +6,17 @@ Stdlib only (runs under the node's Python). What is checked is written down in d
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import hashlib
 import json
 import os
-import select
 import shutil
 import stat
 import subprocess
 import tarfile
-import time
 import zlib
 
-from ansible.module_utils.solfleet_kernels import KernelsRun, kernels_env, kernels_result
+from ansible.module_utils.solfleet_kernels import kernels_env
 from ansible.module_utils.solfleet_layout import VERIFY_DIR, NodeError
 
 MANIFEST = "MANIFEST.json"
@@ -38,7 +35,7 @@ _MODULES = {"pyyaml": "yaml", "nvidia-ml-py": "pynvml"}
 
 # The same probe as fleet/stack.py PROBE: the version of the distribution that `import <module>` would load
 # (its dist-info next to the module), so a shadowed package is reported as the one that actually loads.
-_PROBE_BODY = r"""
+_PROBE = r"""
 import importlib.metadata as m, importlib.util as u, json, os, re, sys
 want = json.loads(sys.argv[1])
 out = {"python": "%d.%d.%d" % sys.version_info[:3]}
@@ -62,26 +59,8 @@ def version(dist, module):
         return None
 for key, (dist, module) in want.items():
     out[key] = version(dist, module)
+print(json.dumps(out))
 """
-_PROBE = _PROBE_BODY + "print(json.dumps(out))\n"
-
-# The probe, then one kernels command in the same interpreter (StackThenKernels): it prints the stack on one
-# line, waits for the module's word on stdin, and runs `python -m kernels <argv[2:]>` in place when the word
-# is "go" (any other word, or a closed stdin: exit 3, nothing imported). One Python start per deploy where
-# the stack check and verify each started their own; the probe reads no more than it did alone (no numba
-# import before the word), so a refused stack still runs none of the release's code.
-_PROBE_THEN_KERNELS = (
-    _PROBE_BODY
-    + r"""
-sys.stdout.write(json.dumps(out) + "\n")
-sys.stdout.flush()
-if sys.stdin.readline().strip() != "go":
-    sys.exit(3)
-import runpy
-sys.argv = ["kernels"] + sys.argv[2:]
-runpy.run_module("kernels", run_name="__main__", alter_sys=True)
-"""
-)
 
 
 def sha256_file(path: str) -> str:
@@ -266,7 +245,9 @@ def node_stack(
 ) -> dict:
     """Versions of python and the pinned packages as `python -m kernels` will see them: the same clean
     environment (solfleet_kernels.kernels_env) and, when `release` is given, the same cwd and PYTHONPATH."""
-    want = stack_want(requirements)
+    want = dict(STACK_DISTS)
+    for dist in requirements or {}:
+        want[dist] = (dist, _MODULES.get(dist, dist.replace("-", "_")))
     env = kernels_env(release, cache_dir or os.path.join(os.sep, "tmp"), simulated, config=config)
     try:
         proc = subprocess.run(
@@ -323,105 +304,10 @@ def check_stack(
         config=config,
         requirements=requirements_of(pins),
     )
-    require_stack(pins, actual, python)
-    return actual
-
-
-def stack_want(requirements: dict | None) -> dict:
-    """What the probe asks for, distribution -> (name, top-level module): the stack pins' distributions and
-    the manifest's requirements (`requirements_of(manifest["stack"])`)."""
-    want = dict(STACK_DISTS)
-    for dist in requirements or {}:
-        want[dist] = (dist, _MODULES.get(dist, dist.replace("-", "_")))
-    return want
-
-
-def require_stack(pins: dict, actual: dict, python: str) -> None:
-    """NodeError(stack_check) naming the first pin `actual` (what the probe saw) does not meet."""
     why = stack_difference(pins, actual)
     if why:
         raise NodeError("stack_check", "refused", f"{why} (as {python} sees it, in the verify environment)")
-
-
-class StackThenKernels:
-    """`<python> -c _PROBE_THEN_KERNELS`: the stack check and then one kernels command (verify) in one
-    interpreter, in kernels_env of `release` (the environment node_stack and run_kernels use), cwd the
-    release. `stack(timeout_s)` reads the probe's line; `run(timeout_s, phase)` says "go" and returns what
-    run_kernels would; `stop()` ends a process that must not go on (the stack was refused)."""
-
-    def __init__(self, *, python: str, release: str, want: dict, command: str, args: list[str],
-                 cache_dir: str, simulated: bool, config: str | None = None) -> None:  # fmt: skip
-        self.python, self.command = python, command
-        self._out, self._err = b"", b""
-        argv = [python, "-c", _PROBE_THEN_KERNELS, json.dumps(want), command, "--json", *args]
-        env = kernels_env(release, cache_dir, simulated, config=config)
-        try:
-            self.proc = subprocess.Popen(
-                argv, cwd=release, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )  # fmt: skip
-        except OSError as exc:
-            raise NodeError("stack_check", "refused", f"cannot run solfleet_python {python}: {exc}") from None
-
-    def stack(self, timeout_s: float) -> dict:
-        """The probe's versions; NodeError(stack_check) when it fails, ends or says nothing in time."""
-        proc = self.proc
-        assert proc.stdout is not None and proc.stderr is not None
-        fds = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self._out:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.stop()
-                raise NodeError(
-                    "stack_check",
-                    "refused",
-                    f"solfleet_python {self.python}: no stack report in {timeout_s:g} s",
-                )
-            ready, _, _ = select.select(list(fds), [], [], left)
-            for fd in ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    fds.pop(fd)
-                elif fds[fd] == "out":
-                    self._out += chunk
-                else:
-                    self._err += chunk
-            if not fds or (proc.stdout.fileno() not in fds and b"\n" not in self._out):
-                self.stop()
-                tail = (self._err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-                raise NodeError("stack_check", "refused", f"solfleet_python {self.python} failed: {tail}")
-        line, self._out = self._out.split(b"\n", 1)
-        try:
-            seen = json.loads(line)
-        except ValueError:
-            seen = None
-        if not isinstance(seen, dict):
-            self.stop()
-            raise NodeError(
-                "stack_check", "refused", f"solfleet_python {self.python}: unreadable stack report"
-            )
-        return seen
-
-    def run(self, timeout_s: float, phase: str) -> KernelsRun:
-        """Say "go" and wait for the kernels command; a timeout raises NodeError(phase), as run_kernels."""
-        try:
-            out, err = self.proc.communicate(b"go\n", timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            raise NodeError(
-                phase, f"{phase}_failed", f"kernels {self.command} timed out after {timeout_s:g} s"
-            ) from None
-        stdout = (self._out + out).decode(errors="replace")
-        stderr = (self._err + err).decode(errors="replace")
-        return kernels_result(self.command, self.proc.returncode, stdout, stderr)
-
-    def stop(self) -> None:
-        """End the process (it is waiting for its word, or past a deadline) and reap it."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.communicate(timeout=10)
+    return actual
 
 
 def manifest_ccs(manifest: dict) -> list[str]:

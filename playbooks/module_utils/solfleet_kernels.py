@@ -130,21 +130,15 @@ def run_kernels(
         raise NodeError(
             phase, f"{phase}_failed", f"cannot run {python} -m kernels {command}: {exc}"
         ) from None
-    return kernels_result(command, proc.returncode, proc.stdout, proc.stderr)
-
-
-def kernels_result(command: str, rc: int, stdout: str, stderr: str) -> KernelsRun:
-    """A finished kernels command's KernelsRun: its JSON report (stdout) and, when it failed, why."""
     data: dict | None = None
     try:
-        parsed = json.loads(stdout)
+        parsed = json.loads(proc.stdout)
         data = parsed if isinstance(parsed, dict) else None
     except ValueError:
         data = None
-    if rc == 0 and data is not None and data.get("ok") is True:
-        return KernelsRun(rc, data, "ok")
-    done = subprocess.CompletedProcess([command], rc, stdout, stderr)
-    return KernelsRun(rc, data, f"kernels {command} failed: {failure_reason(done, data)}")
+    if proc.returncode == 0 and data is not None and data.get("ok") is True:
+        return KernelsRun(proc.returncode, data, "ok")
+    return KernelsRun(proc.returncode, data, f"kernels {command} failed: {failure_reason(proc, data)}")
 
 
 HEALTH_PARAMS = ("gpu_count", "gpu_model", "gpu_cc", "stack_driver", "stack_cuda")
