@@ -31,7 +31,6 @@ Three strategies (`PATHS`):
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import math
@@ -190,9 +189,8 @@ def _empty(dt: np.dtype) -> Operand:
     if op is None:
         dev = cuda.device_array(1, dtype=dt)
         ptr = 0 if SIMULATED else int(dev.device_ctypes_pointer.value or 0)
-        op = _empty_arrays[key] = Operand(
-            f"empty_{dt.name}", ptr, (0,), (dt.itemsize,), dt, dev[:0], None, dev[:0]
-        )
+        new = Operand(f"empty_{dt.name}", ptr, (0,), (dt.itemsize,), dt, dev[:0], None, dev[:0])
+        op = _empty_arrays.setdefault(key, new)  # racing threads all get the one kept
     return op
 
 
@@ -651,13 +649,15 @@ def _table_of(
         i64 = np.dtype(np.int64)
         ptr = 0 if SIMULATED else address_of(dev)
         hit = (Operand("table", ptr, (len(rows), 2), (16, 8), i64, dev, None, dev), tiles_q, tiles_c)
-        mine = [k for k in _tables if k[0] == key[0]]  # this context's tables, oldest first
+        # this context's tables, oldest first: from a snapshot (tuple() copies the keys in one step, while
+        # threads of other GPUs may add or drop theirs)
+        mine = [k for k in tuple(_tables) if k[0] == key[0]]
         if len(mine) >= TABLES_MAX:
             # no queued launch may still read a table dropped here (any allocator): the drain covers this
             # context, which is why only its own tables are dropped
             cuda.synchronize()
             for old in mine[: len(mine) - TABLES_MAX + 1]:
-                del _tables[old]
+                _tables.pop(old, None)
     _tables[key] = hit  # (re)inserted last: the most recently used
     return hit
 
@@ -965,9 +965,11 @@ def _table_fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream:
             refs = [weakref.ref(o, drop) for o in objs]
         except TypeError:  # a type without weak references: no lean call
             return False
-        mine = [k for k in _table_calls if k[0] == key[0]]  # this context's, oldest first
+        mine = [k for k in tuple(_table_calls) if k[0] == key[0]]  # this context's, oldest first (a snapshot)
         for old in mine[: max(0, len(mine) - TABLE_CALLS_MAX + 1)]:
-            _table_calls.pop(old)[0].close()
+            gone = _table_calls.pop(old, None)  # (a weakref callback may have dropped it meanwhile)
+            if gone is not None:
+                gone[0].close()
         hit = _table_calls[key] = (entry, refs)
     h = stream if type(stream) is int else _stream_handle(stream)
     hit[0].launch(mx, ctypes.c_void_p(h) if h else None)
@@ -1178,10 +1180,13 @@ class PreparedClip:
             self._call.close()
 
     def __del__(self) -> None:
-        if sys.is_finalizing():  # the driver may be gone: the process exit frees everything
-            return
-        with contextlib.suppress(Exception):  # a collector thread without a context, a closed driver
-            self.close()
+        # not at interpreter exit (the driver, even `sys`, may be gone: the exit frees everything), and
+        # never raising (a collector thread without a context, a closed driver)
+        try:
+            if not sys.is_finalizing():
+                self.close()
+        except Exception:  # noqa: BLE001, S110
+            pass
 
 
 def prepare(grads: Sequence[Any], *, norm_out: Any = None) -> PreparedClip:

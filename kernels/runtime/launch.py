@@ -147,7 +147,9 @@ class Kernel:
 
     def _load(self, ctx: int) -> None:
         """`_prepare` in the current context `ctx`, then `on_load` with its function. On a GPU `on_load` runs
-        on the dispatcher launch path too (SOLFLEET_LAUNCH=dispatcher): numba launches that very function."""
+        on the dispatcher launch path too (SOLFLEET_LAUNCH=dispatcher): numba launches that very function.
+        `_ctx` is cleared first: no thread takes this Kernel as ready for a context while it (re)loads."""
+        self._ctx = None
         self._prepare()
         if self.on_load is not None and not (USE_DISPATCHER and SIMULATED):  # the simulator has no function
             if USE_DISPATCHER:

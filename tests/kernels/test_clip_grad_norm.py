@@ -636,14 +636,14 @@ def test_prepared_call_launches_its_table_and_stays_in_its_context(monkeypatch):
     assert g.replays == 3
 
     class _TorchLike:  # an object with __cuda_array_interface__ whose storage its owner may replace
-        def __init__(self, ptr: int) -> None:
-            self.ptr = ptr
+        def __init__(self, ptr: int, shape: tuple[int, ...] = (64,), typestr: str = "<f2") -> None:
+            self.ptr, self.shape, self.typestr = ptr, shape, typestr
 
         @property
         def __cuda_array_interface__(self) -> dict[str, object]:
             return {
-                "shape": (64,),
-                "typestr": "<f2",
+                "shape": self.shape,
+                "typestr": self.typestr,
                 "data": (self.ptr, False),
                 "strides": None,
                 "version": 3,
@@ -652,3 +652,5 @@ def test_prepared_call_launches_its_table_and_stays_in_its_context(monkeypatch):
     _TorchLike.__module__ = "torch"
     with pytest.raises(ValueError, match=r"grads\[1\]: prepare takes numba or CuPy device arrays"):
         op.prepare([grads[0], _TorchLike(1 << 42)], norm_out=no)
+    with pytest.raises(ValueError, match=r"norm_out: prepare takes numba or CuPy device arrays"):
+        op.prepare([grads[0]], norm_out=_TorchLike(1 << 43, (1,), "<f4"))

@@ -171,6 +171,8 @@ def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
         # (module-level Kernels, dicts of them, and those an op's kernel table such as rows.RowKernels holds)
         for k in _kernels_in(list(vars(mod).values())):
             monkeypatch.setattr(k, "_ready", False)
+            monkeypatch.setattr(k, "_ctx", None)  # and no context's function or sibling from another test
+            monkeypatch.setattr(k, "_others", {})
     return calls
 
 
@@ -664,3 +666,126 @@ def test_clip_drops_only_its_own_contexts_tables(two_contexts, monkeypatch):  # 
         clip._table_of(f32, cfg, ((base, 64),))
     kept = sorted((k[0], k[3][0][0]) for k in clip._tables)
     assert kept == [(0xA, 0x2000), (0xA, 0x3000), (0xB, 0xB000)]
+
+
+def test_on_load_runs_per_context_on_the_dispatcher_path_of_a_gpu(monkeypatch):  # type: ignore[no-untyped-def]
+    # SOLFLEET_LAUNCH=dispatcher on a real GPU: numba launches the kernel, but its function still needs
+    # on_load (mma / wgmma raise their shared-memory limit there): resolved from numba's compiled kernel,
+    # once per context; nothing on the simulator's dispatcher path
+    if ON_GPU:
+        pytest.skip("stubbed-driver test: runs where there is no GPU")
+    ctx = [0xA]
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    def kernel_get_function(out, handle):  # type: ignore[no-untyped-def]
+        ctypes.cast(out, ctypes.POINTER(ctypes.c_void_p))[0] = (ctx[0] << 16) | handle
+        return 0
+
+    class _Lib:
+        cuKernelGetFunction = kernel_get_function
+
+    class _Compiled:
+        class _codelibrary:  # noqa: N801  (numba's attribute)
+            @staticmethod
+            def get_cufunc() -> object:
+                return type("CuFunc", (), {"handle": 0x77})()
+
+    class _Dispatcher:
+        @staticmethod
+        def compile(sig: str) -> object:
+            return _Compiled
+
+    monkeypatch.setattr(launch, "USE_DISPATCHER", True)
+    monkeypatch.setattr(launch, "SIMULATED", False)
+    monkeypatch.setattr(launch, "_libcuda", _Lib())
+    monkeypatch.setattr(launch, "context", lambda: ctx[0])
+    loaded: list[int] = []
+    k = launch.Kernel(_Dispatcher, "void(int64)", on_load=loaded.append)
+    for c in (0xA, 0xB, 0xA, 0xB):
+        ctx[0] = c
+        k.here()
+    assert loaded == [(0xA << 16) | 0x77, (0xB << 16) | 0x77]
+    monkeypatch.setattr(launch, "SIMULATED", True)
+    sim = launch.Kernel(_Dispatcher, "void(int64)", on_load=loaded.append)
+    sim.here()
+    assert len(loaded) == 2  # the simulator has no function to hand over
+
+
+def test_compiling_for_another_gpu_never_holds_up_launches_on_the_first(two_contexts, stubbed, monkeypatch):  # type: ignore[no-untyped-def]
+    # a worker thread bound to GPU B compiles this kernel's sibling (seconds for the tensor-core tiles):
+    # meanwhile launches of the same kernel on GPU A go ahead
+    import threading
+
+    current, _ = two_contexts
+    per_thread = threading.local()
+    monkeypatch.setattr(launch, "context", lambda: getattr(per_thread, "ctx", 0xA))
+    stub = launch.Kernel._prepare
+    compiling, finish = threading.Event(), threading.Event()
+
+    def prepare(self):  # type: ignore[no-untyped-def]
+        if getattr(per_thread, "ctx", 0xA) == 0xB:
+            compiling.set()
+            finish.wait(10)
+        stub(self)
+
+    monkeypatch.setattr(launch.Kernel, "_prepare", prepare)
+    k = launch.Kernel(rmsnorm._K.stream_fns[F32], "void(" + ", ".join(["int64"] * 9) + ")")
+    k.launch(1, 32, tuple(range(9)))  # loaded for A
+    done = threading.Event()
+
+    def on_b() -> None:
+        per_thread.ctx = 0xB
+        k.launch(1, 32, tuple(range(9)))
+        done.set()
+
+    t = threading.Thread(target=on_b)
+    t.start()
+    try:
+        assert compiling.wait(10)
+        ran = threading.Event()
+        a = threading.Thread(target=lambda: (k.launch(2, 32, tuple(range(9))), ran.set()))
+        a.start()
+        assert ran.wait(5), "a launch on GPU A waited for GPU B's compile"
+        assert not done.is_set()
+    finally:
+        finish.set()
+        t.join(10)
+    assert done.is_set() and len(stubbed) == 3
+
+
+def test_fast_cache_counts_each_layout_once(two_contexts, monkeypatch):  # type: ignore[no-untyped-def]
+    # storing a layout again replaces it without using up the context's share; clear() empties the shares
+    monkeypatch.setattr(launch.FastCache, "MAX", 2)
+    cache = launch.FastCache()
+    a, b = (_FakeDeviceArray((4, n), np.float32, 0x1000) for n in (16, 32))
+    cache.store((a,), "opts", "first")  # type: ignore[arg-type]
+    cache.store((a,), "opts", "again")  # type: ignore[arg-type]
+    cache.store((b,), "opts", "second")  # type: ignore[arg-type]
+    assert cache.find((a,), "opts")[0] == "again" and cache.find((b,), "opts")[0] == "second"
+    cache.clear()
+    cache.store((b,), "opts", "x")  # type: ignore[arg-type]
+    cache.store((a,), "opts", "y")  # type: ignore[arg-type]
+    assert cache.find((a,), "opts")[0] == "y" and cache.find((b,), "opts")[0] == "x"
+
+
+def test_clip_bounds_its_lean_table_calls_per_context(two_contexts, monkeypatch):  # type: ignore[no-untyped-def]
+    # the lean table calls (one per set of arrays) are bounded per context: a new set on GPU A drops A's
+    # oldest, never B's
+    from kernels.ops import clip_grad_norm as clip
+
+    current, _ = two_contexts
+    monkeypatch.setattr(clip, "USE_DISPATCHER", False)
+    monkeypatch.setattr(clip, "TABLE_CALLS_MAX", 1)
+    for name in ("_table_calls", "_tables", "_buffers", "_grids"):
+        monkeypatch.setattr(clip, name, {})
+    norm = _FakeDeviceArray((1,), np.float32, 0x7000000)
+
+    def grads(base: int) -> list[_FakeDeviceArray]:
+        return [_FakeDeviceArray((64,), np.float32, base + 0x10000 * i) for i in range(clip.SLOTS + 1)]
+
+    sets = {"a1": grads(0x1000000), "b1": grads(0x2000000), "a2": grads(0x3000000)}
+    for name, ctx in (("a1", 0xA), ("b1", 0xB), ("a2", 0xA)):
+        current[0] = ctx
+        assert clip.clip_grad_norm(sets[name], 1.0, norm_out=norm, path="table") is norm
+    kept = {(k[0], k[1]) for k in clip._table_calls}
+    assert kept == {(0xB, id(sets["b1"][0])), (0xA, id(sets["a2"][0]))}
