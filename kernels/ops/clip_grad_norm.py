@@ -174,7 +174,6 @@ _SUMSQ: dict[np.dtype, Kernel] = {dt: kernel(_sumsq[dt], s) for dt, s in _SUMSQ_
 _SCALE: dict[np.dtype, Kernel] = {dt: kernel(_scale[dt], s) for dt, s in _SCALE_SIGS.items()}
 # Device memory and device facts are per CUDA context (kernels.runtime.launch.context: each GPU's own); every
 # cache below that holds either is keyed by the context first.
-_workspaces: dict[int, Operand] = {}
 
 
 SLOTS = 8  # arrays per two_pass launch; more than that takes the per_array path
@@ -1055,13 +1054,9 @@ def _fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream: Any, 
 
 
 def _accumulator() -> Operand:
-    """One float64 device scalar, reused by every call: calls on one stream are ordered, so reuse is safe;
-    callers running clip_grad_norm on several streams at once pass their own `workspace`. One per context."""
-    ctx = _launch.context()
-    ws = _workspaces.get(ctx)
-    if ws is None:
-        ws = _workspaces[ctx] = arrays.empty_like_device("workspace", (1,), np.dtype(np.float64))
-    return ws
+    """One float64 device scalar per context, reused by every call: calls on one stream are ordered, so reuse
+    is safe; callers running clip_grad_norm on several streams at once pass their own `workspace`."""
+    return _buffer("workspace", 1, np.float64)
 
 
 def _tiles(n: int, unroll: int) -> int:

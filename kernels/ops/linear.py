@@ -28,12 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from kernels.ops.gemm import portable, wgmma
+from kernels.ops.gemm import _placeholder_1d, portable, resolved_on_device, wgmma
 from kernels.ops.gemm import select_path as _gemm_select
 from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
-from kernels.runtime import launch as _launch
-from kernels.runtime.arrays import BF16, SIMULATED, HostSync, Operand
+from kernels.runtime.arrays import BF16, SIMULATED, HostSync
 from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import FastCache, kernel
 
@@ -85,28 +84,11 @@ def _portable(has_bias: bool, act: str, dt: np.dtype) -> Any:
     return kernel(portable.make_linear_kernel(has_bias, act, dt == BF16), sig)
 
 
-_PLACEHOLDERS: dict[tuple[int, np.dtype], Operand] = {}
-
-
-def _placeholder(dt: np.dtype) -> Operand:
-    """A one-element device array standing for an absent bias, one per context and dtype (never read)."""
-    key = (_launch.context(), dt)
-    op = _PLACEHOLDERS.get(key)
-    if op is None:
-        op = _PLACEHOLDERS[key] = arrays.empty_like_device("bias", (1,), dt)
-    return op
-
-
 _RESOLVED: dict[tuple[int, str, np.dtype], str] = {}  # by context: its device's compute capability decides
 
 
 def _resolve(path: str, dt: np.dtype) -> str:
-    key = (_launch.context(), path, dt)
-    hit = _RESOLVED.get(key)
-    if hit is None:
-        cc = None if SIMULATED else compute_capability()
-        hit = _RESOLVED[key] = select_path(path=path, dtype=dt, cc=cc, simulated=SIMULATED)
-    return hit
+    return resolved_on_device(_RESOLVED, select_path, path, dt)
 
 
 def linear(
@@ -176,7 +158,7 @@ def linear(
         kern = _portable(bo is not None, activation, xo.dtype)
         pt = portable.PT
         grid, block = ((n + pt - 1) // pt, (m + pt - 1) // pt), (pt, pt)
-        bias_op = bo if bo is not None else _placeholder(xo.dtype)
+        bias_op = bo if bo is not None else _placeholder_1d(xo.dtype)
         args = (x2, wo, bias_op, o2, m, n, k)
         kern.launch(grid, block, args, stream=stream)
         if keep:

@@ -76,7 +76,6 @@ def context() -> int:
     cuda.current_context()  # numba: the primary context of the current device, made current here
     if q[0](q[1]) != 0 or not q[2].value:
         raise LaunchError("no CUDA context is current in this thread and numba could not make one")
-    _TLS.bound = True
     return int(q[2].value)
 
 
@@ -478,12 +477,8 @@ class LaunchGraph:
             p = _KernelNodeParams(kern._func, grid, 1, 1, block, 1, 1, shared, ctypes.addressof(kern._params))
             lib = _driver()
             fn = getattr(lib, "cuGraphExecKernelNodeSetParams_v2", None) or lib.cuGraphExecKernelNodeSetParams
-            hit = self._updates[key] = (
-                fn,
-                ctypes.byref(p),
-                p,
-                kern,
-            )  # holds p and kern: the address stays valid
+            # p and kern held with it: the struct and the block it points to stay where they are
+            hit = self._updates[key] = (fn, ctypes.byref(p), p, kern)
         _check(hit[0](self._exec, self._nodes[i], hit[1]), "cuGraphExecKernelNodeSetParams")
 
     def close(self) -> None:
@@ -683,6 +678,30 @@ def _stream_handle(stream: Any) -> int:
         h = getattr(stream, "ptr", stream)
     h = getattr(h, "value", h)
     return int(h or 0)
+
+
+STATIC_SMEM_LIMIT = 48 * 1024  # shared memory a kernel may use without asking for more
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
+def dynamic_smem(nbytes: int) -> Callable[[int], None]:
+    """An `on_load` that raises a loaded CUfunction's dynamic shared-memory limit to `nbytes` (numba exposes
+    no setter; the default is 48 KB, so a smaller request needs nothing). The mma and wgmma tiles use it."""
+
+    def allow(func: int) -> None:
+        if nbytes <= STATIC_SMEM_LIMIT:
+            return
+        drv = _driver()
+        drv.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        rc = drv.cuFuncSetAttribute(
+            ctypes.c_void_p(func), _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes
+        )
+        if rc != 0:
+            raise LaunchError(
+                f"cuFuncSetAttribute(max dynamic shared = {nbytes} B) failed with CUresult {rc}"
+            )
+
+    return allow
 
 
 def kernel(dispatcher: Any, sig: str, on_load: Callable[[int], None] | None = None) -> Kernel:

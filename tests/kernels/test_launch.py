@@ -579,7 +579,7 @@ def test_device_facts_and_buffers_are_kept_per_context(two_contexts, monkeypatch
     # placeholders and occupancy are each context's own
     from numba import cuda as numba_cuda
 
-    from kernels.ops import cast_fp8, clip_grad_norm, gemm, linear
+    from kernels.ops import cast_fp8, clip_grad_norm, gemm
 
     current, _ = two_contexts
     sms = {0xA: 132, 0xB: 108}
@@ -598,11 +598,11 @@ def test_device_facts_and_buffers_are_kept_per_context(two_contexts, monkeypatch
         cuOccupancyMaxActiveBlocksPerMultiprocessor = occupancy
 
     monkeypatch.setattr(launch, "SIMULATED", False)
-    monkeypatch.setattr(clip_grad_norm, "SIMULATED", False)
+    monkeypatch.setattr(clip_grad_norm, "SIM_GRID", 1 << 30)  # the simulator's grid cap out of the way
     monkeypatch.setattr(launch, "_libcuda", _Lib())
     monkeypatch.setattr(numba_cuda, "get_current_device", _Dev)
-    cleared = {launch: ("_SM",), clip_grad_norm: ("_grids", "_workspaces"), cast_fp8: ("_workspaces",),
-               gemm: ("_PLACEHOLDERS",), linear: ("_PLACEHOLDERS",)}  # fmt: skip
+    cleared = {launch: ("_SM",), clip_grad_norm: ("_grids", "_buffers"), cast_fp8: ("_workspaces",),
+               gemm: ("_PLACEHOLDERS",)}  # fmt: skip
     for mod, names in cleared.items():
         for name in names:
             monkeypatch.setattr(mod, name, {})
@@ -619,7 +619,7 @@ def test_device_facts_and_buffers_are_kept_per_context(two_contexts, monkeypatch
                 clip_grad_norm._accumulator(),
                 cast_fp8._workspace_for(None, 16, ctx),
                 gemm._placeholder_1d(f32),
-                linear._placeholder(np.dtype(np.float16)),
+                gemm._placeholder_1d(np.dtype(np.float16)),  # (linear's placeholder too)
                 k.resident_blocks(256),
             )
         )
@@ -789,3 +789,28 @@ def test_clip_bounds_its_lean_table_calls_per_context(two_contexts, monkeypatch)
         assert clip.clip_grad_norm(sets[name], 1.0, norm_out=norm, path="table") is norm
     kept = {(k[0], k[1]) for k in clip._table_calls}
     assert kept == {(0xB, id(sets["b1"][0])), (0xA, id(sets["a2"][0]))}
+
+
+def test_dynamic_smem_raises_the_limit_only_past_the_default(monkeypatch):  # type: ignore[no-untyped-def]
+    # mma / wgmma's on_load: past 48 KB of shared memory the function's limit must be raised (attribute 8,
+    # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), or its launch fails; below it nothing is asked; a
+    # refused request names the size and the driver's code
+    calls: list[tuple[int, int, int]] = []
+    rc = [0]
+
+    class _Lib:
+        class cuFuncSetAttribute:  # noqa: N801  (the driver's name)
+            argtypes: object = None
+
+            def __new__(cls, func, attr, nbytes):  # type: ignore[no-untyped-def]
+                calls.append((func.value, attr, nbytes))
+                return rc[0]
+
+    monkeypatch.setattr(launch, "_libcuda", _Lib())
+    launch.dynamic_smem(48 * 1024)(0xF00)
+    assert calls == []
+    launch.dynamic_smem(197 * 1024)(0xF00)
+    assert calls == [(0xF00, 8, 197 * 1024)]
+    rc[0] = 1
+    with pytest.raises(launch.LaunchError, match=r"max dynamic shared = 201728 B\) failed with CUresult 1"):
+        launch.dynamic_smem(197 * 1024)(0xF01)

@@ -64,14 +64,20 @@ _RESOLVED: dict[tuple[int, str, np.dtype], str] = {}
 def resolve_path(path: str, in_dtype: np.dtype) -> str:
     """The path `path` means on the current device (`select_path` with its compute capability). An explicit
     path that cannot run here raises ValueError."""
-    key = (_launch.context(), path, in_dtype)
-    hit = _RESOLVED.get(key)
-    if hit is not None:
-        return hit
-    cc = None if SIMULATED else compute_capability()
-    resolved = select_path(path=path, dtype=in_dtype, cc=cc, simulated=SIMULATED)
-    _RESOLVED[key] = resolved
-    return resolved
+    return resolved_on_device(_RESOLVED, select_path, path, in_dtype)
+
+
+def resolved_on_device(
+    table: dict[tuple[int, str, np.dtype], str], select: Any, path: str, dtype: np.dtype
+) -> str:
+    """`select(path=, dtype=, cc=, simulated=)` for the current device, remembered in `table` per context:
+    each GPU's compute capability decides its own (gemm's and linear's selection rules)."""
+    key = (_launch.context(), path, dtype)
+    hit = table.get(key)
+    if hit is None:
+        cc = None if SIMULATED else compute_capability()
+        hit = table[key] = select(path=path, dtype=dtype, cc=cc, simulated=SIMULATED)
+    return hit
 
 
 def select_path(*, path: str, dtype: np.dtype, cc: tuple[int, int] | None, simulated: bool) -> str:

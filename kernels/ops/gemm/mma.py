@@ -15,9 +15,8 @@ benchmarks/notes-mma.md) link the same source with #defines in front.
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass, replace
-from functools import cache, cached_property, partial
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,6 @@ from kernels.runtime.launch import Kernel
 CU_FILE = Path(__file__).with_name("mma.cu")
 _SIG = "int32(int64, int64, int64, int64, int64, int64, int64, int64)"
 KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
-_STATIC_SMEM_LIMIT = 48 * 1024
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -135,20 +132,8 @@ def _wrap(fn: Any, cfg: Config) -> Any:
 def _kernels(cfg: Config) -> dict[tuple[bool, bool], Kernel]:
     """The four kernels of `cfg` by (out_half, aligned); each context's CUfunction gets its shared-memory
     limit raised when it is loaded (`Kernel.on_load`)."""
-    smem = partial(_allow_dynamic_smem, nbytes=cfg.smem_bytes)
+    smem = _launch.dynamic_smem(cfg.smem_bytes)
     return {key: _launch.kernel(d, KERNEL_SIG, on_load=smem) for key, d in dispatchers(cfg).items()}
-
-
-def _allow_dynamic_smem(func: int, nbytes: int) -> None:
-    """Raise the kernel's dynamic shared-memory limit past the default 48 KB (numba exposes no setter)."""
-    if nbytes <= _STATIC_SMEM_LIMIT:
-        return
-    drv = _launch._driver()
-    drv.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-    attr = _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    rc = drv.cuFuncSetAttribute(ctypes.c_void_p(func), attr, nbytes)
-    if rc != 0:
-        raise RuntimeError(f"cuFuncSetAttribute(max dynamic shared = {nbytes} B) failed with CUresult {rc}")
 
 
 def _select(a: int, b: int, bias: int, res: int, out: int, m: int, n: int, k: int, out_half: bool,

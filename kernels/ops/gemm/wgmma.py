@@ -17,9 +17,8 @@ past 2^31) are for the caller to route elsewhere: `fits`.
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,6 @@ THREADS = 256
 BM = 128
 BK = 64
 ARCH = (9, 0, "a")  # the only target wgmma compiles for
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _SMEM_LIMIT = 227 * 1024  # per block on cc 9.0
 F16 = np.dtype(np.float16)
 DTYPES: dict[np.dtype, str] = {BF16: "bf16", F16: "f16"}
@@ -170,8 +168,7 @@ def fits(m: int, n: int, k: int, ptrs: tuple[int, ...]) -> bool:
 @cache
 def _template(key: Key, cfg: Config) -> Kernel:
     """The kernel of (key, cfg); each context's CUfunction gets its shared-memory limit raised on load."""
-    smem = partial(_allow_dynamic_smem, nbytes=cfg.smem_bytes)
-    return _launch.kernel(dispatcher(key, cfg), KERNEL_SIG, on_load=smem)
+    return _launch.kernel(dispatcher(key, cfg), KERNEL_SIG, on_load=_launch.dynamic_smem(cfg.smem_bytes))
 
 
 def _kernel(key: Key, cfg: Config) -> Kernel:
@@ -183,16 +180,6 @@ def _kernel(key: Key, cfg: Config) -> Kernel:
             "mma.sync or the portable kernel here"
         )
     return _template(key, cfg)
-
-
-def _allow_dynamic_smem(func: int, nbytes: int) -> None:
-    drv = _launch._driver()
-    drv.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-    rc = drv.cuFuncSetAttribute(
-        ctypes.c_void_p(func), _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes
-    )
-    if rc != 0:
-        raise RuntimeError(f"cuFuncSetAttribute(max dynamic shared = {nbytes} B) failed with CUresult {rc}")
 
 
 def launch(*, a: int, b: int, bias: int, res: int, out: int, m: int, n: int, k: int, key: Key,
