@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from loopback import free_port
 
 SSHD = Path("/usr/sbin/sshd")
 SSH_KEYGEN = "ssh-keygen"
@@ -39,10 +40,12 @@ def sshd_missing_reason() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+class _PortTaken(RuntimeError):
+    """sshd could not bind its port: something took it after `_free_port` checked it."""
+
+    def __init__(self, node: SshdNode, log: str) -> None:
+        super().__init__(f"sshd for {node.name} could not bind port {node.port}: {log[-300:]}")
+        self.node = node
 
 
 def _keygen(path: Path, comment: str) -> str:
@@ -113,14 +116,23 @@ class SshdFleet:
             name = f"node{i + 1:02d}"
             home = self.workdir / "sshd" / name
             home.mkdir(parents=True)
-            node = SshdNode(name=name, port=_free_port(), home=home, root=self.workdir / "roots" / name)
+            node = SshdNode(name=name, port=free_port(), home=home, root=self.workdir / "roots" / name)
             node.host_pub = _keygen(home / "ssh_host_ed25519_key", name)
             self._write_config(node)
             self.nodes.append(node)
         for node in self.nodes:
             self._spawn(node)
+        for attempt in range(5):
+            try:
+                self._wait_ready(timeout_s)
+                break
+            except _PortTaken as taken:
+                if attempt == 4:
+                    raise
+                taken.node.port = free_port()
+                self._write_config(taken.node)
+                self._spawn(taken.node)
         self._write_known_hosts()
-        self._wait_ready(timeout_s)
         return self
 
     def _write_config(self, node: SshdNode) -> None:
@@ -179,6 +191,9 @@ class SshdFleet:
             node = pending[0]
             if node.proc is not None and node.proc.poll() is not None:
                 log = (node.home / "sshd.log").read_text(errors="replace").strip()
+                # the log is appended across spawns: only this spawn's last lines say why it exited
+                if any("Address already in use" in line for line in log.splitlines()[-2:]):
+                    raise _PortTaken(node, log)
                 raise RuntimeError(f"sshd for {node.name} exited with {node.proc.returncode}: {log[-500:]}")
             try:
                 with socket.create_connection(("127.0.0.1", node.port), timeout=1.0) as sock:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from loopback import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from kernels.harness import gpu_health as gh
@@ -40,12 +40,6 @@ def _require(path: str, package: str) -> str:
     if os.environ.get("CI"):
         pytest.fail(f"CI is set but {why}")
     pytest.skip(why)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> str:
@@ -73,7 +67,7 @@ def exporter(node_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     exe = _require(NODE_EXPORTER, "prometheus-node-exporter")
     log = tmp_path_factory.mktemp("node-exporter") / "log"
     for _ in range(3):  # the port is free when picked; another process may take it before the exporter binds
-        port = _free_port()
+        port = free_port()
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [exe, "--collector.disable-defaults", "--collector.textfile",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import threading
 import time
 import urllib.request
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 import yaml
 from e2e_driver import E2EFleet, retag
+from loopback import free_port
 from sshd_fleet import SshdFleet, sshd_missing_reason
 
 th = pytest.importorskip("tritonclient.http")
@@ -30,12 +30,6 @@ pytestmark = pytest.mark.e2e
 
 V1, V2, V3 = "1.0.0", "2.0.0", "3.0.0"
 N = 5  # residual_add [1, N]: the loop is about the switch, not the op
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def fail_self_test(d: Path) -> None:
@@ -85,7 +79,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             "ready_timeout_s": 180,
             "exit_timeout_s": 20,
         }
-        ports = {n.name: _free_port() for n in sshd.nodes}
+        ports = {n.name: free_port() for n in sshd.nodes}
         for node in data["nodes"]:  # type: ignore[attr-defined]
             node["service"] = {"port": ports[node["name"]]}
         for n in sshd.nodes:

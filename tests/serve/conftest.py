@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,15 +18,10 @@ from typing import Any
 
 import pytest
 import yaml
+from loopback import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
