@@ -19,6 +19,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "tests"))  # loopback.py, which sshd_fleet imports
 
 from deploy_bench import cli  # noqa: E402  (the same timed CLI call as the deploy benchmark)
 from e2e_driver import VERIFY_OPS, retag  # noqa: E402

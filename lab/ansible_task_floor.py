@@ -36,6 +36,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "tests"))  # loopback.py, which sshd_fleet imports
 
 from sshd_fleet import SshdFleet  # noqa: E402  (the fixture code, reused as a library)
 
