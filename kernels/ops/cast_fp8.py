@@ -54,7 +54,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from kernels.primitives.bf16 import bf16_to_f32, bits_f32, f32_bits
-from kernels.primitives.fp8 import E4M3_MAX, f32_to_e4m3, pack8, pack8_cvt, store8
+from kernels.primitives.fp8 import E4M3_MAX, exact_scale, f32_to_e4m3, pack8, pack8_cvt, store8
 from kernels.primitives.reductions import BLOCK
 from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, vector_ok
 from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
@@ -228,7 +228,9 @@ def _make_amax_vec(load, width: int, groups: int):  # type: ignore[no-untyped-de
 
 def _make_cast_vec(load, width: int, groups: int, pack):  # type: ignore[no-untyped-def]
     """Kernel 2 on 16-byte loads and 8-byte stores, the tiles of _make_amax_vec; `pack`: fp8.pack8 or
-    fp8.pack8_cvt (8 codes as two words)."""
+    fp8.pack8_cvt (8 codes as two words, each x / scale through fp8.quotient). A scale quotient does not
+    cover (fp8.exact_scale: an inf or NaN amax, or a subnormal one) takes every tile one element per thread
+    per step, dividing: correct, slow, and out of the fast loop's registers."""
     per = GROUP * groups
     nv = GROUP // width
 
@@ -238,21 +240,24 @@ def _make_cast_vec(load, width: int, groups: int, pack):  # type: ignore[no-unty
         a = cuda.local.array(per, float32)
         tid = cuda.threadIdx.x
         scale = _scale_of(part, nparts, scale_out, smem)
+        inv = float32(1.0) / scale
+        fast = exact_scale(scale)
         n = x.shape[0]
         tile = THREADS * per
         chunk = cuda.blockIdx.x
         while chunk * tile < n:
             base = chunk * tile
-            if base + tile <= n:
+            if fast and base + tile <= n:
                 for g in range(groups):
                     for v in range(nv):
                         ldg_into(a, g * GROUP + v * width, x, base + (g * THREADS + tid) * GROUP + v * width)
                 for g in range(groups):
-                    lo, hi = pack(a, g * GROUP, scale)
+                    lo, hi = pack(a, g * GROUP, scale, inv)
                     store8(out, base + (g * THREADS + tid) * GROUP, lo, hi)
-            else:
+            else:  # the last, partial tile (or any tile of a scale quotient does not cover)
                 i = base + tid
-                while i < n:
+                end = min(base + tile, n)
+                while i < end:
                     out[i] = f32_to_e4m3(load(x[i]) / scale)
                     i += THREADS
             chunk += cuda.gridDim.x

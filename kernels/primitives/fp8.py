@@ -63,10 +63,62 @@ def f32_to_e4m3(x):  # type: ignore[no-untyped-def]
     return uint8(sign | q)
 
 
+# --- x / scale without a division per element -------------------------------------------------------------
+#
+# An IEEE fp32 division (div.rn.f32) is a reciprocal, four FMAs, a range check with a slow-path branch and a
+# convergence barrier in SASS: 36 of them in one thread's tile of the cast kernel took it to 55 registers
+# (4 of its 8 blocks per SM resident). The scale is the same for every element, so the kernels take its
+# reciprocal once and correct each product to the exact quotient (Markstein's division: with inv =
+# RN(1 / scale), q0 = RN(x * inv) is within an ulp of x / scale, r = x - q0 * scale is exact in one fma,
+# and RN(q0 + r * inv) is the correctly rounded quotient), so the codes are bit for bit those of x / scale:
+#
+#   quotient(x, scale, inv) -> x / scale, correctly rounded, for an exact_scale and inv = 1 / scale; r == 0
+#                              returns q0, which keeps the sign of a zero quotient (fma(+0, inv, -0) is
+#                              +0). Under the simulator, x / scale: its fma is a * b + c, two roundings.
+#   exact_scale(scale)      -> whether quotient holds: 2^-92 <= scale <= 2^100. Below, the remainder r of a
+#                              quotient that can still round to a nonzero code (>= 2^-11) falls under
+#                              fp32's subnormal grain and is no longer exact; above, 1 / scale nears the
+#                              subnormals. NaN and inf scales (an inf or NaN in x) are outside too. There the
+#                              cast kernel divides instead (amax under ~2e-25 or over ~6e32: never in a
+#                              trained model's tensors, and still exact).
+#
+# tests/kernels/test_fp8_quotient.py checks the identity in exact rational arithmetic (every rounding
+# emulated) on binade edges of the scale and on x at and around e4m3's rounding midpoints; on a GPU the
+# cast's verify cases compare every code with numpy's division.
+
+SCALE_MIN = 2.0**-92  # exponent(q) + exponent(scale) - 46 >= -149 for every q >= 2^-11: r is exact
+SCALE_MAX = 2.0**100  # 1 / scale >= 2^-100, far from the subnormals
+
+
+@cuda.jit(device=True, inline="always")
+def exact_scale(scale):  # type: ignore[no-untyped-def]
+    return scale >= float32(SCALE_MIN) and scale <= float32(SCALE_MAX)  # False for NaN
+
+
+def markstein(x, scale, inv):  # type: ignore[no-untyped-def]
+    """quotient's body on a GPU (plain Python here, so the test can run it with an exact fma)."""
+    q0 = x * inv
+    r = cuda.fma(-q0, scale, x)
+    if r == float32(0.0):
+        return q0
+    return cuda.fma(r, inv, q0)
+
+
+if SIMULATED:
+
+    @cuda.jit(device=True, inline="always")
+    def quotient(x, scale, inv):  # type: ignore[no-untyped-def]
+        return x / scale
+
+else:
+    quotient = cuda.jit(device=True, inline="always")(markstein)
+
+
 # --- 8 codes at a time: the cast_fp8 vector kernel's conversion and its 8-byte store ----------------------
 #
-#   pack8(a, off, scale) -> (lo, hi): the codes of a[off + k] / scale, k < 8, as two little-endian uint32
-#                           words (k = 0 in the lowest byte of lo): f32_to_e4m3 per element, bit for bit
+#   pack8(a, off, scale, inv) -> (lo, hi): the codes of a[off + k] / scale, k < 8, as two little-endian
+#                           uint32 words (k = 0 in the lowest byte of lo): f32_to_e4m3 of each quotient(),
+#                           bit for bit; scale an exact_scale, inv = 1 / scale
 #   pack8_cvt(...)       -> the same words through PTX's cvt.rn.satfinite.e4m3x2.f32 (sm_89 and newer; one
 #                           instruction per two codes): the same codes, except that a NaN is 0x7f whatever its
 #                           sign (the hardware's canonical NaN)
@@ -78,12 +130,12 @@ def f32_to_e4m3(x):  # type: ignore[no-untyped-def]
 
 
 @cuda.jit(device=True, inline="always")
-def pack8(a, off, scale):  # type: ignore[no-untyped-def]
+def pack8(a, off, scale, inv):  # type: ignore[no-untyped-def]
     lo = uint32(0)
     hi = uint32(0)
     for k in range(4):
-        lo |= uint32(f32_to_e4m3(a[off + k] / scale)) << uint32(8 * k)
-        hi |= uint32(f32_to_e4m3(a[off + 4 + k] / scale)) << uint32(8 * k)
+        lo |= uint32(f32_to_e4m3(quotient(a[off + k], scale, inv))) << uint32(8 * k)
+        hi |= uint32(f32_to_e4m3(quotient(a[off + 4 + k], scale, inv))) << uint32(8 * k)
     return lo, hi
 
 
@@ -145,7 +197,17 @@ else:
     e4m3x4, store8 = _gpu_intrinsics()
 
     @cuda.jit(device=True, inline="always")
-    def pack8_cvt(a, off, scale):  # type: ignore[no-untyped-def]
-        lo = e4m3x4(a[off] / scale, a[off + 1] / scale, a[off + 2] / scale, a[off + 3] / scale)
-        hi = e4m3x4(a[off + 4] / scale, a[off + 5] / scale, a[off + 6] / scale, a[off + 7] / scale)
+    def pack8_cvt(a, off, scale, inv):  # type: ignore[no-untyped-def]
+        lo = e4m3x4(
+            quotient(a[off], scale, inv),
+            quotient(a[off + 1], scale, inv),
+            quotient(a[off + 2], scale, inv),
+            quotient(a[off + 3], scale, inv),
+        )
+        hi = e4m3x4(
+            quotient(a[off + 4], scale, inv),
+            quotient(a[off + 5], scale, inv),
+            quotient(a[off + 6], scale, inv),
+            quotient(a[off + 7], scale, inv),
+        )
         return lo, hi

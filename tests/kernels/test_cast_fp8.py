@@ -134,6 +134,39 @@ def test_inf_makes_scale_inf_zeros_and_nan(dtype, path):  # type: ignore[no-unty
     np.testing.assert_array_equal(rest >> 7, np.delete(np.signbit(x), [4, 30]).astype(np.uint8))
 
 
+# amax per dtype: scale 4, scales with all mantissa bits set, near the low end of fp8.exact_scale (2e-25:
+# scale ~2^-91), and (fp32, bf16) scales outside it, where the kernel divides instead: subnormal (1e-37) and
+# past 2^100 (1e34). fp16 cannot hold those amaxes.
+AMAXES = {
+    np.dtype(np.float32): (1792.0, 3.0e-3, 7.7e5, 2.0e-25, 1.0e-37, 1.0e34),
+    np.dtype(np.float16): (1792.0, 3.0e-3, 6.1e4),
+    BF16: (1792.0, 3.0e-3, 7.7e5, 2.0e-25, 1.0e-37, 1.0e34),
+}
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["float32", "float16", "bfloat16"])
+def test_whole_tiles_bitwise_at_midpoints(dtype):  # type: ignore[no-untyped-def]
+    """The vector kernel's whole tiles (two, then a partial one), where the quotient is a reciprocal and a
+    correction (kernels.primitives.fp8.quotient) on a GPU: x / scale on and one fp32 ulp around every e4m3
+    rounding midpoint, bit for bit against numpy's division, at each amax of AMAXES."""
+    dt = np.dtype(dtype)
+    n = 2 * op.THREADS * op.GROUP * op.GROUPS[dt] + 17
+    b = _all_boundaries()
+    b = b[np.isfinite(b) & (np.abs(b) <= 448)].astype(np.float64)
+    for amax in AMAXES[dt]:
+        top = float(dt.type(amax))
+        scale = np.float32(np.float32(top) / np.float32(448.0))
+        assert np.isfinite(top) and top > 0, (dt, amax)
+        x = np.resize(np.clip((b * float(scale)).astype(np.float32), -top, top), n).astype(dt)
+        x[0] = dt.type(top)
+        out, got_scale = op.cast_fp8(x, path="vector")
+        q, s = op.reference(x)
+        assert s == got_scale[0] == scale, amax
+        bad = np.nonzero(_codes(out) != _codes(q))[0]
+        assert bad.size == 0, (amax, [(float(x[i]), int(_codes(out)[i]), int(_codes(q)[i])) for i in bad[:5]])
+
+
 @needs_device
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("path", ["scalar", "vector"])
