@@ -1,19 +1,19 @@
 # ruff: noqa: B023, E501  (a probe: each lambda is timed within its own loop iteration)
-"""A/B probe (GPU only, not shipped): cast_fp8's vector cast kernel as it was, with a per-element IEEE division
-`x / scale` (div.rn.f32: 36 in the PTX of one thread's tile, ~8 SASS instructions each plus a slow-path
-check, 55 registers), against the product kernel, which takes one reciprocal per block and corrects each
-product to the exact quotient (kernels.primitives.fp8.quotient, 32 registers):
+"""A/B probe (GPU only, not shipped): cast_fp8's vector kernels, each timed call the op's two launches (amax,
+then cast), interleaved call by call:
 
-    inv = 1 / scale                       (once; scale is a normal float32 here)
-    q0  = x * inv
-    r   = fma(-q0, scale, x)              (exact remainder)
-    q   = fma(r, inv, q0)                 (Markstein: the correctly rounded x / scale)
+  before        the kernels as they were: a per-element IEEE division x / scale in the cast (div.rn.f32: 36
+                in the PTX of one thread's tile, ~8 SASS instructions each plus a slow-path check; 55
+                registers), no launch bounds (bf16's amax at 40 registers: 6 of 8 blocks per SM resident)
+  after         the product: one reciprocal per block and a correction to the exact quotient
+                (kernels.primitives.fp8.quotient), launch_bounds(256, 8) on both kernels (32 registers):
+                    inv = 1 / scale; q0 = x * inv; r = fma(-q0, scale, x); q = fma(r, inv, q0)
+  quot-nobound  the product's cast and the old amax, both without launch bounds (splits the two changes)
+  mul (bound)   x * inv: not the op's arithmetic, an upper bound (its codes may differ at ties)
 
-and against plain `x * inv` (not the op's arithmetic: an upper bound, its codes may differ at ties). Each
-variant is kernel 2 of the op (kernel 1, amax, is the op's own and runs before each timed call, as in the
-op). Checks: every variant's codes against kernels.ops.cast_fp8.reference on the timed input, and on a set
-of adversarial inputs whose quotients fall on, and one float32 ulp either side of, every e4m3 rounding
-midpoint. 2^26 elements (16384 x 4096), 3 input sets, medians of 30 CUDA-event timings, interleaved.
+Checks: every variant's codes against kernels.ops.cast_fp8.reference on two of the timed inputs, the first
+holding x whose quotients fall on, and one float32 ulp either side of, every e4m3 rounding midpoint.
+2^26 elements (16384 x 4096), 3 input sets, medians of 30 CUDA-event timings.
 
     PYTHONPATH=<numpy 2.4 site>:. OUT=dir python lab/cast_fp8_div_ab.py
 """
@@ -74,10 +74,17 @@ def main() -> int:
     cvt = C.hardware_cvt(ctx)
     rows = []
     for dt in (C.BF16, C.F16, C.F32):
-        variants = {}
-        for name, pack in (("div (before)", pack8_div), ("markstein", None), ("mul (bound)", pack8_mul)):
-            variants[name] = C._CAST_VEC[(dt, cvt)] if pack is None else kernel(
-                C._make_cast_vec(C._LOAD[dt], C.WIDTH[dt], C.GROUPS[dt], pack), C._CAST_SIGS[dt])
+        sig_a, sig_c = C._AMAX_SIGS[dt], C._CAST_SIGS[dt]
+        amax_lb = C._AMAX_VEC[dt]  # the product's: launch_bounds(THREADS, BLOCKS_PER_SM)
+        amax_free = kernel(cuda.jit(C._AMAX_VEC_FNS[dt].py_func), sig_a)  # as before: no launch bounds
+        cast_div = C._make_cast_vec(C._LOAD[dt], C.WIDTH[dt], C.GROUPS[dt], pack8_div)
+        cast_mul = C._make_cast_vec(C._LOAD[dt], C.WIDTH[dt], C.GROUPS[dt], pack8_mul)
+        variants = {  # (amax kernel, cast kernel)
+            "before": (amax_free, kernel(cuda.jit(cast_div.py_func), sig_c)),  # division, no bounds
+            "after": (amax_lb, C._CAST_VEC[(dt, cvt)]),  # the product: quotient, bounds
+            "quot-nobound": (amax_free, kernel(cuda.jit(C._CAST_VEC_FNS[(dt, cvt)].py_func), sig_c)),
+            "mul (bound)": (amax_lb, kernel(cast_mul, sig_c)),
+        }
         xs_h = [(3 * rng.standard_normal(m * n)).astype(dt) for _ in range(SETS)]
         xs_h[0][: 4096] = adversarial(dt, 4096)
         xs = [arrays.to_device(h) for h in xs_h]
@@ -91,10 +98,8 @@ def main() -> int:
         outs = {k: [cuda.device_array(m * n, np.uint8) for _ in range(SETS)] for k in variants}
         oo = {k: [op("out", d) for d in outs[k]] for k in variants}
         so = {k: op("scale_out", cuda.device_array(1, np.float32)) for k in variants}
-        amax = C._AMAX_VEC[dt]
-
         def call(k):  # type: ignore[no-untyped-def]
-            cast = variants[k]
+            amax, cast = variants[k]
             return lambda s: (amax.launch(grid, C.THREADS, (xo[s], ws[k])),
                               cast.launch(grid, C.THREADS, (xo[s], ws[k], grid, oo[k][s], so[k])))
 

@@ -57,7 +57,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from kernels.primitives.bf16 import bf16_to_f32, bits_f32, f32_bits
-from kernels.primitives.fp8 import E4M3_MAX, exact_scale, f32_to_e4m3, pack8, pack8_cvt, store8
+from kernels.primitives.fp8 import E4M3_MAX, exact_scale, f32_to_e4m3, pack8, pack8_cvt, quotient, store8
 from kernels.primitives.reductions import BLOCK
 from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, vector_ok
 from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
@@ -76,6 +76,11 @@ GROUP = 8  # the vector kernels' elements per group: 8 codes, one 8-byte store
 # groups per thread per tile: 4 x 16 bytes of 16-bit x in flight per thread (fp32: 2 groups, 4 x 16 bytes)
 GROUPS = {F32: 2, F16: 4, BF16: 4}
 CVT_CC = (8, 9)  # cvt.rn.satfinite.e4m3x2.f32: sm_89 and newer
+# launch_bounds(THREADS, BLOCKS_PER_SM) on the amax kernels and the vector cast: ptxas keeps them at 32
+# registers with no spills (sm_90), so all BLOCKS_PER_SM blocks of a persistent grid are resident at once
+# (bf16's vector amax took 40 without it: 6 of 8 per SM, the last two a second wave). The simulator's jit
+# takes no launch bounds.
+_JIT: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (THREADS, BLOCKS_PER_SM)}
 
 
 @cuda.jit(device=True, inline="always")
@@ -106,7 +111,7 @@ def _block_umax(v, smem):  # type: ignore[no-untyped-def]
 def _make_amax(load, unroll: int):  # type: ignore[no-untyped-def]
     """Kernel 1: part[block] = max over the block's tiles of the bits of |x| (see the module doc)."""
 
-    @cuda.jit
+    @cuda.jit(**_JIT)
     def k(x, part):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(THREADS, uint32)
         a = cuda.local.array(unroll, float32)
@@ -161,25 +166,28 @@ def _scale_of(part, nparts, scale_out, smem):  # type: ignore[no-untyped-def]
 
 
 def _make_cast(load, unroll: int):  # type: ignore[no-untyped-def]
-    """Kernel 2: the scale from the `nparts` partials, then out = e4m3(x / scale) over the block's tiles."""
+    """Kernel 2: the scale from the `nparts` partials, then out = e4m3(x / scale) over the block's tiles (x /
+    scale through fp8.quotient where fp8.exact_scale holds, as in _make_cast_vec)."""
 
-    @cuda.jit
+    @cuda.jit  # no launch bounds: at 32 registers its 16 scalar loads in flight spill (55 without)
     def k(x, part, nparts, out, scale_out):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(THREADS, uint32)
         a = cuda.local.array(unroll, float32)
         tid = cuda.threadIdx.x
         scale = _scale_of(part, nparts, scale_out, smem)
+        inv = float32(1.0) / scale
+        fast = exact_scale(scale)
         n = x.shape[0]
         tile = THREADS * unroll
         chunk = cuda.blockIdx.x
         while chunk * tile < n:
             base = chunk * tile + tid
-            if base + (unroll - 1) * THREADS < n:
+            if fast and base + (unroll - 1) * THREADS < n:
                 for u in range(unroll):
                     a[u] = load(x[base + u * THREADS])
                 for u in range(unroll):
-                    out[base + u * THREADS] = f32_to_e4m3(a[u] / scale)
-            else:
+                    out[base + u * THREADS] = f32_to_e4m3(quotient(a[u], scale, inv))
+            else:  # the last, partial tile (or any tile of a scale quotient does not cover)
                 for u in range(unroll):
                     i = base + u * THREADS
                     if i < n:
@@ -195,7 +203,7 @@ def _make_amax_vec(load, width: int, groups: int):  # type: ignore[no-untyped-de
     per = GROUP * groups
     nv = GROUP // width
 
-    @cuda.jit
+    @cuda.jit(**_JIT)
     def k(x, part):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(THREADS, uint32)
         a = cuda.local.array(per, float32)
@@ -237,7 +245,7 @@ def _make_cast_vec(load, width: int, groups: int, pack):  # type: ignore[no-unty
     per = GROUP * groups
     nv = GROUP // width
 
-    @cuda.jit
+    @cuda.jit(**_JIT)
     def k(x, part, nparts, out, scale_out):  # type: ignore[no-untyped-def]
         smem = cuda.shared.array(THREADS, uint32)
         a = cuda.local.array(per, float32)
