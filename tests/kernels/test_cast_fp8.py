@@ -258,3 +258,35 @@ def test_out_dtype_is_read_from_the_cuda_array_interface_when_it_is_not_numpy():
     assert _dtype_of(TorchLike("<f2")) == np.dtype(np.float16)
     assert _dtype_of(np.zeros(3, FP8)) == FP8
     assert _dtype_of(object()) is None
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["float32", "float16", "bfloat16"])
+def test_integer_conversion_vector_kernel_bitwise_on_this_gpu(dtype):  # type: ignore[no-untyped-def]
+    """The vector cast with the integer conversion (fp8.pack8: what GPUs older than sm_89 run; auto takes the
+    hardware cvt here), launched directly on this GPU: quotient + f32_to_e4m3 over whole tiles of midpoint
+    values, bit for bit against numpy's division."""
+    from kernels.runtime import arrays
+    from kernels.runtime.arrays import HostSync
+
+    dt = np.dtype(dtype)
+    n = 3 * op.THREADS * op.GROUP * op.GROUPS[dt] + 17
+    b = _all_boundaries()
+    b = b[np.isfinite(b) & (np.abs(b) <= 448)].astype(np.float64)
+    x = np.resize((b * 3.0e-3 / 448).astype(np.float32), n).astype(dt)
+    x[0] = dt.type(3.0e-3)
+    sync = HostSync()
+    xo = arrays.operand("x", arrays.to_device(x), sync)
+    out = cuda.device_array(n, np.uint8)
+    oo = arrays.operand("out", out, sync)
+    so = arrays.operand("scale_out", cuda.device_array(1, np.float32), sync)
+    g = op.parts()
+    wo = arrays.operand("workspace", cuda.device_array(g, np.uint32), sync)
+    grid = max(
+        1, min(g, (n + op.THREADS * op.GROUP * op.GROUPS[dt] - 1) // (op.THREADS * op.GROUP * op.GROUPS[dt]))
+    )
+    op._AMAX_VEC[dt].launch(grid, op.THREADS, (xo, wo))
+    op._CAST_VEC[(dt, False)].launch(grid, op.THREADS, (xo, wo, grid, oo, so))
+    q, _ = op.reference(x)
+    np.testing.assert_array_equal(out.copy_to_host(), _codes(q))
