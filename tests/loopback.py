@@ -27,12 +27,18 @@ def free_port() -> int:
     if floor > 12000:
         for _ in range(200):
             port = random.randrange(10000, floor)
+            if port in _HANDED:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 try:
                     sock.bind(("127.0.0.1", port))
                 except OSError:
                     continue
-                return port
+            _HANDED.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+_HANDED: set[int] = set()  # ports this process was given: never handed out twice (two servers of one test)

@@ -42,9 +42,9 @@ Both kernels come in two forms (`path`):
     cvt.rn.satfinite.e4m3x2.f32 (one instruction per two codes, kernels.primitives.fp8.pack8_cvt): the same
     codes as f32_to_e4m3, a NaN's sign apart (the hardware's NaN is 0x7f); older GPUs and the simulator
     convert in integer arithmetic. On a GPU the vector cast does not divide per element: it takes 1 / scale
-    once and corrects each product to the exact quotient (kernels.primitives.fp8.quotient, bit for bit the
-    division's result), 32 registers instead of the division's 55; a scale outside fp8.exact_scale (a NaN,
-    inf, under-2e-25 or over-6e32 amax) takes the element-by-element division for every tile.
+    once and corrects each product to the division's quotient (kernels.primitives.fp8.quotient: the same
+    codes for every x), 32 registers instead of the division's 55; a scale outside fp8.exact_scale (a NaN,
+    inf, under-9e-26 or over-5.7e32 amax) takes the element-by-element division for every tile.
 `workspace` (uint32, >= PARTS) is one cached array per process: calls on several streams at once must pass
 their own.
 """

@@ -68,23 +68,27 @@ def f32_to_e4m3(x):  # type: ignore[no-untyped-def]
 # An IEEE fp32 division (div.rn.f32) is a reciprocal, four FMAs, a range check with a slow-path branch and a
 # convergence barrier in SASS: 36 of them in one thread's tile of the cast kernel took it to 55 registers
 # (4 of its 8 blocks per SM resident). The scale is the same for every element, so the kernels take its
-# reciprocal once and correct each product to the exact quotient (Markstein's division: with inv =
-# RN(1 / scale), q0 = RN(x * inv) is within an ulp of x / scale, r = x - q0 * scale is exact in one fma,
-# and RN(q0 + r * inv) is the correctly rounded quotient), so the codes are bit for bit those of x / scale:
+# reciprocal once and correct each product (Markstein's division, one correction: inv = RN(1 / scale),
+# q0 = RN(x * inv), r = x - q0 * scale exact in one fma, q = RN(q0 + r * inv)). q0 is not always within an
+# ulp, so Markstein's theorem does not cover it as such; one correction can only miss where x / scale lies
+# within a few half-ulps' perturbation of an fp32 rounding midpoint, and lab/fp8_quotient_exhaustive.py lists
+# every such pair of mantissas (11.6 million) and finds the corrected quotient equal to x / scale in each:
 #
-#   quotient(x, scale, inv) -> x / scale, correctly rounded, for an exact_scale and inv = 1 / scale; r == 0
-#                              returns q0, which keeps the sign of a zero quotient (fma(+0, inv, -0) is
-#                              +0). Under the simulator, x / scale: its fma is a * b + c, two roundings.
+#   quotient(x, scale, inv) -> x / scale correctly rounded, for an exact_scale, inv = 1 / scale and
+#                              |x / scale| >= 2^-11. Below that (a subnormal x, a tiny quotient) the fp32
+#                              value may differ in its last bits, but every such quotient converts to a zero
+#                              of x's sign, as the division's does: the e4m3 codes are the same for all x.
+#                              r == 0 returns q0, which keeps the sign of a zero quotient (fma(+0, inv, -0)
+#                              is +0). Under the simulator, x / scale: its fma is a * b + c, two roundings.
 #   exact_scale(scale)      -> whether quotient holds: 2^-92 <= scale <= 2^100. Below, the remainder r of a
-#                              quotient that can still round to a nonzero code (>= 2^-11) falls under
-#                              fp32's subnormal grain and is no longer exact; above, 1 / scale nears the
-#                              subnormals. NaN and inf scales (an inf or NaN in x) are outside too. There the
-#                              cast kernel divides instead (amax under ~2e-25 or over ~6e32: never in a
-#                              trained model's tensors, and still exact).
+#                              quotient >= 2^-11 falls under fp32's subnormal grain and is no longer exact;
+#                              above, 1 / scale nears the subnormals. NaN and inf scales (an inf or NaN in x)
+#                              are outside too. There the cast kernel divides instead (amax under 448 * 2^-92
+#                              ~ 9e-26 or over 448 * 2^100 ~ 5.7e32: never in a trained model's tensors).
 #
-# tests/kernels/test_fp8_quotient.py checks the identity in exact rational arithmetic (every rounding
-# emulated) on binade edges of the scale and on x at and around e4m3's rounding midpoints; on a GPU the
-# cast's verify cases compare every code with numpy's division.
+# tests/kernels/test_fp8_quotient.py runs the shipped body with an exact fma against rational division: the
+# range's ends, binade edges, x at and around e4m3's rounding midpoints, subnormal x; on a GPU the cast's
+# verify cases and tests compare every code with numpy's division.
 
 SCALE_MIN = 2.0**-92  # exponent(q) + exponent(scale) - 46 >= -149 for every q >= 2^-11: r is exact
 SCALE_MAX = 2.0**100  # 1 / scale >= 2^-100, far from the subnormals

@@ -67,10 +67,25 @@ class SshdNode:
     root: Path
     host_pub: str = ""
     proc: subprocess.Popen[bytes] | None = None
+    log_offset: int = 0  # where this spawn's lines start in sshd.log (the log is kept across spawns)
 
     @property
     def config(self) -> Path:
         return self.home / "sshd_config"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / "sshd.pid"
+
+    def owns_port(self) -> bool:
+        """This spawn's sshd is up and listening: it writes its PidFile after binding, so another process
+        answering on the port (a sshd that took it first) is not mistaken for it."""
+        if not self.running or self.proc is None:
+            return False
+        try:
+            return int(self.pid_file.read_text().split()[0]) == self.proc.pid
+        except (OSError, ValueError, IndexError):
+            return False
 
     @property
     def running(self) -> bool:
@@ -120,18 +135,22 @@ class SshdFleet:
             node.host_pub = _keygen(home / "ssh_host_ed25519_key", name)
             self._write_config(node)
             self.nodes.append(node)
-        for node in self.nodes:
-            self._spawn(node)
-        for attempt in range(5):
-            try:
-                self._wait_ready(timeout_s)
-                break
-            except _PortTaken as taken:
-                if attempt == 4:
-                    raise
-                taken.node.port = free_port()
-                self._write_config(taken.node)
-                self._spawn(taken.node)
+        try:
+            for node in self.nodes:
+                self._spawn(node)
+            for attempt in range(5):
+                try:
+                    self._wait_ready(timeout_s)
+                    break
+                except _PortTaken as taken:
+                    if attempt == 4:
+                        raise
+                    taken.node.port = free_port()
+                    self._write_config(taken.node)
+                    self._spawn(taken.node)
+        except BaseException:
+            self.stop()  # a fleet that did not start leaves no sshd behind
+            raise
         self._write_known_hosts()
         return self
 
@@ -142,7 +161,7 @@ class SshdFleet:
                     f"Port {node.port}",
                     "ListenAddress 127.0.0.1",
                     f"HostKey {node.home / 'ssh_host_ed25519_key'}",
-                    f"PidFile {node.home / 'sshd.pid'}",
+                    f"PidFile {node.pid_file}",
                     f"AuthorizedKeysFile {self.authorized_keys}",
                     f"AllowUsers {self.user}",
                     "PubkeyAuthentication yes",
@@ -167,7 +186,9 @@ class SshdFleet:
         )
 
     def _spawn(self, node: SshdNode) -> None:
+        node.pid_file.unlink(missing_ok=True)
         log = open(node.home / "sshd.log", "ab")  # noqa: SIM115  (owned by the child for its lifetime)
+        node.log_offset = log.tell()
         # -D: stay in the foreground so we own the process; -e: log to the file above.
         node.proc = subprocess.Popen(
             [str(SSHD), "-D", "-e", "-f", str(node.config.resolve())],
@@ -190,19 +211,21 @@ class SshdFleet:
         while pending:
             node = pending[0]
             if node.proc is not None and node.proc.poll() is not None:
-                log = (node.home / "sshd.log").read_text(errors="replace").strip()
-                # the log is appended across spawns: only this spawn's last lines say why it exited
-                if any("Address already in use" in line for line in log.splitlines()[-2:]):
+                with (node.home / "sshd.log").open("rb") as fh:
+                    fh.seek(node.log_offset)
+                    log = fh.read().decode(errors="replace").strip()  # this spawn's lines only
+                if "Address already in use" in log:
                     raise _PortTaken(node, log)
                 raise RuntimeError(f"sshd for {node.name} exited with {node.proc.returncode}: {log[-500:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", node.port), timeout=1.0) as sock:
-                    sock.settimeout(2.0)
-                    if sock.recv(8).startswith(b"SSH-"):
-                        pending.pop(0)
-                        continue
-            except OSError:
-                pass
+            if node.owns_port():
+                try:
+                    with socket.create_connection(("127.0.0.1", node.port), timeout=1.0) as sock:
+                        sock.settimeout(2.0)
+                        if sock.recv(8).startswith(b"SSH-"):
+                            pending.pop(0)
+                            continue
+                except OSError:
+                    pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"sshd for {node.name} on port {node.port} not ready after {timeout_s} s")
             time.sleep(0.1)
