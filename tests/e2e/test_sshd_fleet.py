@@ -41,3 +41,17 @@ def test_a_taken_port_is_picked_again(tmp_path: Path, monkeypatch: pytest.Monkey
             assert all(f"[127.0.0.1]:{p} " in known for p in ports) and f":{taken} " not in known
         finally:
             fleet.stop()
+
+
+def test_each_xdist_worker_picks_ports_from_its_own_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    shares = []
+    for i in range(3):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{i}")
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+        lo, hi = loopback._worker_range(10000, 32768)
+        port = loopback.free_port()
+        assert lo <= port < hi and hi - lo > 1000
+        shares.append(range(lo, hi))
+    assert not set(shares[0]) & set(shares[1]) and not set(shares[1]) & set(shares[2])
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert loopback._worker_range(10000, 32768) == (10000, 32768)
