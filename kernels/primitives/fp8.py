@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 from numba import cuda, float32, uint8, uint32
+from numba.cuda import libdevice  # noqa: F401  (cuda.libdevice in markstein)
 
 from kernels.primitives.bf16 import f32_bits
 from kernels.runtime.arrays import SIMULATED
@@ -100,8 +101,9 @@ def exact_scale(scale):  # type: ignore[no-untyped-def]
 
 
 def markstein(x, scale, inv):  # type: ignore[no-untyped-def]
-    """quotient's body on a GPU (plain Python here, so the test can run it with an exact fma)."""
-    q0 = x * inv
+    """quotient's body on a GPU (plain Python here, so the test can run it with an exact fma). The product
+    is libdevice's fmul_rn (PTX mul.rn.f32): a plain mul.f32 would leave ptxas free to contract it."""
+    q0 = cuda.libdevice.fmul_rn(x, inv)
     r = cuda.fma(-q0, scale, x)
     if r == float32(0.0):
         return q0

@@ -42,7 +42,8 @@ def exact_fma(a: np.float32, b: np.float32, c: np.float32) -> np.float32:
 
 @pytest.fixture
 def gpu_fma(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fp8, "cuda", SimpleNamespace(fma=exact_fma))
+    libdevice = SimpleNamespace(fmul_rn=lambda a, b: F32(a) * F32(b))  # one rounding, as mul.rn.f32
+    monkeypatch.setattr(fp8, "cuda", SimpleNamespace(fma=exact_fma, libdevice=libdevice))
 
 
 def quotient(x: np.float32, scale: np.float32) -> np.float32:
