@@ -240,8 +240,8 @@ def _make_amax_vec(load, width: int, groups: int):  # type: ignore[no-untyped-de
 def _make_cast_vec(load, width: int, groups: int, pack):  # type: ignore[no-untyped-def]
     """Kernel 2 on 16-byte loads and 8-byte stores, the tiles of _make_amax_vec; `pack`: fp8.pack8 or
     fp8.pack8_cvt (8 codes as two words, each x / scale through fp8.quotient). A scale quotient does not
-    cover (fp8.exact_scale: an inf or NaN amax, or a subnormal one) takes every tile one element per thread
-    per step, dividing: correct, slow, and out of the fast loop's registers."""
+    cover (outside fp8.exact_scale's 2^-92 .. 2^100: a NaN or inf amax, or an extreme one) takes every tile
+    one element per thread per step, dividing: correct, slow, and out of the fast loop's registers."""
     per = GROUP * groups
     nv = GROUP // width
 
