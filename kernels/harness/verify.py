@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from numba import cuda
 
@@ -84,13 +85,26 @@ CHUNK = 1 << 22  # elements per slice: float64 temporaries stay in cache-sized p
 @dataclass(frozen=True)
 class Errors:
     """What one output is measured by: `rel` = ||out - ref|| / ||ref|| over the finite reference elements;
-    `elem` = max |out - ref| / (|ref| + rms(ref)) (a per-element bound scaled by the reference's magnitude);
+    `elem` = max |out - ref| / (|ref| + rms(ref)) (a per-element bound scaled by the reference's magnitude).
+    Both measure magnitudes no smaller than the output dtype's smallest normal (`floor_of`): below it a
+    correctly rounded value keeps only an absolute precision (fp16: half of 2^-24), so a small output, such
+    as the one-element arrays of clip_grad_norm's Llama-3 case, would otherwise fail on a random draw;
     `why`: missing or non-finite outputs where the reference is finite, or finite / other non-finite
     outputs where it is NaN or infinite (None when every element is as it should be)."""
 
     rel: float
     elem: float
     why: str | None
+
+
+def floor_of(dt: np.dtype) -> float:
+    """The smallest normal of a floating-point output dtype (fp16 6.1e-5; fp32 and bf16 1.2e-38); 0 for
+    words (fp8 codes, integers), which are compared exactly."""
+    if dt.kind == "f":
+        return float(np.finfo(dt).tiny)
+    if dt == arrays.BF16:
+        return float(ml_dtypes.finfo(dt).tiny)  # type: ignore[no-untyped-call]
+    return 0.0
 
 
 def errors(out: np.ndarray, ref: np.ndarray) -> Errors:
@@ -113,6 +127,9 @@ def errors(out: np.ndarray, ref: np.ndarray) -> Errors:
         num += float(np.dot(d, d))
         den += float(np.dot(r, r))
     n_fin = max(1, int(np.count_nonzero(np.isfinite(r_all))))
+    if den > 0:  # an all-zero reference keeps the absolute measure
+        floor = floor_of(out.dtype)
+        den = max(den, n_fin * floor * floor)
     rms = float(np.sqrt(den / n_fin))
     if unwritten:
         return Errors(

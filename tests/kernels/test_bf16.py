@@ -126,13 +126,13 @@ def test_row_ops_bf16_round_the_float64_result(op: str, rows: int, cols: int) ->
 # 64 / 160 / 256 / 512 / 1024 columns a block (1/32 of their threads, as many values per thread; the op's
 # own BLOCK x PER kernel holds 512): 24 -> 32 x 32, 56 -> 64 x 32, 152 -> 160 x 32, 200 -> 256 x 32, 384 ->
 # the op's own (512 x 32 ties with it, so the simulator never runs that one), 1000 -> 1024 x 32. On a GPU
-# the same shapes at 32 times the threads (the op's own holds 4096): 768, 1600, 4800, 6400, 2048 (the op's
+# the same shapes at 32 times the threads (the op's own holds 4096): 768, 1600, 4800, 6400, 4096 (the op's
 # own), 12288 (512 x 32, which only a GPU runs), 32000.
 # The third field: the WIDE_ROWS index of the shape, None for the op's own.
 VECTOR_SHAPES = (
     [(3, 24, 0), (2, 56, 1), (2, 152, 2), (2, 200, 3), (2, 384, None), (2, 1000, 5)]
     if verify.SIMULATED
-    else [(3, 768, 0), (2, 1600, 1), (2, 4800, 2), (2, 6400, 3), (2, 2048, None), (2, 12288, 4)]
+    else [(3, 768, 0), (2, 1600, 1), (2, 4800, 2), (2, 6400, 3), (2, 4096, None), (2, 12288, 4)]
     + [(2, 32000, 5)]
 )
 

@@ -12,6 +12,7 @@ from opcheck import needs_device
 
 from kernels.harness import verify
 from kernels.registry import Case, OpSpec, Problem
+from kernels.runtime.arrays import BF16
 
 N = 4099
 WRONG = (5, 777, 4000)  # the elements the broken kernel gets wrong
@@ -92,3 +93,25 @@ def test_errors_measures_both_bounds() -> None:
     assert "NaN or infinite" in str(verify.errors(out, ref2).why)
     out[3] = np.nan
     assert verify.errors(out, ref2).why is None
+
+
+def test_subnormal_fp16_outputs_are_measured_from_the_smallest_normal() -> None:
+    # Found on an H100 (2026-12-05): clip_grad_norm's Llama-3 case has one-element arrays, and one draw
+    # scaled to -1.815e-5, an fp16 subnormal. Its correctly rounded fp16 value is 1.6e-3 off relatively
+    # (spacing 2^-24 there), which failed verify's 1e-3 though the kernel was right.
+    ref = np.array([-1.81502103e-05])
+    out = ref.astype(np.float16)
+    assert float(abs(out.astype(np.float64) - ref)[0]) / abs(ref[0]) > 1e-3  # the raw relative error
+    e = verify.errors(out, ref)
+    assert e.why is None and e.rel <= 2.0**-11 and e.elem <= 2.0**-11
+    # the floor is the fp16 smallest normal, not a blanket allowance: two spacings off still fails
+    wrong = (out.astype(np.float64) + 2 * 2.0**-24).astype(np.float16)
+    assert verify.errors(wrong, ref).rel > 1e-3
+    # fp32 and bf16 outputs: the floor is 1.2e-38, so the same value keeps its relative measure
+    assert verify.floor_of(np.dtype(np.float16)) == 2.0**-14
+    assert verify.floor_of(np.dtype(np.float32)) == verify.floor_of(BF16) == 2.0**-126
+    assert verify.floor_of(np.dtype(np.uint8)) == 0.0
+    small32 = np.array([1e-30], dtype=np.float32)
+    assert verify.errors(small32 * np.float32(1.001), np.array([1e-30])).rel > 5e-4
+    # an all-zero reference keeps the absolute measure
+    assert verify.errors(np.zeros(4, np.float16), np.zeros(4)).rel == 0.0
