@@ -1,7 +1,9 @@
 """bf16 / wgmma on the H200, side by side with torch in one process: every timed output checked against
 float64 (gemm / o_proj on 64 sampled rows), then a short table last and the full results in $OUT.
 
-    python benchmarks/h200_bf16.py --out DIR      (benchmarks/h200_bf16.sh sets up the stack first)
+    python benchmarks/h200_bf16.py --out DIR [--only 'STEP,STEP']   (h200_bf16.sh sets up the stack first)
+
+On cc 9.0 gemm and o_proj are also timed on the explicit "wgmma_tma" path (steps named "... wgmma_tma").
 
 Anchors: cuBLAS through torch (mm with fp32 output for gemm, addmm for o_proj) and torch eager for the
 memory-bound ops. Timing: CUDA events around each call, ours and torch's interleaved call by call, medians.
@@ -119,7 +121,9 @@ def record(
     log(json.dumps(row))
 
 
-def bench_gemm(rng: np.random.Generator, m: int, n: int, k: int, dt: np.dtype, peaks: dict[str, Any]) -> None:
+def bench_gemm(
+    rng: np.random.Generator, m: int, n: int, k: int, dt: np.dtype, peaks: dict[str, Any], path: str = "auto"
+) -> None:
     a = rng.standard_normal((m, k), dtype=np.float32).astype(dt)
     b = rng.standard_normal((k, n), dtype=np.float32).astype(dt)
     da, db = arrays.to_device(a), arrays.to_device(b)
@@ -138,12 +142,12 @@ def bench_gemm(rng: np.random.Generator, m: int, n: int, k: int, dt: np.dtype, p
         def theirs() -> None:
             held["c"] = torch.mm(ta, tb)
 
-    fns = {"ours": lambda: gemm_op.gemm(da, db, dc), "ref": theirs}
+    fns = {"ours": lambda: gemm_op.gemm(da, db, dc, path=path), "ref": theirs}
     us = timed(fns)
     rows = rng.choice(m, 64, replace=False)
     ref = a[rows].astype(np.float64) @ b.astype(np.float64)
     errs = {"ours": rel(arrays.to_host(dc)[rows], ref), "ref": rel(host_of(held["c"].float())[rows], ref)}
-    path = gemm_op.shape_path(gemm_op.resolve_path("auto", dt), dt, n, k)
+    path = gemm_op.shape_path(gemm_op.resolve_path(path, dt), dt, n, k)
     shape = "4096^3" if m == n == k == 4096 else f"{m}x{n}x{k}"
     record(
         "gemm",
@@ -162,7 +166,14 @@ def bench_gemm(rng: np.random.Generator, m: int, n: int, k: int, dt: np.dtype, p
 
 
 def bench_o_proj(
-    rng: np.random.Generator, bs: int, s: int, k: int, n: int, dt: np.dtype, peaks: dict[str, Any]
+    rng: np.random.Generator,
+    bs: int,
+    s: int,
+    k: int,
+    n: int,
+    dt: np.dtype,
+    peaks: dict[str, Any],
+    path: str = "auto",
 ) -> None:
     m = bs * s
     attn = rng.standard_normal((m, k), dtype=np.float32).astype(dt)
@@ -173,14 +184,14 @@ def bench_o_proj(
     ta, tw, tr = torch_of(attn), torch_of(w), torch_of(res)
     tout = torch.empty_like(tr)
     fns = {
-        "ours": lambda: o_proj_op.o_proj(d[0], d[1], d[2], None, dout),
+        "ours": lambda: o_proj_op.o_proj(d[0], d[1], d[2], None, dout, path=path),
         "ref": lambda: torch.addmm(tr, ta, tw, out=tout),
     }
     us = timed(fns)
     rows = rng.choice(m, 64, replace=False)
     ref = attn[rows].astype(np.float64) @ w.astype(np.float64) + res[rows].astype(np.float64)
     errs = {"ours": rel(arrays.to_host(dout)[rows], ref), "ref": rel(host_of(tout)[rows], ref)}
-    path = gemm_op.shape_path(gemm_op.resolve_path("auto", dt), dt, n, k)
+    path = gemm_op.shape_path(gemm_op.resolve_path(path, dt), dt, n, k)
     record(
         "o_proj",
         str(dt),
@@ -320,6 +331,8 @@ def table() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--only", default="", help="comma-separated step names to run (e.g. 'o_proj bfloat16'); "
+                    "default: every step")  # fmt: skip
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(13)
@@ -334,7 +347,21 @@ def main() -> int:
             (f"o_proj {dt}", lambda dt=dt: bench_o_proj(rng, 16, 512, 2560, 2560, dt, peaks)),
             (f"linear {dt}", lambda dt=dt: bench_linear(rng, 4096, 4096, 14336, dt, peaks)),
         ]
+        if gemm_op.wgmma.available():  # the TMA tile (explicit path) beside auto's
+            t = "wgmma_tma"
+            steps += [
+                (f"gemm 4096^3 {dt} {t}", lambda dt=dt, t=t: bench_gemm(rng, 4096, 4096, 4096, dt, peaks, t)),
+                (f"gemm 8192x2560x2560 {dt} {t}",
+                 lambda dt=dt, t=t: bench_gemm(rng, 8192, 2560, 2560, dt, peaks, t)),
+                (f"o_proj {dt} {t}", lambda dt=dt, t=t: bench_o_proj(rng, 16, 512, 2560, 2560, dt, peaks, t)),
+            ]  # fmt: skip
     steps.append(("memory-bound bf16", lambda: bench_memory(rng, peaks)))
+    only = [x.strip() for x in args.only.split(",") if x.strip()]
+    if only:
+        unknown = sorted(set(only) - {name for name, _ in steps})
+        if unknown:
+            ap.error(f"--only: no step named {unknown}; steps: {[name for name, _ in steps]}")
+        steps = [(name, fn) for name, fn in steps if name in only]
     dev = device.describe()
     for name, fn in steps:
         try:

@@ -1,5 +1,5 @@
 """Offline build check of the warp-specialized kernels (no GPU): the numba kernel (launch_bounds (384, 1)) to
-LTO-IR through NVVM, gemm_ws.cu to LTO-IR through NVRTC, nvJitLink for sm_90a, then ptxas -v (lab/wgmma's
+LTO-IR through NVVM, wgmma_tma.cu (kernels/ops/gemm) to LTO-IR through NVRTC, nvJitLink for sm_90a, then ptxas -v (lab/wgmma's
 `ptxas` helper) on the linked PTX: registers, spills, stack, warnings (C7508 = setmaxnreg ignored).
 
     PYTHONPATH=$PWD /work/main/.venv/bin/python lab/wgmma_ws/build_check.py [--ptx-dir DIR] | tee lab/wgmma_ws/build_check.txt

@@ -1,5 +1,5 @@
 """Warp-specialized TMA + wgmma GEMM through numba-cuda (lab): a numba kernel of 384 threads around the linked
-CUDA C in gemm_ws.cu.
+CUDA C in kernels/ops/gemm/wgmma_tma.cu (the product's copy of this lab's kernel, the one source of both).
 
 C[M, N] = A[M, K] @ B (+ R), bf16 / fp16 in, fp32 accumulation, fp32 or 16-bit out; B [K, N] ("nn") or [N, K]
 ("nt"). sm_90a only. Host side: two CUtensorMaps per (A, B) pair, encoded by cuTensorMapEncodeTiled through
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-CU_FILE = Path(__file__).with_name("gemm_ws.cu")
+CU_FILE = Path(__file__).resolve().parents[2] / "kernels" / "ops" / "gemm" / "wgmma_tma.cu"
 DEVICE_SIG = "int32(int64, int64, int64, int64, int64, int64)"
 KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64)"
 THREADS = 384

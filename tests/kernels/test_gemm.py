@@ -27,6 +27,8 @@ def gpu_paths(dtype: str) -> list[str]:
     paths = ["portable"] + (["simt"] if dtype == "float32" else [])
     if dtype == "float16" and g.mma.available():
         paths.append("mma")
+    if dtype != "float32" and g.wgmma.available():
+        paths += list(g.WGMMA_PATHS)
     return paths
 
 

@@ -6,15 +6,22 @@ Floors (H200): FLOPs 2*M*N*K; bytes (M*K + K*N) * itemsize + 4*M*N. 4096^3: 137 
 2.05 ms at the 66.9 TFLOP/s fp32 FMA peak vs 0.05 ms at 4.1 TB/s: compute-bound by ~40x. fp16 inputs on
 tensor cores are compute-bound too. Measured figures: benchmarks/notes-matmul.md, benchmarks/notes-mma.md.
 
-Four strategies, one contract (`PATHS`):
+Five strategies, one contract (`PATHS`):
   - "portable" (gemm/portable.py): shared-memory tiles, one output per thread; the simulator, fp16 on GPUs
     without tensor cores, and bf16 on GPUs other than cc 9.0.
   - "simt" (gemm/simt.py, fp32): generated register-blocked CUDA-core kernel.
   - "mma" (gemm/mma.py + mma.cu, fp16): tensor cores (mma.sync m16n8k16, fp32 accumulate) through linked
     CUDA C, cc >= 8.0. Not available under the simulator, which cannot link CUDA C.
   - "wgmma" (gemm/wgmma.py + wgmma.cu, fp16 and bf16): Hopper's warpgroup tensor-core instructions, sm_90a
-    code, so cc 9.0 only. Operands it cannot take (K or N not a multiple of 8, unaligned pointers) run on the
-    path auto would take without it (mma for fp16, portable for bf16): `fallback_path`.
+    code, so cc 9.0 only: a cp.async-fed tile (0.61-0.67x cuBLAS). Operands it cannot take (K or N not a
+    multiple of 8, unaligned pointers) run on the path auto would take without it (mma for fp16, portable
+    for bf16): `fallback_path`.
+  - "wgmma_tma" (gemm/wgmma_tma.py + wgmma_tma.cu, fp16 and bf16, cc 9.0 only): TMA loads, a producer
+    warpgroup and two wgmma consumers, a persistent grid; 0.81-0.88x cuBLAS as lab/wgmma_ws on an H100. No
+    bias epilogue: with a bias, or where it has no tensor maps for the operands (wgmma_tma.MapTable), the
+    "wgmma" tile runs instead. Explicit only for now: auto takes it once the product's form of it has
+    passed tests/kernels/test_wgmma_tma.py on a GPU (its kernel source is the lab's, checked there in
+    bf16 only; the host side around it, and fp16, have not run on a GPU yet).
 "auto" (`select_path`, a pure function of the device's compute capability and the input dtype): portable
 under the simulator; wgmma for fp16 / bf16 on cc 9.0; mma for fp16 on other cc >= 8.0; portable for fp16
 below that and for bf16 off cc 9.0; simt for fp32. An sm_90a kernel is never compiled or loaded elsewhere.
@@ -30,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.ops.gemm import mma, portable, simt, wgmma
+from kernels.ops.gemm import mma, portable, simt, wgmma, wgmma_tma
 from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime import launch as _launch
@@ -38,7 +45,8 @@ from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync, Ope
 from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import FastCache, kernel
 
-PATHS = ("auto", "portable", "simt", "mma", "wgmma")
+PATHS = ("auto", "portable", "simt", "mma", "wgmma", "wgmma_tma")
+WGMMA_PATHS = ("wgmma", "wgmma_tma")  # Hopper's tensor-core tiles, cc 9.0 only
 F32 = np.dtype(np.float32)
 F16 = np.dtype(np.float16)
 
@@ -102,7 +110,7 @@ def select_path(*, path: str, dtype: np.dtype, cc: tuple[int, int] | None, simul
         return "mma" if dt == F16 and tensor_cores else "portable"
     if path == "simt" and dt != F32:
         raise ValueError(f"path: 'simt' needs float32 inputs; got {dt} inputs")
-    if simulated and path in ("mma", "wgmma"):
+    if simulated and path in ("mma", *WGMMA_PATHS):
         raise ValueError(
             f"path: {path!r} needs a real GPU; under the simulator only 'portable' and 'simt' run"
         )
@@ -111,10 +119,10 @@ def select_path(*, path: str, dtype: np.dtype, cc: tuple[int, int] | None, simul
             f"path: 'mma' needs float16 inputs and tensor cores (cc >= 8.0); got {dt} inputs"
             + ("" if tensor_cores else " on a device without them")
         )
-    if path == "wgmma" and (dt == F32 or not wgmma.supported(cc)):
+    if path in WGMMA_PATHS and (dt == F32 or not wgmma.supported(cc)):
         where = "" if wgmma.supported(cc) else f" on a device of cc {cc}"
         raise ValueError(
-            f"path: 'wgmma' needs float16 or bfloat16 inputs and a cc 9.0 (sm_90a) GPU; "
+            f"path: {path!r} needs float16 or bfloat16 inputs and a cc 9.0 (sm_90a) GPU; "
             f"got {dt} inputs{where}"
         )
     return path
@@ -139,9 +147,14 @@ def run_matmul(
     returns the same launch as a `Replay` for the launcher's FastCache (device operands only)."""
     m, k = a.shape
     n = b.shape[1]
-    if path == "wgmma":
+    if path in WGMMA_PATHS:
         ptrs = (a.ptr, b.ptr, out.ptr) + ((bias.ptr,) if bias else ()) + ((res.ptr,) if res else ())
         if wgmma.fits(m, n, k, ptrs):
+            if path == "wgmma_tma" and bias is None:  # its epilogue: the residual, fp32 or 16-bit output
+                tkey = wgmma_tma.key_of(a.dtype, out.dtype != F32, res is not None)
+                r, o = res.ptr if res else 0, out.ptr
+                if wgmma_tma.launch(a=a.ptr, b=b.ptr, res=r, out=o, m=m, n=n, k=k, key=tkey, stream=stream):
+                    return _tma_replay(a, b, res, out, tkey) if replay else None
             key = wgmma.key_of(a.dtype, out.dtype != F32, bias is not None, res is not None)
             wgmma.launch(
                 a=a.ptr, b=b.ptr, bias=bias.ptr if bias else 0, res=res.ptr if res else 0, out=out.ptr,
@@ -213,6 +226,51 @@ def _wgmma_replay(a: Operand, b: Operand, bias: Operand | None, res: Operand | N
         m=m, n=n, k=k, key=key, ptr_args=order,
     )  # fmt: skip
     return Replay(bound.launch)
+
+
+def _tma_replay(a: Operand, b: Operand, res: Operand | None, out: Operand, key: wgmma_tma.Key) -> Replay:
+    """The TMA tile's launch packed once. Its maps name A's and B's addresses: each replay looks up those of
+    its own A and B (a dict hit once made); where none can be made (`wgmma_tma.MapTable.address`: the table
+    full, or a caller's graph capture on a pair not seen before) it runs the cp.async tile instead."""
+    m, k = a.shape
+    n = b.shape[1]
+    bound = wgmma_tma.bind(a=a.ptr, b=b.ptr, res=res.ptr if res else 0, out=out.ptr, m=m, n=n, k=k, key=key)
+    go = bound.launch
+    maps_table = wgmma_tma.table()
+    seen: dict[tuple[int, int], int] = {}
+    ckey = wgmma.key_of(a.dtype, key.out16, False, key.res)
+
+    def maps_for(p: Any, s: Any) -> int | None:
+        hit = seen.get((p[0], p[1]))
+        if hit is None:
+            hit = maps_table.address(key, p[0], p[1], m, n, k, s)
+            if hit is not None:
+                seen[(p[0], p[1])] = hit
+        return hit
+
+    def cp_async(p: Any, s: Any) -> None:
+        wgmma.launch(a=p[0], b=p[1], bias=0, res=p[3] if key.res else 0, out=p[2], m=m, n=n, k=k, key=ckey,
+                     stream=s)  # fmt: skip
+
+    if key.res:  # p = (a, b, out, res)
+
+        def launch_res(p: Any, s: Any = 0) -> None:
+            maps = maps_for(p, s)
+            if maps is None:
+                cp_async(p, s)
+            else:
+                go((maps, p[2], p[3]), s)
+
+        return Replay(launch_res)
+
+    def launch_plain(p: Any, s: Any = 0) -> None:  # p = (a, b, out)
+        maps = maps_for(p, s)
+        if maps is None:
+            cp_async(p, s)
+        else:
+            go((maps, p[2]), s)
+
+    return Replay(launch_plain)
 
 
 def _mma_replay(a: Operand, b: Operand, bias: Operand | None, res: Operand | None, out: Operand) -> Replay:
@@ -415,7 +473,7 @@ def choose_for(case: Case) -> Choice:
 
 def shape_path(path: str, dtype: np.dtype, n: int, k: int) -> str:
     """`path` after the wgmma tile's shape rule (device allocations are aligned: only N and K decide)."""
-    if path == "wgmma" and not wgmma.fits(1, n, k, ()):
+    if path in WGMMA_PATHS and not wgmma.fits(1, n, k, ()):
         return fallback_path(dtype, (9, 0))
     return path
 
