@@ -7,6 +7,7 @@ test_wgmma.py (slow). auto does not take this path yet: these GPU tests passing 
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import numpy as np
 import pytest
@@ -169,3 +170,71 @@ def test_a_full_map_table_falls_back_to_the_cp_async_tile() -> None:
             del wgmma_tma._TABLES[ctx]
         else:
             wgmma_tma._TABLES[ctx] = saved
+
+
+class _Driver:
+    """The five driver entry points MapTable uses, in Python (no GPU here): it records each call, holds the
+    thread's capture mode, and keeps what each copy wrote by device address."""
+
+    def __init__(self, copy_rc: int = 0) -> None:
+        self.mode = 0  # CU_STREAM_CAPTURE_MODE_GLOBAL, the thread's default
+        self.calls: list[str] = []
+        self.memory: dict[int, bytes] = {}
+        self.copy_rc = copy_rc
+        self.mode_during_copy: list[int] = []
+
+    def cuThreadExchangeStreamCaptureMode(self, mode: Any) -> int:
+        self.calls.append("exchange")
+        self.mode, mode._obj.value = mode._obj.value, self.mode
+        return 0
+
+    def cuStreamCreate(self, stream: Any, flags: Any) -> int:
+        self.calls.append(f"create {flags.value}")
+        stream._obj.value = 0x5170
+        return 0
+
+    def cuMemcpyHtoDAsync_v2(self, dst: Any, src: Any, n: Any, stream: Any) -> int:
+        self.calls.append("copy")
+        self.mode_during_copy.append(self.mode)
+        self.memory[dst.value] = src.raw[: n.value]
+        return self.copy_rc
+
+    def cuStreamSynchronize(self, stream: Any) -> int:
+        self.calls.append(f"sync {stream.value:#x}")
+        return 0
+
+
+@pytest.fixture
+def driver(monkeypatch: pytest.MonkeyPatch) -> _Driver:
+    if ON_CC90:
+        pytest.skip("stand-in driver test: runs where there is no cc 9.0 GPU")
+    drv = _Driver()
+    slab = type("Slab", (), {"device_ctypes_pointer": ctypes.c_void_p(0x7000_0000)})()
+    monkeypatch.setattr(launch, "_driver", lambda: drv)
+    monkeypatch.setattr(launch, "capturing", lambda hs: hs.value == 0xCA97)
+    monkeypatch.setattr(cuda, "device_array", lambda n, dt: slab)
+    monkeypatch.setattr(wgmma_tma, "maps_of", lambda key, a, b, m, n, k: bytes([a % 251, b % 251]) * 128)
+    return drv
+
+
+def test_map_table_slots_capture_and_capacity(driver: _Driver) -> None:
+    key = wgmma_tma.key_of(BF16, False, False)
+    t = wgmma_tma.MapTable(size=2)
+    first = t.address(key, 10, 20, 64, 64, 64)
+    assert first == 0x7000_0000 and driver.memory[first] == bytes([10, 20]) * 128
+    # the write ran relaxed, on a private non-blocking stream, and the thread's own mode came back
+    assert driver.mode_during_copy == [2] and driver.mode == 0
+    assert driver.calls == ["exchange", "create 1", "copy", "sync 0x5170", "exchange"]
+    assert t.address(key, 10, 20, 64, 64, 64) == first and driver.calls.count("copy") == 1  # written once
+    # the caller's stream is being captured: nothing is written, the caller takes the cp.async tile
+    assert t.address(key, 11, 20, 64, 64, 64, stream=0xCA97) is None and driver.calls.count("copy") == 1
+    assert t.address(key, 11, 20, 64, 64, 64) == first + 256  # the next slot; the stream made once
+    assert t.address(key, 12, 20, 64, 64, 64) is None and len(t) == 2  # full
+    assert driver.calls.count("create 1") == 1
+
+
+def test_a_failed_map_write_is_no_maps_and_restores_the_capture_mode(driver: _Driver) -> None:
+    driver.copy_rc = 1  # CUDA_ERROR_INVALID_VALUE
+    t = wgmma_tma.MapTable(size=4)
+    assert t.address(wgmma_tma.key_of(F16, True, True), 10, 20, 64, 64, 64) is None
+    assert len(t) == 0 and driver.mode == 0 and driver.calls[-1] == "exchange"
