@@ -232,7 +232,7 @@ def _sol(spec: OpSpec, row: dict[str, Any], peaks: dict[str, Any]) -> float | No
     if spec.bound == "memory":
         return round(row["gbs"] / peaks["mem_gbs"], 3) if peaks.get("mem_gbs") else None
     # tensor-core cases are scored against the tensor-core peak: against the fp32 FMA peak they would read > 1
-    key = "fp16_tensor_tflops" if row.get("path") in ("mma", "wgmma") else "fp32_tflops"
+    key = "fp16_tensor_tflops" if row.get("path") in ("mma", "wgmma", "wgmma_tma") else "fp32_tflops"
     return round(row["tflops"] / peaks[key], 3) if peaks.get(key) else None
 
 

@@ -31,6 +31,8 @@ def test_stats_and_sol():  # type: ignore[no-untyped-def]
     assert bench._sol(gemm, {"tflops": 30.0, "path": "simt"}, peaks) == 0.5
     # a tensor-core case is scored against the tensor-core peak, not the fp32 FMA peak
     assert bench._sol(gemm, {"tflops": 400.0, "path": "mma"}, peaks) == 0.4
+    for path in ("wgmma", "wgmma_tma"):  # every Hopper tile too
+        assert bench._sol(gemm, {"tflops": 700.0, "path": path}, peaks) == 0.7
 
 
 def test_table_renders_every_row():  # type: ignore[no-untyped-def]
