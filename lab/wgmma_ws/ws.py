@@ -123,7 +123,9 @@ class Variant:
 
 
 def source(v: Variant) -> str:
-    return v.defines() + CU_FILE.read_text()
+    from kernels.ops.gemm.wgmma import cu_text  # the wgmma wrappers spliced in (wgmma_ops.cuh)
+
+    return v.defines() + cu_text(CU_FILE)
 
 
 @cache

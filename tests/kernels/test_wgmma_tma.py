@@ -29,13 +29,17 @@ SHAPES = [(256, 512, 128), (129, 200, 136), (77, 264, 72), (300, 392, 1000), (1,
 
 def test_the_product_builds_the_persistent_one_cta_form() -> None:
     src = wgmma_tma.source(wgmma_tma.key_of(BF16, True, True))
-    head = src[: src.index(wgmma_tma.CU_FILE.read_text())]  # the defines in front of the file
+    head = src[: src.index(wgmma.cu_text(wgmma_tma.CU_FILE))]  # the defines in front of the file
     defines = dict(line.split()[1:3] for line in head.splitlines())
     assert defines["WS_PERSIST"] == "1" and defines["WS_CLUSTER"] == "1"
     assert defines["WS_BN"] == "256" and defines["WS_STAGES"] == "4"
     assert defines["WS_OUT"] == "1" and defines["WS_RES"] == "1" and defines["WS_DT"] == "0"
     assert defines["WS_TIMEOUT_NS"] == "60000000000ull"  # not the lab's 2 s
     assert wgmma_tma.SMEM_BYTES <= 227 * 1024
+    # both Hopper tiles get the shared wgmma wrappers spliced in, once, and no include for NVRTC to resolve
+    for text in (src, wgmma.source(wgmma.key_of(F16, False, False, False), wgmma.DEFAULT)):
+        assert not [line for line in text.splitlines() if line.startswith("#include")]
+        assert text.count("void wg_mma_n256_bf16(") == text.count("void wg_mma_n128_f16(") == 1
     assert wgmma_tma.grid(4096, 4096, 132) == 132 and wgmma_tma.grid(1, 8, 132) == 1
     with pytest.raises(TypeError, match="float32"):
         wgmma_tma.key_of(np.dtype(np.float32), False, False)

@@ -230,47 +230,24 @@ def _wgmma_replay(a: Operand, b: Operand, bias: Operand | None, res: Operand | N
 
 def _tma_replay(a: Operand, b: Operand, res: Operand | None, out: Operand, key: wgmma_tma.Key) -> Replay:
     """The TMA tile's launch packed once. Its maps name A's and B's addresses: each replay looks up those of
-    its own A and B (a dict hit once made); where none can be made (`wgmma_tma.MapTable.address`: the table
-    full, or a caller's graph capture on a pair not seen before) it runs the cp.async tile instead."""
+    its own A and B in the context's MapTable; where none can be made (the table full, or a caller's graph
+    capture on a pair not seen before) it runs the cp.async tile instead. p = (a, b, out[, res])."""
     m, k = a.shape
     n = b.shape[1]
-    bound = wgmma_tma.bind(a=a.ptr, b=b.ptr, res=res.ptr if res else 0, out=out.ptr, m=m, n=n, k=k, key=key)
-    go = bound.launch
-    maps_table = wgmma_tma.table()
-    seen: dict[tuple[int, int], int] = {}
+    r = res.ptr if res else 0
+    go = wgmma_tma.bind(a=a.ptr, b=b.ptr, res=r, out=out.ptr, m=m, n=n, k=k, key=key).launch
+    maps_of = wgmma_tma.table().address
     ckey = wgmma.key_of(a.dtype, key.out16, False, key.res)
 
-    def maps_for(p: Any, s: Any) -> int | None:
-        hit = seen.get((p[0], p[1]))
-        if hit is None:
-            hit = maps_table.address(key, p[0], p[1], m, n, k, s)
-            if hit is not None:
-                seen[(p[0], p[1])] = hit
-        return hit
-
-    def cp_async(p: Any, s: Any) -> None:
-        wgmma.launch(a=p[0], b=p[1], bias=0, res=p[3] if key.res else 0, out=p[2], m=m, n=n, k=k, key=ckey,
-                     stream=s)  # fmt: skip
-
-    if key.res:  # p = (a, b, out, res)
-
-        def launch_res(p: Any, s: Any = 0) -> None:
-            maps = maps_for(p, s)
-            if maps is None:
-                cp_async(p, s)
-            else:
-                go((maps, p[2], p[3]), s)
-
-        return Replay(launch_res)
-
-    def launch_plain(p: Any, s: Any = 0) -> None:  # p = (a, b, out)
-        maps = maps_for(p, s)
-        if maps is None:
-            cp_async(p, s)
+    def launch(p: Any, s: Any = 0) -> None:
+        maps = maps_of(key, p[0], p[1], m, n, k, s)
+        if maps is not None:
+            go((maps, *p[2:]), s)  # the Bound's pointer arguments: maps, out[, res]
         else:
-            go((maps, p[2]), s)
+            wgmma.launch(a=p[0], b=p[1], bias=0, res=p[3] if key.res else 0, out=p[2], m=m, n=n, k=k,
+                         key=ckey, stream=s)  # fmt: skip
 
-    return Replay(launch_plain)
+    return Replay(launch)
 
 
 def _mma_replay(a: Operand, b: Operand, bias: Operand | None, res: Operand | None, out: Operand) -> Replay:

@@ -31,6 +31,8 @@ from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import Kernel
 
 CU_FILE = Path(__file__).with_name("wgmma.cu")
+OPS_FILE = Path(__file__).with_name("wgmma_ops.cuh")  # the wgmma wrappers of both Hopper tiles
+_OPS_INCLUDE = '#include "wgmma_ops.cuh"\n'
 _SIG = "int32(int64, int64, int64, int64, int64, int64, int64, int64)"
 KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
 THREADS = 256
@@ -134,7 +136,16 @@ def source(key: Key, cfg: Config) -> str:
         "WG_RES": int(key.res), "WG_BIAS": int(key.bias), "WG_ACT": ACTIVATIONS.index(key.act),
         "WG_NAME": name_of(key, cfg),
     }  # fmt: skip
-    return "".join(f"#define {k} {v}\n" for k, v in d.items()) + CU_FILE.read_text()
+    return "".join(f"#define {k} {v}\n" for k, v in d.items()) + cu_text(CU_FILE)
+
+
+def cu_text(path: Path) -> str:
+    """A Hopper tile's .cu with wgmma_ops.cuh spliced in place of its one `#include "wgmma_ops.cuh"` line:
+    NVRTC gets a single source and needs no include path."""
+    text = path.read_text()
+    if text.count(_OPS_INCLUDE) != 1:
+        raise RuntimeError(f"{path}: expected one line '{_OPS_INCLUDE.strip()}'")
+    return text.replace(_OPS_INCLUDE, OPS_FILE.read_text())
 
 
 def name_of(key: Key, cfg: Config) -> str:

@@ -96,7 +96,7 @@ def source(key: Key) -> str:
         "WS_PROD_REGS": PROD_REGS, "WS_CONS_REGS": CONS_REGS, "WS_CLUSTER": 1,
         "WS_TIMEOUT_NS": f"{TIMEOUT_NS}ull", "WS_NAME": name_of(key),
     }  # fmt: skip
-    return "".join(f"#define {k} {v}\n" for k, v in d.items()) + CU_FILE.read_text()
+    return "".join(f"#define {k} {v}\n" for k, v in d.items()) + wgmma.cu_text(CU_FILE)
 
 
 def dispatcher(key: Key) -> Any:
