@@ -26,8 +26,8 @@ F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 @pytest.mark.parametrize(
     ("dtype", "n", "k", "cc", "path", "tier"),
     [
-        (F16, 4096, 4096, (9, 0), "wgmma", "primary"),
-        (BF16, 2560, 2560, (9, 0), "wgmma", "primary"),
+        (F16, 4096, 4096, (9, 0), "wgmma_tma", "primary"),
+        (BF16, 2560, 2560, (9, 0), "wgmma_tma", "primary"),
         (F16, 4095, 4096, (9, 0), "mma", "primary"),  # N not a multiple of 8: the tile cannot take it
         (BF16, 4096, 4092, (9, 0), "portable", "fallback"),
         (F16, 4096, 4096, (8, 0), "mma", "primary"),
@@ -125,5 +125,5 @@ def test_an_h200_runs_no_op_only_on_a_fallback() -> None:
     rep = coverage.report(list(all_ops().values()))
     assert rep["fallback_only"] == [], rep["fallback_only"]
     paths = {(r["op"], r["dtype"]): r["path"] for r in rep["rows"]}
-    assert paths[("gemm", "bfloat16")] == paths[("gemm", "float16")] == "wgmma"
-    assert paths[("o_proj", "bfloat16")] == "wgmma"
+    assert paths[("gemm", "bfloat16")] == paths[("gemm", "float16")] == "wgmma_tma"
+    assert paths[("o_proj", "bfloat16")] == "wgmma_tma"

@@ -475,7 +475,7 @@ def test_kernel_selection_follows_each_devices_architecture(two_contexts, monkey
     for ctx in (0xA, 0xB, 0xA, 0xB):
         current[0] = ctx
         got.append((gemm.resolve_path("auto", f16), mma.available(), wgmma.available()))
-    assert got == [("wgmma", True, True), ("mma", True, False)] * 2
+    assert got == [("wgmma_tma", True, True), ("mma", True, False)] * 2
     from kernels.ops import linear
 
     monkeypatch.setattr(linear, "SIMULATED", False)

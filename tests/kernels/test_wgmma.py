@@ -26,8 +26,8 @@ F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 @pytest.mark.parametrize(
     ("cc", "dtype", "want"),
     [
-        ((9, 0), BF16, "wgmma"),
-        ((9, 0), F16, "wgmma"),
+        ((9, 0), BF16, "wgmma_tma"),
+        ((9, 0), F16, "wgmma_tma"),
         ((9, 0), F32, "simt"),
         ((8, 0), F16, "mma"),
         ((8, 9), F16, "mma"),
@@ -107,12 +107,16 @@ def test_artifact_lists_sm90a_kernels_as_arch_specific():  # type: ignore[no-unt
     h200, a100 = res["9.0"], res["8.0"]
     wg = {k: v for k, v in h200.items() if "wgmma" in k}
     assert set(wg) == {
-        f"{op}_wgmma_sm90a_{dt}" for op in ("gemm", "o_proj") for dt in ("float16", "bfloat16")
+        f"{op}_{tile}_sm90a_{dt}"
+        for op in ("gemm", "o_proj")
+        for tile in ("wgmma", "wgmma_tma")
+        for dt in ("float16", "bfloat16")
     }
     for name, info in wg.items():
         assert info["error"] is None and info["arch"] == "sm_90a", (name, info)
         assert info["target"] == [".target sm_90a"], (name, info)
-        assert [Path(p).name for p in info["link"]] == ["wgmma.cu"], (name, info)
+        cu = "wgmma_tma.cu" if "_wgmma_tma_" in name else "wgmma.cu"
+        assert [Path(p).name for p in info["link"]] == [cu], (name, info)
     for name, info in h200.items():
         if name not in wg:
             assert info["arch"] is None and info["target"] == [".target sm_90"], (name, info)

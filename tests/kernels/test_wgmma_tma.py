@@ -45,10 +45,12 @@ def test_the_product_builds_the_persistent_one_cta_form() -> None:
         wgmma_tma.key_of(np.dtype(np.float32), False, False)
 
 
-def test_the_path_is_explicit_and_cc90_only() -> None:
+def test_auto_takes_it_on_cc90_only() -> None:
     for dt in (BF16, F16):
         assert select_path(path="wgmma_tma", dtype=dt, cc=(9, 0), simulated=False) == "wgmma_tma"
-        assert select_path(path="auto", dtype=dt, cc=(9, 0), simulated=False) == "wgmma"  # not yet auto's
+        assert select_path(path="auto", dtype=dt, cc=(9, 0), simulated=False) == "wgmma_tma"
+        for cc in ((8, 0), (10, 0)):
+            assert select_path(path="auto", dtype=dt, cc=cc, simulated=False) != "wgmma_tma"
         for cc, simulated in (((8, 0), False), ((10, 0), False), (None, True)):
             with pytest.raises(ValueError, match="wgmma_tma"):
                 select_path(path="wgmma_tma", dtype=dt, cc=cc, simulated=simulated)

@@ -13,17 +13,15 @@ Five strategies, one contract (`PATHS`):
   - "mma" (gemm/mma.py + mma.cu, fp16): tensor cores (mma.sync m16n8k16, fp32 accumulate) through linked
     CUDA C, cc >= 8.0. Not available under the simulator, which cannot link CUDA C.
   - "wgmma" (gemm/wgmma.py + wgmma.cu, fp16 and bf16): Hopper's warpgroup tensor-core instructions, sm_90a
-    code, so cc 9.0 only: a cp.async-fed tile (0.61-0.67x cuBLAS). Operands it cannot take (K or N not a
-    multiple of 8, unaligned pointers) run on the path auto would take without it (mma for fp16, portable
-    for bf16): `fallback_path`.
+    code, so cc 9.0 only: a cp.async-fed tile (0.62-0.68x cuBLAS), which carries every epilogue. Operands
+    neither Hopper tile can take (K or N not a multiple of 8, unaligned pointers) run on the path auto would
+    take without them (mma for fp16, portable for bf16): `fallback_path`.
   - "wgmma_tma" (gemm/wgmma_tma.py + wgmma_tma.cu, fp16 and bf16, cc 9.0 only): TMA loads, a producer
-    warpgroup and two wgmma consumers, a persistent grid; 0.81-0.88x cuBLAS as lab/wgmma_ws on an H100. No
-    bias epilogue: with a bias, or where it has no tensor maps for the operands (wgmma_tma.MapTable), the
-    "wgmma" tile runs instead. Explicit only for now: auto takes it once the product's form of it has
-    passed tests/kernels/test_wgmma_tma.py on a GPU (its kernel source is the lab's, checked there in
-    bf16 only; the host side around it, and fp16, have not run on a GPU yet).
+    warpgroup and two wgmma consumers, a persistent grid: 0.94-0.95x cuBLAS at 4096^3 and 8192x2560x2560,
+    0.83x for o_proj with its residual (an H100, 2026-12-05, benchmarks/h100/2026-12-05/). With a bias, or
+    where it has no tensor maps for the operands (wgmma_tma.MapTable), the "wgmma" tile runs instead.
 "auto" (`select_path`, a pure function of the device's compute capability and the input dtype): portable
-under the simulator; wgmma for fp16 / bf16 on cc 9.0; mma for fp16 on other cc >= 8.0; portable for fp16
+under the simulator; wgmma_tma for fp16 / bf16 on cc 9.0; mma for fp16 on other cc >= 8.0; portable for fp16
 below that and for bf16 off cc 9.0; simt for fp32. An sm_90a kernel is never compiled or loaded elsewhere.
 
 Host overhead: a launcher call with `out` on device arrays whose layout (shapes, strides, dtypes, 16-byte
@@ -91,7 +89,7 @@ def resolved_on_device(
 def select_path(*, path: str, dtype: np.dtype, cc: tuple[int, int] | None, simulated: bool) -> str:
     """The kernel family `path` means for `dtype` inputs on a device of compute capability `cc` (None: no
     GPU), or under the simulator: the whole of gemm's selection rule, no device queried. "auto": portable
-    under the simulator; wgmma for fp16 / bf16 on cc 9.0 (sm_90a code runs nowhere else); mma for fp16 on
+    under the simulator; wgmma_tma for fp16 / bf16 on cc 9.0 (sm_90a code runs nowhere else); mma for fp16 on
     other cc >= 8.0; portable for fp16 below 8.0 and for bf16 off 9.0; simt for fp32. An explicit path that
     cannot run there raises ValueError naming what it needs."""
     if path not in PATHS:
@@ -106,7 +104,7 @@ def select_path(*, path: str, dtype: np.dtype, cc: tuple[int, int] | None, simul
         if dt == F32:
             return "simt"
         if wgmma.supported(cc):
-            return "wgmma"
+            return "wgmma_tma"
         return "mma" if dt == F16 and tensor_cores else "portable"
     if path == "simt" and dt != F32:
         raise ValueError(f"path: 'simt' needs float32 inputs; got {dt} inputs")
@@ -421,14 +419,14 @@ def explain(*, dtype: np.dtype, n: int, k: int, cc: tuple[int, int] | None, simu
         return Choice(path, "simulated", "the CUDA simulator runs the portable kernel")
     if path == "simt":
         return Choice(path, "primary", "float32: register-blocked CUDA-core tiles (no fp32 tensor-core path)")
-    if path == "wgmma":
-        if shape_path(path, dt, n, k) == "wgmma":
-            return Choice(path, "primary", f"{where}: Hopper warpgroup tensor cores (sm_90a)")
+    if path in WGMMA_PATHS:
+        if shape_path(path, dt, n, k) == path:
+            return Choice(path, "primary", f"{where}: Hopper TMA loads and warpgroup tensor cores (sm_90a)")
         fallback = fallback_path(dt, (9, 0))
         return Choice(
             fallback,
             "primary" if fallback == "mma" else "fallback",
-            f"N={n}, K={k}: not multiples of 8, which the wgmma tile needs; "
+            f"N={n}, K={k}: not multiples of 8, which the Hopper tiles need; "
             + ("mma.sync tensor cores" if fallback == "mma" else "the portable CUDA-core kernel"),
         )
     if path == "mma":
@@ -466,8 +464,8 @@ def _bytes(c: Case) -> float:
 
 def ptx_kernels(op: str, has_bias: bool, has_res: bool, out_same_dtype: bool) -> tuple[tuple[Any, ...], ...]:
     """Offline-PTX entries (kernels.runtime.ptx) for the kernels `auto` runs on a GPU: simt (fp32, its
-    16-byte and 4-byte variants) and mma (fp16, aligned and unaligned operands: linked CUDA C, the 4th item
-    names the file)."""
+    16-byte and 4-byte variants), mma (fp16, aligned and unaligned operands: linked CUDA C, the 4th item
+    names the file) and, on cc 9.0, the TMA tile and the cp.async tile it falls back to."""
     out: list[tuple[Any, ...]] = [
         (f"{op}_simt_float32", simt.dispatcher(True, has_bias, has_res), simt.SIG),
         (f"{op}_simt_scalar_float32", simt.dispatcher(False, has_bias, has_res), simt.SIG),
@@ -480,7 +478,11 @@ def ptx_kernels(op: str, has_bias: bool, has_res: bool, out_same_dtype: bool) ->
     # sm_90a kernels: the 5th item is the one target they compile for (kernels.runtime.ptx lists them only
     # for cc 9.0, compiled for sm_90a, and records them as arch-specific); the name says so too
     for dt, tag in ((F16, "float16"), (BF16, "bfloat16")):
-        key = wgmma.key_of(dt, out_same_dtype, has_bias, has_res)
+        if not has_bias:  # auto's tile where it has the epilogue
+            tkey = wgmma_tma.key_of(dt, out_same_dtype, has_res)
+            out.append((f"{op}_wgmma_tma_sm90a_{tag}", wgmma_tma.dispatcher(tkey), wgmma_tma.KERNEL_SIG,
+                        (wgmma_tma.CU_FILE,), wgmma_tma.ARCH))  # fmt: skip
+        key = wgmma.key_of(dt, out_same_dtype, has_bias, has_res)  # and where it has no tensor maps
         out.append((f"{op}_wgmma_sm90a_{tag}", wgmma.dispatcher(key), wgmma.KERNEL_SIG, (wgmma.CU_FILE,),
                     wgmma.ARCH))  # fmt: skip
     return tuple(out)
