@@ -11,10 +11,13 @@ cancellation for negative y), then one rounding to the output type: the [M, N] p
 device memory, and no separate activation pass reads it back.
 
 Paths (`PATHS`): "wgmma" (kernels/ops/gemm/wgmma.cu with B [N, K] K-major in shared memory and the
-activation epilogue; sm_90a, cc 9.0 only, K and N multiples of 8, 16-byte aligned operands) and "portable"
-(kernels/ops/gemm/portable.py `make_linear_kernel`: the simulator, other GPUs, and shapes the wgmma tile
-cannot take). "auto" takes wgmma wherever it can run. There is no mma.sync kernel for this layout: on cc 8.x
-linear is the portable kernel (a fallback tier in `kernels info`; gemm / o_proj keep mma.sync there).
+activation epilogue; sm_90a, cc 9.0 only, K and N multiples of 8, 16-byte aligned operands), "wgmma_tma"
+(the same epilogue on gemm's TMA tile, kernels/ops/gemm/wgmma_tma.cu, with wgmma's shape rule; where it has
+no tensor maps for the operands the wgmma tile runs instead; explicit only, and not yet run on a GPU) and
+"portable" (kernels/ops/gemm/portable.py `make_linear_kernel`: the simulator, other GPUs, and shapes the
+wgmma tiles cannot take). "auto" takes wgmma wherever it can run. There is no mma.sync kernel for this
+layout: on cc 8.x linear is the portable kernel (a fallback tier in `kernels info`; gemm / o_proj keep
+mma.sync there).
 
 Floors (H200, bench shape: Llama-3-8B's MLP up / gate projection, 4096 tokens, x [4096, 4096], W [14336,
 4096]): 481 GFLOP -> 450 us at the 1070 TFLOP/s dense bf16 peak (~520 us at the ~1.7 GHz of a long GEMM);
@@ -28,7 +31,15 @@ from typing import Any
 
 import numpy as np
 
-from kernels.ops.gemm import _placeholder_1d, portable, resolved_on_device, wgmma
+from kernels.ops.gemm import (
+    WGMMA_PATHS,
+    _placeholder_1d,
+    _tma_replay,
+    portable,
+    resolved_on_device,
+    wgmma,
+    wgmma_tma,
+)
 from kernels.ops.gemm import select_path as _gemm_select
 from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
@@ -36,7 +47,7 @@ from kernels.runtime.arrays import BF16, SIMULATED, HostSync
 from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import FastCache, kernel
 
-PATHS = ("auto", "portable", "wgmma")
+PATHS = ("auto", "portable", "wgmma", "wgmma_tma")
 ACTIVATIONS = wgmma.ACTIVATIONS  # "none", "silu", "gelu_tanh"
 F16 = np.dtype(np.float16)
 DTYPES = (F16, BF16)
@@ -45,19 +56,19 @@ DTYPES = (F16, BF16)
 def select_path(*, path: str, dtype: np.dtype, cc: tuple[int, int] | None, simulated: bool) -> str:
     """What `path` means for `dtype` inputs on a device of compute capability `cc` (a pure function): "auto"
     is wgmma on cc 9.0, portable elsewhere and under the simulator; an explicit path that cannot run there
-    raises ValueError naming what it needs."""
+    (wgmma and wgmma_tma: cc 9.0 only) raises ValueError naming what it needs."""
     if path not in PATHS:
         raise ValueError(f"path: {path!r} is not a linear path; allowed: {', '.join(PATHS)}")
     if path == "auto":
         return "wgmma" if not simulated and wgmma.supported(cc) else "portable"
-    if path == "wgmma":
-        _gemm_select(path="wgmma", dtype=dtype, cc=cc, simulated=simulated)  # its error names what it needs
+    if path in WGMMA_PATHS:
+        _gemm_select(path=path, dtype=dtype, cc=cc, simulated=simulated)  # its error names what it needs
     return path
 
 
 def shape_path(path: str, n: int, k: int) -> str:
-    """`path` after the wgmma tile's shape rule (K and N multiples of 8; device allocations are aligned)."""
-    return "portable" if path == "wgmma" and not wgmma.fits(1, n, k, ()) else path
+    """`path` after the wgmma tiles' shape rule (K and N multiples of 8; device allocations are aligned)."""
+    return "portable" if path in WGMMA_PATHS and not wgmma.fits(1, n, k, ()) else path
 
 
 def explain(*, n: int, k: int, cc: tuple[int, int] | None, simulated: bool) -> Choice:
@@ -144,16 +155,24 @@ def linear(
     device = out is not None and not SIMULATED and all(a.host is None for a in (xo, wo, oo))
     keep = device and (bo is None or bo.host is None)
     objs = (x, weight, out) if bias is None else (x, weight, out, bias)
-    if resolved == "wgmma" and wgmma.fits(m, n, k, addrs):
+    if resolved in WGMMA_PATHS and wgmma.fits(m, n, k, addrs):
         key = wgmma.key_of(xo.dtype, True, bo is not None, False, bt=True, act=activation)
-        wgmma.launch(a=x2.ptr, b=wo.ptr, bias=bo.ptr if bo else 0, res=0, out=o2.ptr, m=m, n=n, k=k, key=key,
-                     stream=stream)  # fmt: skip
-        if keep:
-            # FastCache pointers come in (x, weight, out[, bias]) order: kernel arguments 0, 1, 4[, 2]
-            order = (0, 1, 4) + ((2,) if bo is not None else ())
-            bound = wgmma.bind(a=x2.ptr, b=wo.ptr, bias=bo.ptr if bo else 0, res=0, out=o2.ptr, m=m, n=n, k=k,
-                               key=key, ptr_args=order)  # fmt: skip
-            _FAST.store(objs, (activation, path), bound)
+        bp = bo.ptr if bo else 0
+        # FastCache pointers come in (x, weight, out[, bias]) order: gemm's (a, b, out[, res][, bias])
+        if resolved == "wgmma_tma" and wgmma_tma.launch(
+            a=x2.ptr, b=wo.ptr, bias=bp, res=0, out=o2.ptr, m=m, n=n, k=k, key=key, stream=stream
+        ):
+            if keep:
+                tma = _tma_replay(a=x2.ptr, b=wo.ptr, bias=bp, res=0, out=o2.ptr, m=m, n=n, k=k, key=key)
+                _FAST.store(objs, (activation, path), tma)
+        else:  # wgmma, or wgmma_tma without tensor maps for these operands
+            wgmma.launch(a=x2.ptr, b=wo.ptr, bias=bp, res=0, out=o2.ptr, m=m, n=n, k=k, key=key,
+                         stream=stream)  # fmt: skip
+            if keep:
+                order = (0, 1, 4) + ((2,) if bo is not None else ())  # kernel arguments a, b, out[, bias]
+                bound = wgmma.bind(a=x2.ptr, b=wo.ptr, bias=bp, res=0, out=o2.ptr, m=m, n=n, k=k, key=key,
+                                   ptr_args=order)  # fmt: skip
+                _FAST.store(objs, (activation, path), bound)
     else:
         kern = _portable(bo is not None, activation, xo.dtype)
         pt = portable.PT

@@ -20,8 +20,8 @@ import numpy as np
 from numba import cuda
 
 CU_FILE = Path(__file__).resolve().parents[2] / "kernels" / "ops" / "gemm" / "wgmma_tma.cu"
-DEVICE_SIG = "int32(int64, int64, int64, int64, int64, int64)"
-KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64)"
+DEVICE_SIG = "int32(int64, int64, int64, int64, int64, int64, int64)"
+KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64, int64)"  # maps, c, bias, res, m, n, k
 THREADS = 384
 BM = 128
 BK = 64
@@ -140,8 +140,8 @@ def device_function(v: Variant) -> Any:
 
 
 def py_kernel(fn: Any) -> Any:
-    def ws_tile(tm, c, r, m, n, k):  # type: ignore[no-untyped-def]
-        fn(tm, c, r, m, n, k)
+    def ws_tile(tm, c, bias, r, m, n, k):  # type: ignore[no-untyped-def]
+        fn(tm, c, bias, r, m, n, k)
 
     return ws_tile
 
@@ -224,7 +224,7 @@ def _cluster_func(v: Variant) -> ctypes.c_void_p:
 
 def launch_cluster(v: Variant, grid: int, args: tuple[int, ...], stream: int = 0) -> None:
     """cuLaunchKernelEx with a (v.cluster, 1, 1) cluster on numba's CUfunction. The numba kernel's parameters
-    are its six int64 arguments, 8 bytes each (kernels/runtime/launch.py's ABI notes)."""
+    are its seven int64 arguments, 8 bytes each (kernels/runtime/launch.py's ABI notes)."""
     func = _cluster_func(v)
     vals = [ctypes.c_int64(a) for a in args]
     params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.pointer(x), ctypes.c_void_p) for x in vals])
@@ -325,6 +325,6 @@ def gemm(*, a: Any, b: Any, out: Any, res: Any = None, variant: Variant, stream:
     tm = tensor_maps(v, ptrs[0], ptrs[1], m, n, k)
     r = ptrs[3] if res is not None else 0
     if v.cluster > 1:
-        launch_cluster(v, v.grid(m, n, sm_count()), (_ptr(tm), ptrs[2], r, m, n, k), stream)
+        launch_cluster(v, v.grid(m, n, sm_count()), (_ptr(tm), ptrs[2], 0, r, m, n, k), stream)
     else:
-        disp[v.grid(m, n, sm_count()), THREADS, stream, v.smem_bytes](_ptr(tm), ptrs[2], r, m, n, k)
+        disp[v.grid(m, n, sm_count()), THREADS, stream, v.smem_bytes](_ptr(tm), ptrs[2], 0, r, m, n, k)

@@ -18,8 +18,10 @@ Five strategies, one contract (`PATHS`):
     take without them (mma for fp16, portable for bf16): `fallback_path`.
   - "wgmma_tma" (gemm/wgmma_tma.py + wgmma_tma.cu, fp16 and bf16, cc 9.0 only): TMA loads, a producer
     warpgroup and two wgmma consumers, a persistent grid: 0.94-0.95x cuBLAS at 4096^3 and 8192x2560x2560,
-    0.83x for o_proj with its residual (an H100, 2026-12-05, benchmarks/h100/2026-12-05/). With a bias, or
-    where it has no tensor maps for the operands (wgmma_tma.MapTable), the "wgmma" tile runs instead.
+    0.83x for o_proj with its residual (an H100, 2026-12-05, benchmarks/h100/2026-12-05/). The wgmma tile's
+    epilogues (bias, residual, fp32 or 16-bit output; linear's activation), the same `wgmma.Key` (the bias
+    and activation epilogues not run on a GPU yet); where it has no tensor maps for the operands
+    (wgmma_tma.MapTable), the "wgmma" tile runs the same key instead.
 "auto" (`select_path`, a pure function of the device's compute capability and the input dtype): portable
 under the simulator; wgmma_tma for fp16 / bf16 on cc 9.0; mma for fp16 on other cc >= 8.0; portable for fp16
 below that and for bf16 off cc 9.0; simt for fp32. An sm_90a kernel is never compiled or loaded elsewhere.
@@ -148,16 +150,17 @@ def run_matmul(
     if path in WGMMA_PATHS:
         ptrs = (a.ptr, b.ptr, out.ptr) + ((bias.ptr,) if bias else ()) + ((res.ptr,) if res else ())
         if wgmma.fits(m, n, k, ptrs):
-            if path == "wgmma_tma" and bias is None:  # its epilogue: the residual, fp32 or 16-bit output
-                tkey = wgmma_tma.key_of(a.dtype, out.dtype != F32, res is not None)
-                r, o = res.ptr if res else 0, out.ptr
-                if wgmma_tma.launch(a=a.ptr, b=b.ptr, res=r, out=o, m=m, n=n, k=k, key=tkey, stream=stream):
-                    return _tma_replay(a, b, res, out, tkey) if replay else None
             key = wgmma.key_of(a.dtype, out.dtype != F32, bias is not None, res is not None)
+            bp, rp = bias.ptr if bias else 0, res.ptr if res else 0
+            if path == "wgmma_tma" and wgmma_tma.launch(
+                a=a.ptr, b=b.ptr, bias=bp, res=rp, out=out.ptr, m=m, n=n, k=k, key=key, stream=stream
+            ):
+                if not replay:
+                    return None
+                return _tma_replay(a=a.ptr, b=b.ptr, bias=bp, res=rp, out=out.ptr, m=m, n=n, k=k, key=key)
             wgmma.launch(
-                a=a.ptr, b=b.ptr, bias=bias.ptr if bias else 0, res=res.ptr if res else 0, out=out.ptr,
-                m=m, n=n, k=k, key=key, stream=stream,
-            )  # fmt: skip
+                a=a.ptr, b=b.ptr, bias=bp, res=rp, out=out.ptr, m=m, n=n, k=k, key=key, stream=stream
+            )
             return _wgmma_replay(a, b, bias, res, out, key) if replay else None
         path = fallback_path(a.dtype, (9, 0))  # wgmma runs on cc 9.0 only
     if path == "mma":
@@ -226,24 +229,24 @@ def _wgmma_replay(a: Operand, b: Operand, bias: Operand | None, res: Operand | N
     return Replay(bound.launch)
 
 
-def _tma_replay(a: Operand, b: Operand, res: Operand | None, out: Operand, key: wgmma_tma.Key) -> Replay:
-    """The TMA tile's launch packed once. Its maps name A's and B's addresses: each replay looks up those of
-    its own A and B in the context's MapTable; where none can be made (the table full, or a caller's graph
-    capture on a pair not seen before) it runs the cp.async tile instead. p = (a, b, out[, res])."""
-    m, k = a.shape
-    n = b.shape[1]
-    r = res.ptr if res else 0
-    go = wgmma_tma.bind(a=a.ptr, b=b.ptr, res=r, out=out.ptr, m=m, n=n, k=k, key=key).launch
+def _tma_replay(*, a: int, b: int, bias: int, res: int, out: int, m: int, n: int, k: int,
+                key: wgmma.Key) -> Replay:  # fmt: skip
+    """The TMA tile's launch (gemm, o_proj, linear) packed once, from a launch that found its maps. The maps
+    name A's and B's addresses: each replay looks up those of its own A and B in the context's MapTable;
+    where none can be made (the table full, or a caller's graph capture on a pair not seen before) it runs
+    the cp.async tile of the same key instead. p = (a, b, out[, res][, bias]), `key` saying which."""
+    go = wgmma_tma.bind(a=a, b=b, bias=bias, res=res, out=out, m=m, n=n, k=k, key=key).launch
     maps_of = wgmma_tma.table().address
-    ckey = wgmma.key_of(a.dtype, key.out16, False, key.res)
+    ri = 3 if key.res else -1
+    bi = (4 if key.res else 3) if key.bias else -1
 
     def launch(p: Any, s: Any = 0) -> None:
         maps = maps_of(key, p[0], p[1], m, n, k, s)
         if maps is not None:
-            go((maps, *p[2:]), s)  # the Bound's pointer arguments: maps, out[, res]
+            go((maps, *p[2:]), s)  # the Bound's pointer arguments: maps, out[, res][, bias]
         else:
-            wgmma.launch(a=p[0], b=p[1], bias=0, res=p[3] if key.res else 0, out=p[2], m=m, n=n, k=k,
-                         key=ckey, stream=s)  # fmt: skip
+            wgmma.launch(a=p[0], b=p[1], bias=p[bi] if bi >= 0 else 0, res=p[ri] if ri >= 0 else 0, out=p[2],
+                         m=m, n=n, k=k, key=key, stream=s)  # fmt: skip
 
     return Replay(launch)
 

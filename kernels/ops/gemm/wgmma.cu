@@ -63,7 +63,7 @@ struct __align__(8) wg_f2 {  // two fp32 in one 8-byte store (no CUDA headers: n
 #define WG_BIAS 0  // 1: add bias[N] (input type) in the epilogue
 #endif
 #ifndef WG_ACT
-#define WG_ACT 0  // 0: none, 1: silu, 2: gelu_tanh (wg_act below)
+#define WG_ACT 0  // 0: none, 1: silu, 2: gelu_tanh (wg_act, wgmma_epi.cuh)
 #endif
 #ifndef WG_GROUP_M
 #define WG_GROUP_M 8  // tile-rows walked before moving right: those blocks share their B columns in L2
@@ -88,6 +88,7 @@ static_assert(WG_INFLIGHT == 0 || WG_INFLIGHT == 1, "WG_INFLIGHT: 0 or 1");
 static_assert(WG_STAGE_BYTES % 1024 == 0, "stages must keep the 1024-byte alignment of the swizzle");
 
 #include "wgmma_ops.cuh"
+#include "wgmma_epi.cuh"
 
 #if WG_DT == 0
 #if WG_BN == 256
@@ -152,25 +153,6 @@ __device__ __forceinline__ float wg_to_f32(u16 h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
-#endif
-}
-
-// x * sigmoid(z) = x / (1 + e^-z), e^-z as ex2.approx (relative error ~2^-22); e^-z = inf gives -0 or 0, a
-// NaN stays NaN. gelu_tanh's 0.5 (1 + tanh(u)) is sigmoid(2u) exactly, so both activations are this one form
-// (no 1 + tanh cancellation for negative x).
-__device__ __forceinline__ float wg_x_sigmoid(float x, float z) {
-    float e;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(z * -1.4426950408889634f));
-    return x / (1.0f + e);
-}
-
-__device__ __forceinline__ float wg_act(float x) {
-#if WG_ACT == 1
-    return wg_x_sigmoid(x, x);
-#elif WG_ACT == 2
-    return wg_x_sigmoid(x, 1.5957691216057308f * (x + 0.044715f * x * x * x));  // 2u
-#else
-    return x;
 #endif
 }
 
@@ -306,8 +288,8 @@ extern "C" __device__ int WG_NAME(int* ret, long long a, long long b, long long 
             x += wg_to_f32((u16)(rw & 0xFFFF));
             y += wg_to_f32((u16)(rw >> 16));
 #endif
-            x = wg_act(x);
-            y = wg_act(y);
+            x = wg_act<WG_ACT>(x);
+            y = wg_act<WG_ACT>(y);
 #if WG_OUT == 0
             wg_f2 v;
             v.x = x;

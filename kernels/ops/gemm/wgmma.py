@@ -31,8 +31,8 @@ from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import Kernel
 
 CU_FILE = Path(__file__).with_name("wgmma.cu")
-OPS_FILE = Path(__file__).with_name("wgmma_ops.cuh")  # the wgmma wrappers of both Hopper tiles
-_OPS_INCLUDE = '#include "wgmma_ops.cuh"\n'
+# the headers both Hopper tiles splice in (`cu_text`): the wgmma wrappers, the epilogue activation
+HEADERS = (Path(__file__).with_name("wgmma_ops.cuh"), Path(__file__).with_name("wgmma_epi.cuh"))
 _SIG = "int32(int64, int64, int64, int64, int64, int64, int64, int64)"
 KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64, int64, int64)"
 THREADS = 256
@@ -140,12 +140,15 @@ def source(key: Key, cfg: Config) -> str:
 
 
 def cu_text(path: Path) -> str:
-    """A Hopper tile's .cu with wgmma_ops.cuh spliced in place of its one `#include "wgmma_ops.cuh"` line:
-    NVRTC gets a single source and needs no include path."""
+    """A Hopper tile's .cu with each of HEADERS spliced in place of its one `#include "<name>"` line: NVRTC
+    gets a single source and needs no include path."""
     text = path.read_text()
-    if text.count(_OPS_INCLUDE) != 1:
-        raise RuntimeError(f"{path}: expected one line '{_OPS_INCLUDE.strip()}'")
-    return text.replace(_OPS_INCLUDE, OPS_FILE.read_text())
+    for header in HEADERS:
+        line = f'#include "{header.name}"\n'
+        if text.count(line) != 1:
+            raise RuntimeError(f"{path}: expected one line '{line.strip()}'")
+        text = text.replace(line, header.read_text())
+    return text
 
 
 def name_of(key: Key, cfg: Config) -> str:

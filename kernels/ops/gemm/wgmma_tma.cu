@@ -4,14 +4,16 @@
 // lab still compiles its other variants from this file). The product compiles the persistent, one-CTA form
 // (WS_PERSIST 1, WS_CLUSTER 1) with WS_BN 256, WS_STAGES 4:
 //
-//   C[M, N] = A[M, K] @ B (+ R[M, N]),   A row-major bf16 or fp16, fp32 accumulation,
+//   C[M, N] = act(A[M, K] @ B (+ bias[N]) (+ R[M, N])),   A row-major bf16 or fp16, fp32 accumulation,
 //   B [K, N] row-major (WS_BT 0, "NN") or [N, K] row-major (WS_BT 1, "NT", a torch Linear weight),
-//   C fp32 (WS_OUT 0) or the input type (WS_OUT 1), R (WS_RES 1) of the input type added in fp32.
+//   C fp32 (WS_OUT 0) or the input type (WS_OUT 1); bias (WS_BIAS 1) and R (WS_RES 1) are of the input type
+//   and added in fp32, then the activation (WS_ACT: 0 none, 1 SiLU, 2 GELU with the tanh approximation),
+//   then the one final rounding: wgmma.cu's epilogue, in the same order.
 //
 // numba ABI: `int f(int* ret, args...)`; no CUDA headers. Arguments: `tmaps` the global address of two
 // CUtensorMaps (128 bytes each, A's at +0, B's at +128, built on the host by cuTensorMapEncodeTiled: numba
-// cannot pass a __grid_constant__ parameter, and PTX takes a tensor-map operand in global memory), c, res,
-// m, n, k.
+// cannot pass a __grid_constant__ parameter, and PTX takes a tensor-map operand in global memory), c, bias,
+// res, m, n, k.
 //
 // Block: 384 threads = 3 warpgroups. Warpgroup 0 is the producer: setmaxnreg.dec to WS_PROD_REGS, one thread
 // issues every TMA copy. Warpgroups 1 and 2 are the consumers: setmaxnreg.inc to WS_CONS_REGS, consumer g
@@ -42,7 +44,7 @@
 //
 // Hang guard: every mbarrier wait that has not completed after WS_TIMEOUT_NS of %globaltimer traps, so a
 // parity / byte-count bug becomes a launch error, not a stuck GPU.
-// Requirements (checked by the launcher): K, N multiples of 8; A, B 16-byte aligned; C, R 16-byte aligned.
+// Requirements (checked by the launcher): K, N multiples of 8; A, B, C, R, bias 16-byte aligned.
 
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -67,7 +69,13 @@ struct __align__(8) ws_f2 {
 #define WS_BT 0  // 0: B [K, N] (NN), 1: B [N, K] (NT)
 #endif
 #ifndef WS_RES
-#define WS_RES 0
+#define WS_RES 0  // 1: add R[M, N] (input type) in the epilogue
+#endif
+#ifndef WS_BIAS
+#define WS_BIAS 0  // 1: add bias[N] (input type) in the epilogue
+#endif
+#ifndef WS_ACT
+#define WS_ACT 0  // 0: none, 1: silu, 2: gelu_tanh (wg_act, wgmma_epi.cuh)
 #endif
 #ifndef WS_PERSIST
 #define WS_PERSIST 0
@@ -109,6 +117,7 @@ static_assert(WS_CLUSTER == 1 || (WS_CLUSTER == 2 && WS_BT == 0 && !WS_PERSIST),
 static_assert(128 * WS_PROD_REGS + 256 * WS_CONS_REGS <= 65536, "register file: 64K per SM");
 
 #include "wgmma_ops.cuh"
+#include "wgmma_epi.cuh"
 
 #if WS_DT == 0
 #if WS_BN == 256
@@ -290,8 +299,8 @@ __device__ __forceinline__ void ws_tile_of(int t, int tiles_m, int tiles_n, int 
     n0 = ((t % per_group) / gsz) * WS_BN;
 }
 
-extern "C" __device__ int WS_NAME(int* ret, long long tmaps, long long c, long long res, long long m, long long n,
-                                  long long k) {
+extern "C" __device__ int WS_NAME(int* ret, long long tmaps, long long c, long long bias, long long res,
+                                  long long m, long long n, long long k) {
     const int M = (int)m, N = (int)n, K = (int)k;
     const int tid = threadIdx.x;
     const int wg = tid >> 7;
@@ -433,18 +442,29 @@ extern "C" __device__ int WS_NAME(int* ret, long long tmaps, long long c, long l
 #pragma unroll
             for (int j = 0; j < WS_BN / 8; ++j) {
                 const int col = colb + 8 * j;
-                if (col >= N) continue;
+                if (col >= N) continue;  // N % 8 == 0: col < N implies col + 1 < N
+#if WS_BIAS
+                // columns col, col + 1 (col even: a 4-byte aligned word), read once for both rows
+                const u32 bw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(bias) + col);
+                const float bx = ws_to_f32((u16)(bw & 0xFFFF)), by = ws_to_f32((u16)(bw >> 16));
+#endif
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = row0 + 8 * h;
                     if (row >= M) continue;
                     float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
                     const long long at = (long long)row * N + col;
+#if WS_BIAS
+                    x += bx;
+                    y += by;
+#endif
 #if WS_RES
                     u32 rw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(res) + at);
                     x += ws_to_f32((u16)(rw & 0xFFFF));
                     y += ws_to_f32((u16)(rw >> 16));
 #endif
+                    x = wg_act<WS_ACT>(x);
+                    y = wg_act<WS_ACT>(y);
 #if WS_OUT == 0
                     ws_f2 v;
                     v.x = x;

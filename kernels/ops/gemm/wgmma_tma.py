@@ -1,10 +1,13 @@
 """Hopper's fastest gemm tile here: TMA loads, a producer warpgroup and two wgmma consumer warpgroups, a
 persistent grid (wgmma_tma.cu).
 
-C = A @ B (+ R) with bf16 or fp16 A [M, K] and B [K, N] (or [N, K]: `Key.bt`), fp32 accumulation, fp32 output
-(gemm) or output in the input type (o_proj, with its residual R). No bias and no activation: those epilogues
-stay on the cp.async tile (wgmma.py), and gemm's wgmma path takes this tile only where the epilogue fits
-(kernels/ops/gemm/__init__.py, `run_matmul`). sm_90a code, so cc 9.0 only, as wgmma.py.
+C = act(A @ B (+ bias) (+ R)) with bf16 or fp16 A [M, K] and B [K, N] (or [N, K]: `wgmma.Key.bt`, linear's
+torch weight), fp32 accumulation, fp32 output (gemm) or output in the input type (o_proj, linear): the
+cp.async tile's epilogues in its order (bias, then R, then the activation of wgmma_epi.cuh, which both tiles
+splice in, then one rounding). A kernel is specialised to a `wgmma.Key`, as the cp.async tile's are: where
+this tile has no tensor maps for the operands, the caller runs the cp.async kernel of the same key. The
+bias and activation epilogues have not run on a GPU yet (offline sm_90a builds only:
+tests/kernels/test_wgmma.py). sm_90a code, so cc 9.0 only, as wgmma.py.
 
 Measured (lab/wgmma_ws/NOTES.md, "Outcome"; an H100 80GB HBM3, 2026-12-05, bf16, medians interleaved with
 cuBLAS through torch): 0.876x cuBLAS at 4096^3 (693 TF), 0.806x at 8192 x 2560 x 2560, 0.825x for o_proj
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -39,8 +41,8 @@ from kernels.runtime import launch as _launch
 from kernels.runtime.launch import Kernel
 
 CU_FILE = Path(__file__).with_name("wgmma_tma.cu")
-_SIG = "int32(int64, int64, int64, int64, int64, int64)"
-KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64)"  # maps, c, res, m, n, k
+_SIG = "int32(int64, int64, int64, int64, int64, int64, int64)"
+KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64, int64)"  # maps, c, bias, res, m, n, k
 THREADS = 384  # 3 warpgroups: 1 producer, 2 consumers
 BM, BN, BK = 128, 256, 64
 STAGES = 4
@@ -60,46 +62,23 @@ _L2_PROMOTION_256B = 3
 _OOB_FILL_ZERO = 0
 
 
-@dataclass(frozen=True)
-class Key:
-    """What one compiled kernel is specialised to: the input type, fp32 or 16-bit output, whether R is
-    added, and B's layout (`bt`: [N, K], a torch Linear weight)."""
-
-    dtype: str  # "bf16" | "f16"
-    out16: bool
-    res: bool
-    bt: bool = False
-
-    @property
-    def tag(self) -> str:
-        epi = ("_res" if self.res else "") + ("_nt" if self.bt else "")
-        return f"{self.dtype}_{'o16' if self.out16 else 'o32'}{epi}"
-
-
-def key_of(dtype: np.dtype, out16: bool, res: bool, bt: bool = False) -> Key:
-    name = wgmma.DTYPES.get(np.dtype(dtype))
-    if name is None:
-        allowed = ", ".join(str(d) for d in wgmma.DTYPES)
-        raise TypeError(f"wgmma_tma: dtype {dtype} is not supported; expected one of: {allowed}")
-    return Key(name, out16, res, bt)
-
-
-def name_of(key: Key) -> str:
+def name_of(key: wgmma.Key) -> str:
     return f"wgmma_tma_gemm_{key.tag}_n{BN}_s{STAGES}_g{GROUP_M}"
 
 
-def source(key: Key) -> str:
+def source(key: wgmma.Key) -> str:
     """wgmma_tma.cu with the #defines of one kernel in front."""
     d = {
         "WS_BN": BN, "WS_STAGES": STAGES, "WS_DT": 0 if key.dtype == "bf16" else 1, "WS_OUT": int(key.out16),
-        "WS_BT": int(key.bt), "WS_RES": int(key.res), "WS_PERSIST": 1, "WS_GROUP_M": GROUP_M,
+        "WS_BT": int(key.bt), "WS_RES": int(key.res), "WS_BIAS": int(key.bias),
+        "WS_ACT": wgmma.ACTIVATIONS.index(key.act), "WS_PERSIST": 1, "WS_GROUP_M": GROUP_M,
         "WS_PROD_REGS": PROD_REGS, "WS_CONS_REGS": CONS_REGS, "WS_CLUSTER": 1,
         "WS_TIMEOUT_NS": f"{TIMEOUT_NS}ull", "WS_NAME": name_of(key),
     }  # fmt: skip
     return "".join(f"#define {k} {v}\n" for k, v in d.items()) + wgmma.cu_text(CU_FILE)
 
 
-def dispatcher(key: Key) -> Any:
+def dispatcher(key: wgmma.Key) -> Any:
     """The numba kernel of `key`, uncompiled (compiling it needs the sm_90a target)."""
     name = name_of(key)
     fn = cuda.declare_device(name, _SIG, link=[cuda.CUSource(source(key), name=f"{name}.cu")])
@@ -107,8 +86,8 @@ def dispatcher(key: Key) -> Any:
     # launch_bounds (384, 1): ptxas then knows the register count at entry (65536 / 384 = 168) and honours
     # the warpgroups' setmaxnreg (without it: warning C7508 and no register reallocation)
     @cuda.jit(launch_bounds=(THREADS, 1))
-    def wgmma_tma_tile(maps, c, res, m, n, k):  # type: ignore[no-untyped-def]
-        fn(maps, c, res, m, n, k)
+    def wgmma_tma_tile(maps, c, bias, res, m, n, k):  # type: ignore[no-untyped-def]
+        fn(maps, c, bias, res, m, n, k)
 
     return wgmma_tma_tile
 
@@ -123,11 +102,11 @@ def grid(m: int, n: int, sms: int) -> int:
 
 
 @cache
-def _template(key: Key) -> Kernel:
+def _template(key: wgmma.Key) -> Kernel:
     return _launch.kernel(dispatcher(key), KERNEL_SIG, on_load=_launch.dynamic_smem(SMEM_BYTES))
 
 
-def _kernel(key: Key) -> Kernel:
+def _kernel(key: wgmma.Key) -> Kernel:
     if not wgmma.available():
         raise RuntimeError(
             "wgmma_tma kernels need a cc 9.0 (sm_90a) GPU; this device is not one: gemm's auto path takes "
@@ -179,7 +158,7 @@ def encode_2d(ptr: int, dtype: str, inner: int, outer: int, box_inner: int, box_
     return ctypes.string_at(addr, 128)
 
 
-def maps_of(key: Key, a: int, b: int, m: int, n: int, k: int) -> bytes:
+def maps_of(key: wgmma.Key, a: int, b: int, m: int, n: int, k: int) -> bytes:
     """A's and B's tensor maps, 256 bytes: A [M, K] in boxes of 128 rows x 64 k; NN B [K, N] in boxes of 64
     k-rows x 64 n (BN / 64 per stage), NT B [N, K] in boxes of BN rows x 64 k."""
     ta = encode_2d(a, key.dtype, k, m, BK, BM)
@@ -213,7 +192,7 @@ class MapTable:
     def __len__(self) -> int:
         return len(self._slots)
 
-    def address(self, key: Key, a: int, b: int, m: int, n: int, k: int, stream: Any = 0) -> int | None:
+    def address(self, key: wgmma.Key, a: int, b: int, m: int, n: int, k: int, stream: Any = 0) -> int | None:
         entry = (key, a, b, m, n, k)
         hit = self._slots.get(entry)
         if hit is not None:
@@ -271,26 +250,31 @@ def table(ctx: int | None = None) -> MapTable:
     return t
 
 
-def launch(*, a: int, b: int, res: int, out: int, m: int, n: int, k: int, key: Key, stream: Any = 0) -> bool:
-    """One matmul on device addresses (res = 0 when absent; `key` says whether it is read); the caller has
+def launch(*, a: int, b: int, bias: int, res: int, out: int, m: int, n: int, k: int, key: wgmma.Key,
+           stream: Any = 0) -> bool:  # fmt: skip
+    """One matmul on device addresses (bias / res = 0 when absent; `key` says which are read); the caller has
     checked `wgmma.fits`. False, and nothing launched, where the tile has no maps for these operands
     (`MapTable.address`): the caller runs the cp.async tile."""
     ctx = _launch.context()
     maps = table(ctx).address(key, a, b, m, n, k, stream)
     if maps is None:
         return False
-    _kernel(key).launch(grid(m, n, _launch.sm_count(ctx)), THREADS, (maps, out, res, m, n, k),
+    _kernel(key).launch(grid(m, n, _launch.sm_count(ctx)), THREADS, (maps, out, bias, res, m, n, k),
                         shared=SMEM_BYTES, stream=stream, ctx=ctx)  # fmt: skip
     return True
 
 
-def bind(*, a: int, b: int, res: int, out: int, m: int, n: int, k: int, key: Key) -> _launch.Bound:
+def bind(
+    *, a: int, b: int, bias: int, res: int, out: int, m: int, n: int, k: int, key: wgmma.Key
+) -> _launch.Bound:
     """The launch packed once with A's and B's maps (which must be in the table); `Bound.launch(ptrs,
-    stream)` takes (maps, out[, res]): the replay looks the maps of its A and B up per call."""
+    stream)` takes (maps, out[, res][, bias]), the FastCache order after A and B: the replay looks the maps
+    of its A and B up per call."""
     ctx = _launch.context()
     maps = table(ctx).address(key, a, b, m, n, k)
     if maps is None:
         raise RuntimeError("wgmma_tma.bind: no tensor maps for these operands (launch returned False)")
-    ptr_args = (0, 1, 2) if key.res else (0, 1)
-    return _kernel(key).bind(grid(m, n, _launch.sm_count(ctx)), THREADS, (maps, out, res, m, n, k),
+    # kernel arguments: maps 0, c 1, bias 2, res 3
+    ptr_args = (0, 1) + ((3,) if key.res else ()) + ((2,) if key.bias else ())
+    return _kernel(key).bind(grid(m, n, _launch.sm_count(ctx)), THREADS, (maps, out, bias, res, m, n, k),
                              shared=SMEM_BYTES, ptr_args=ptr_args)  # fmt: skip
