@@ -3,7 +3,7 @@ float64 (gemm / o_proj on 64 sampled rows), then a short table last and the full
 
     python benchmarks/h200_bf16.py --out DIR [--only 'STEP,STEP']   (h200_bf16.sh sets up the stack first)
 
-On cc 9.0 gemm and o_proj are also timed on the explicit "wgmma_tma" path (steps named "... wgmma_tma").
+On cc 9.0 gemm, o_proj and linear are also timed on the explicit "wgmma_tma" path (steps "... wgmma_tma").
 
 Anchors: cuBLAS through torch (mm with fp32 output for gemm, addmm for o_proj) and torch eager for the
 memory-bound ops. Timing: CUDA events around each call, ours and torch's interleaved call by call, medians.
@@ -209,7 +209,7 @@ def bench_o_proj(
 
 
 def bench_linear(
-    rng: np.random.Generator, m: int, k: int, n: int, dt: np.dtype, peaks: dict[str, Any]
+    rng: np.random.Generator, m: int, k: int, n: int, dt: np.dtype, peaks: dict[str, Any], path: str = "auto"
 ) -> None:
     """linear (x @ W.T with W [N, K], the activation fused) against torch's F.linear then the activation
     (cuBLAS, then an elementwise kernel), and against our own linear without an activation, all three
@@ -229,19 +229,18 @@ def bench_linear(
             held["y"] = torch_act(f.linear(tx, tw))
 
         fns = {
-            "ours": lambda act=act, dout=dout: linear_op.linear(dx, dw, None, dout, activation=act),
+            "ours": lambda a=act, o=dout: linear_op.linear(dx, dw, None, o, activation=a, path=path),
             "ref": theirs,
-            "plain": lambda: linear_op.linear(dx, dw, None, plain),
+            "plain": lambda: linear_op.linear(dx, dw, None, plain, path=path),
         }
         us = timed(fns)
         ref = linear_op.reference(x[rows], w, None, act)
         errs = {"ours": rel(arrays.to_host(dout)[rows], ref), "ref": rel(host_of(held["y"])[rows], ref)}
-        path = linear_op.shape_path(linear_op._resolve("auto", dt), n, k)
         record(
             "linear",
             str(dt),
             f"{m}x{n}x{k}-{act}",
-            path,
+            linear_op.shape_path(linear_op._resolve(path, dt), n, k),
             us,
             f"torch F.linear then F.{'silu' if act == 'silu' else 'gelu(tanh)'} (cuBLAS + eager)",
             2.0 * m * n * k + (4 if act == "silu" else 9) * m * n,
@@ -354,6 +353,7 @@ def main() -> int:
                 (f"gemm 8192x2560x2560 {dt} {t}",
                  lambda dt=dt, t=t: bench_gemm(rng, 8192, 2560, 2560, dt, peaks, t)),
                 (f"o_proj {dt} {t}", lambda dt=dt, t=t: bench_o_proj(rng, 16, 512, 2560, 2560, dt, peaks, t)),
+                (f"linear {dt} {t}", lambda dt=dt, t=t: bench_linear(rng, 4096, 4096, 14336, dt, peaks, t)),
             ]  # fmt: skip
     steps.append(("memory-bound bf16", lambda: bench_memory(rng, peaks)))
     only = [x.strip() for x in args.only.split(",") if x.strip()]

@@ -481,11 +481,9 @@ def ptx_kernels(op: str, has_bias: bool, has_res: bool, out_same_dtype: bool) ->
     # sm_90a kernels: the 5th item is the one target they compile for (kernels.runtime.ptx lists them only
     # for cc 9.0, compiled for sm_90a, and records them as arch-specific); the name says so too
     for dt, tag in ((F16, "float16"), (BF16, "bfloat16")):
-        if not has_bias:  # auto's tile where it has the epilogue
-            tkey = wgmma_tma.key_of(dt, out_same_dtype, has_res)
-            out.append((f"{op}_wgmma_tma_sm90a_{tag}", wgmma_tma.dispatcher(tkey), wgmma_tma.KERNEL_SIG,
-                        (wgmma_tma.CU_FILE,), wgmma_tma.ARCH))  # fmt: skip
-        key = wgmma.key_of(dt, out_same_dtype, has_bias, has_res)  # and where it has no tensor maps
+        key = wgmma.key_of(dt, out_same_dtype, has_bias, has_res)  # auto's tile, and the one where it has
+        out.append((f"{op}_wgmma_tma_sm90a_{tag}", wgmma_tma.dispatcher(key), wgmma_tma.KERNEL_SIG,  # no maps
+                    (wgmma_tma.CU_FILE,), wgmma_tma.ARCH))  # fmt: skip
         out.append((f"{op}_wgmma_sm90a_{tag}", wgmma.dispatcher(key), wgmma.KERNEL_SIG, (wgmma.CU_FILE,),
                     wgmma.ARCH))  # fmt: skip
     return tuple(out)
