@@ -484,7 +484,7 @@ def test_kernel_selection_follows_each_devices_architecture(two_contexts, monkey
     for ctx in (0xA, 0xB, 0xA):
         current[0] = ctx
         picked.append(linear._resolve("auto", f16))
-    assert picked == ["wgmma", "portable", "wgmma"]
+    assert picked == ["wgmma_tma", "portable", "wgmma_tma"]
     current[0] = 0xB
     with pytest.raises(RuntimeError, match="sm_90a"):
         wgmma._kernel(wgmma.key_of(f16, False, False, False), wgmma.DEFAULT)

@@ -99,14 +99,14 @@ def test_bad_input_is_refused_naming_what_is_allowed(call, match) -> None:  # ty
 @pytest.mark.parametrize(
     ("cc", "want"),
     [
-        ((9, 0), "wgmma"),
+        ((9, 0), "wgmma_tma"),
         ((8, 0), "portable"),
         ((8, 9), "portable"),
         ((10, 0), "portable"),
         (None, "portable"),
     ],  # fmt: skip
 )
-def test_auto_takes_wgmma_on_cc90_only(cc, want) -> None:  # type: ignore[no-untyped-def]
+def test_auto_takes_the_tma_tile_on_cc90_only(cc, want) -> None:  # type: ignore[no-untyped-def]
     for dt in (F16, BF16):
         assert lin.select_path(path="auto", dtype=dt, cc=cc, simulated=False) == want
         assert lin.select_path(path="auto", dtype=dt, cc=(9, 0), simulated=True) == "portable"
@@ -116,7 +116,7 @@ def test_auto_takes_wgmma_on_cc90_only(cc, want) -> None:  # type: ignore[no-unt
 
 def test_explain_names_the_tier_and_why() -> None:
     c = lin.explain(n=14336, k=4096, cc=(9, 0), simulated=False)
-    assert (c.path, c.tier) == ("wgmma", "primary")
+    assert (c.path, c.tier) == ("wgmma_tma", "primary")
     c = lin.explain(n=129, k=67, cc=(9, 0), simulated=False)
     assert (c.path, c.tier) == ("portable", "fallback") and "multiples of 8" in c.why
     c = lin.explain(n=14336, k=4096, cc=(8, 0), simulated=False)
@@ -125,9 +125,9 @@ def test_explain_names_the_tier_and_why() -> None:
 
 
 @needs_gpu
-def test_gpu_auto_path_is_wgmma_on_h200() -> None:
+def test_gpu_auto_path_is_the_tma_tile_on_cc90() -> None:
     """On a cc 9.0 GPU the bench shape runs the sm_90a kernel (the coverage list says so too)."""
     if tuple(cuda.get_current_device().compute_capability) != (9, 0):
         pytest.skip("not a cc 9.0 GPU")
     case = next(c for c in lin.SPEC.bench_cases if c.dtype == "bfloat16")
-    assert lin.SPEC.choice(case).path == "wgmma"
+    assert lin.SPEC.choice(case).path == "wgmma_tma"
