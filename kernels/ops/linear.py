@@ -16,10 +16,10 @@ activation epilogue; sm_90a, cc 9.0 only, K and N multiples of 8, 16-byte aligne
 no tensor maps for the operands the wgmma tile runs instead) and "portable" (kernels/ops/gemm/portable.py
 `make_linear_kernel`: the simulator, other GPUs, and shapes the wgmma tiles cannot take). "auto" takes
 wgmma_tma wherever it can run. On an H100 (2026-12-05, bench shape below, medians beside torch's F.linear
-then the activation): wgmma_tma 0.97x (SiLU) and 0.92-0.93x (GELU) of cuBLAS + eager, the wgmma tile
-0.68-0.69x; the activation costs 2.0-2.6 % (SiLU) and 6.9-7.8 % (GELU) over the plain linear on the same
-tile. There is no mma.sync kernel for this layout: on cc 8.x linear is the portable kernel (a fallback tier
-in `kernels info`; gemm / o_proj keep mma.sync there).
+then the activation): wgmma_tma 0.96-0.98x of cuBLAS + eager, the wgmma tile 0.68-0.69x; the activation
+costs 0.6-0.8 % (SiLU) and 1.9-2.1 % (GELU) over the plain linear on the same tile (wgmma_epi.cuh). There
+is no mma.sync kernel for this layout: on cc 8.x linear is the portable kernel (a fallback tier in `kernels
+info`; gemm / o_proj keep mma.sync there).
 
 Floors (H200, bench shape: Llama-3-8B's MLP up / gate projection, 4096 tokens, x [4096, 4096], W [14336,
 4096]): 481 GFLOP -> 450 us at the 1070 TFLOP/s dense bf16 peak (~520 us at the ~1.7 GHz of a long GEMM);

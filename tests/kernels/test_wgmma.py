@@ -38,7 +38,7 @@ F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
         ((7, 5), F32, "simt"),
     ],
 )
-def test_auto_picks_wgmma_on_cc90_only(cc, dtype, want):  # type: ignore[no-untyped-def]
+def test_auto_picks_a_hopper_tile_on_cc90_only(cc, dtype, want):  # type: ignore[no-untyped-def]
     assert select_path(path="auto", dtype=dtype, cc=cc, simulated=False) == want
 
 

@@ -115,10 +115,10 @@ def test_auto_takes_it_on_cc90_only() -> None:
         select_path(path="wgmma_tma", dtype=np.dtype(np.float32), cc=(9, 0), simulated=False)
 
 
-def test_linear_takes_the_path_explicitly_on_cc90_only() -> None:
+def test_linear_takes_the_path_on_cc90_only() -> None:
     for dt in (BF16, F16):
         assert lin.select_path(path=TMA, dtype=dt, cc=(9, 0), simulated=False) == TMA
-        assert lin.select_path(path="auto", dtype=dt, cc=(9, 0), simulated=False) == "wgmma"  # not yet auto's
+        assert lin.select_path(path="auto", dtype=dt, cc=(9, 0), simulated=False) == TMA
         for cc, simulated in (((8, 0), False), ((10, 0), False), (None, True)):
             with pytest.raises(ValueError, match="wgmma_tma"):
                 lin.select_path(path=TMA, dtype=dt, cc=cc, simulated=simulated)

@@ -88,7 +88,8 @@ def make_words_kernel(has_bias: bool, has_res: bool, out_words: bool) -> Any:
 
 @cuda.jit(device=True, inline="always")
 def x_sigmoid(x, z):  # type: ignore[no-untyped-def]
-    """x * sigmoid(z) = x / (1 + e^-z) in fp32 (wgmma.cu's wg_x_sigmoid, with numba's exp)."""
+    """x * sigmoid(z) = x / (1 + e^-z) in fp32 (the Hopper tiles' wg_x_sigmoid, wgmma_epi.cuh, with numba's
+    exp and an IEEE division where they take rcp.approx)."""
     return x / (float32(1.0) + math.exp(-z))
 
 
