@@ -5,13 +5,14 @@ C = act(A @ B (+ bias) (+ R)) with bf16 or fp16 A [M, K] and B [K, N] (or [N, K]
 torch weight), fp32 accumulation, fp32 output (gemm) or output in the input type (o_proj, linear): the
 cp.async tile's epilogues in its order (bias, then R, then the activation of wgmma_epi.cuh, which both tiles
 splice in, then one rounding). A kernel is specialised to a `wgmma.Key`, as the cp.async tile's are: where
-this tile has no tensor maps for the operands, the caller runs the cp.async kernel of the same key. The
-bias and activation epilogues have not run on a GPU yet (offline sm_90a builds only:
-tests/kernels/test_wgmma.py). sm_90a code, so cc 9.0 only, as wgmma.py.
+this tile has no tensor maps for the operands, the caller runs the cp.async kernel of the same key. sm_90a
+code, so cc 9.0 only, as wgmma.py; `auto`'s tile for gemm, o_proj and linear there.
 
-Measured (lab/wgmma_ws/NOTES.md, "Outcome"; an H100 80GB HBM3, 2026-12-05, bf16, medians interleaved with
-cuBLAS through torch): 0.876x cuBLAS at 4096^3 (693 TF), 0.806x at 8192 x 2560 x 2560, 0.825x for o_proj
-[16, 512, 2560] x [2560, 2560] with the residual, against 0.61-0.63x for the cp.async tile in the same run.
+Measured (benchmarks/h100/README.md; an H100 80GB HBM3, 2026-12-05, medians interleaved with cuBLAS through
+torch, every timed output checked against float64): 0.953x cuBLAS at 4096^3 (708 TF, bf16 in, fp32 out),
+0.940x at 8192 x 2560 x 2560, fp16 0.954x; 0.83-0.84x for o_proj [16, 512, 2560] x [2560, 2560] with the
+residual; linear (NT, SiLU / GELU) 0.96-0.98x torch's F.linear + activation; the cp.async tile 0.62-0.69x
+in the same runs.
 
 Tensor maps. TMA reads A and B through two CUtensorMaps (128 bytes each) that name their base addresses.
 numba cannot pass a __grid_constant__ map, so the kernel takes the address of a 256-byte device buffer
