@@ -3,7 +3,8 @@ float64 (gemm / o_proj on 64 sampled rows), then a short table last and the full
 
     python benchmarks/h200_bf16.py --out DIR [--only 'STEP,STEP']   (h200_bf16.sh sets up the stack first)
 
-On cc 9.0 gemm, o_proj and linear are also timed on the explicit "wgmma_tma" path (steps "... wgmma_tma").
+On cc 9.0 gemm, o_proj and linear are also timed on the cp.async tile, the explicit "wgmma" path (steps
+"... wgmma"), beside auto's TMA tile.
 
 Anchors: cuBLAS through torch (mm with fp32 output for gemm, addmm for o_proj) and torch eager for the
 memory-bound ops. Timing: CUDA events around each call, ours and torch's interleaved call by call, medians.
@@ -346,8 +347,8 @@ def main() -> int:
             (f"o_proj {dt}", lambda dt=dt: bench_o_proj(rng, 16, 512, 2560, 2560, dt, peaks)),
             (f"linear {dt}", lambda dt=dt: bench_linear(rng, 4096, 4096, 14336, dt, peaks)),
         ]
-        if gemm_op.wgmma.available():  # the TMA tile (explicit path) beside auto's
-            t = "wgmma_tma"
+        if gemm_op.wgmma.available():  # the cp.async tile (explicit path) beside auto's TMA tile
+            t = "wgmma"
             steps += [
                 (f"gemm 4096^3 {dt} {t}", lambda dt=dt, t=t: bench_gemm(rng, 4096, 4096, 4096, dt, peaks, t)),
                 (f"gemm 8192x2560x2560 {dt} {t}",

@@ -86,8 +86,8 @@ def explain(*, n: int, k: int, cc: tuple[int, int] | None, simulated: bool) -> C
             return Choice(path, "primary", why)
         why = f"N={n}, K={k}: not multiples of 8, which the Hopper tiles need; the portable CUDA-core kernel"
         return Choice("portable", "fallback", why)
-    return Choice(path, "fallback", f"linear's tensor-core kernel is wgmma (cc 9.0 only); this is {where}: "
-                  "the portable CUDA-core kernel")  # fmt: skip
+    why = f"linear's tensor-core kernels are the Hopper tiles (cc 9.0 only); this is {where}: portable kernel"
+    return Choice(path, "fallback", why)
 
 
 @cache

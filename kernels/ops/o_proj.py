@@ -13,7 +13,7 @@ vs 0.07 ms of memory traffic. The unfused baseline (cuBLAS GEMM, then a CuPy add
 
 Kernels and paths are gemm's (kernels/ops/gemm/): "portable", "simt" (fp32 auto:
 0.953x cuBLAS matmul + CuPy add on the H200), "mma" (fp16 tensor cores), "wgmma" (fp16 / bf16 on cc 9.0)
-and "wgmma_tma" (the same on the TMA tile, kernels/ops/gemm/wgmma_tma.py; auto's on cc 9.0 without a bias).
+and "wgmma_tma" (the same on the TMA tile, kernels/ops/gemm/wgmma_tma.py; auto's on cc 9.0).
 Calls on device arrays with `out` replay validated launches from a FastCache (host time ~8.5 us per call).
 """
 

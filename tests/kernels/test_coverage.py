@@ -126,4 +126,4 @@ def test_an_h200_runs_no_op_only_on_a_fallback() -> None:
     assert rep["fallback_only"] == [], rep["fallback_only"]
     paths = {(r["op"], r["dtype"]): r["path"] for r in rep["rows"]}
     assert paths[("gemm", "bfloat16")] == paths[("gemm", "float16")] == "wgmma_tma"
-    assert paths[("o_proj", "bfloat16")] == "wgmma_tma"
+    assert paths[("o_proj", "bfloat16")] == paths[("linear", "bfloat16")] == "wgmma_tma"

@@ -1,6 +1,6 @@
 """linear (x @ W.T + bias, then an activation, in one kernel): every activation and dtype against the float64
-reference, torch's layout and semantics, the selection rule (wgmma on cc 9.0 alone, a fallback elsewhere),
-and bad input refused with one line naming what is allowed."""
+reference, torch's layout and semantics, the selection rule (the Hopper tiles on cc 9.0 alone, a fallback
+elsewhere), and bad input refused with one line naming what is allowed."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_device_out_replays_with_new_inputs() -> None:
         (lambda x, w, b: lin.linear(x, np.ascontiguousarray(w[:, :-1])), r"weight: shape \(16, 23\) does"),
         (lambda x, w, b: lin.linear(x, w, b[:-1]), "bias"),
         (lambda x, w, b: lin.linear(x, w.astype(BF16)), "weight"),
-        (lambda x, w, b: lin.linear(x, w, path="mma"), "not a linear path; allowed: auto, portable, wgmma"),
+        (lambda x, w, b: lin.linear(x, w, path="mma"), "allowed: auto, portable, wgmma, wgmma_tma$"),
     ],
     ids=["activation", "fp32", "k-mismatch", "bias-shape", "mixed-dtypes", "path"],
 )

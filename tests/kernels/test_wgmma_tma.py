@@ -3,8 +3,8 @@ o_proj and linear): what it is built as, where it may be asked for and how its r
 (no GPU), and on a cc 9.0 GPU: every ragged shape of the lab's checks through gemm and o_proj (with and
 without a bias), linear's bias and activation epilogues, replays on new arrays, a caller's own graph
 capture, and a full map table (the cp.async tile takes over, never a wrong result). The offline sm_90a link
-of these kernels is in test_wgmma.py (slow). auto does not take this path yet: these GPU tests passing is
-the condition for it."""
+of these kernels is in test_wgmma.py (slow). auto takes this path on cc 9.0 (first passed on an H100,
+2026-12-05)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,9 @@ def test_both_tiles_splice_one_copy_of_the_wrappers_and_the_activation() -> None
         assert text.count("void wg_mma_n256_bf16(") == text.count("void wg_mma_n128_f16(") == 1
         assert text.count("float wg_x_sigmoid(") == text.count("float wg_act(") == 1
         assert "1.5957691216057308f" in text and text.count("ex2.approx.ftz.f32 %0") == 1  # gelu_tanh: 2u
+        start = text.index("float wg_x_sigmoid(")
+        body = text[start : text.index("\n}\n", start)]
+        assert "rcp.approx.f32 %0" in body and "/" not in body  # no IEEE division
     assert tma.count("wg_act<WS_ACT>(") == 2 and cp.count("wg_act<WG_ACT>(") == 2
 
 

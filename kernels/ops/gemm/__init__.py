@@ -20,7 +20,8 @@ Five strategies, one contract (`PATHS`):
     warpgroup and two wgmma consumers, a persistent grid: 0.94-0.95x cuBLAS at 4096^3 and 8192x2560x2560,
     0.83x for o_proj with its residual (an H100, 2026-12-05, benchmarks/h100/2026-12-05/). The wgmma tile's
     epilogues (bias, residual, fp32 or 16-bit output; linear's activation), the same `wgmma.Key`; where it
-    has no tensor maps for the operands (wgmma_tma.MapTable), the "wgmma" tile runs the same key instead.
+    has no tensor maps for the operands (wgmma_tma.MapTable), the "wgmma" tile runs the same key instead (a
+    layout whose first call found none keeps the "wgmma" tile in its FastCache replay: slower, never wrong).
 "auto" (`select_path`, a pure function of the device's compute capability and the input dtype): portable
 under the simulator; wgmma_tma for fp16 / bf16 on cc 9.0; mma for fp16 on other cc >= 8.0; portable for fp16
 below that and for bf16 off cc 9.0; simt for fp32. An sm_90a kernel is never compiled or loaded elsewhere.

@@ -16,12 +16,13 @@ in the same runs.
 
 Tensor maps. TMA reads A and B through two CUtensorMaps (128 bytes each) that name their base addresses.
 numba cannot pass a __grid_constant__ map, so the kernel takes the address of a 256-byte device buffer
-holding both (A's at +0, B's at +128). `MapTable` keeps one such slot per (A, B, shapes, dtype, layout) in
-each context, written once and never freed or overwritten while the process lives, so a kernel in flight
-(or a caller's CUDA graph that captured it) can never read a map that changed under it. Its size is bounded
-(MAPS_PER_CONTEXT slots of 256 B): past it, for a pair whose maps are not written yet while the caller's
-stream is being captured into a graph, and where a write fails, the launch returns False and the caller runs
-the cp.async tile instead: slower, never wrong.
+holding both (A's at +0, B's at +128). `MapTable` keeps one such slot per (kernel key, A, B, shapes) in each
+context (the maps depend on A, B, shapes, dtype and layout alone; a pair used under two epilogues takes two
+slots, which keeps each key's first call a visible map write), written once and never freed or overwritten
+while the process lives, so a kernel in flight (or a caller's CUDA graph that captured it) can never read a
+map that changed under it. Its size is bounded (MAPS_PER_CONTEXT slots of 256 B): past it, for a pair whose
+maps are not written yet while the caller's stream is being captured into a graph, and where a write fails,
+the launch returns False and the caller runs the cp.async tile instead: slower, never wrong.
 """
 
 from __future__ import annotations
