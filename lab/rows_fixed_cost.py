@@ -59,14 +59,19 @@ def point(op: str, rows: int, rng: np.random.Generator) -> dict[str, float | int
     dw = arrays.to_device(w)
     dx = [arrays.to_device(x) for x in xs]
     out = [arrays.to_device(np.zeros((rows, COLS), BF16)) for _ in range(SETS)]
-    if op == "rmsnorm":
-        nbytes = 2 * rows * COLS * 2
-        call = lambda i: rmsnorm(dx[i], dw, out[i])
-    else:  # residual grows by x per call: small x keeps it finite over the timed calls
-        small = [arrays.to_device((x.astype(np.float32) * 1e-3).astype(BF16)) for x in xs]
-        res = [arrays.to_device(x) for x in xs]
-        nbytes = 4 * rows * COLS * 2
-        call = lambda i: fused_add_rmsnorm(small[i], res[i], dw, out[i])
+    # fused_add_rmsnorm's residual grows by x per call: small x keeps it finite over the timed calls
+    small = (
+        [arrays.to_device((x.astype(np.float32) * 1e-3).astype(BF16)) for x in xs] if op != "rmsnorm" else []
+    )
+    res = [arrays.to_device(x) for x in xs] if op != "rmsnorm" else []
+    nbytes = (2 if op == "rmsnorm" else 4) * rows * COLS * 2
+
+    def call(i: int) -> None:
+        if op == "rmsnorm":
+            rmsnorm(dx[i], dw, out[i])
+        else:
+            fused_add_rmsnorm(small[i], res[i], dw, out[i])
+
     us = timed([call], ITERS)[0]
     cuda.synchronize()
     pick = rng.choice(rows, min(64, rows), replace=False)
