@@ -52,8 +52,9 @@ def test_the_product_builds_the_persistent_one_cta_form() -> None:
 
 
 def test_both_tiles_splice_one_copy_of_the_wrappers_and_the_activation() -> None:
-    """Both Hopper tiles get the wgmma wrappers and the epilogue activation spliced in once each, and no
-    include for NVRTC to resolve; both call the one activation with their own WS_ACT / WG_ACT."""
+    """Both Hopper tiles get the wgmma wrappers, fences and descriptor and the epilogue (16-bit words, the
+    activation, the pair store) spliced in once each, and no include for NVRTC to resolve; both call the one
+    store with their own WS_ / WG_ type, output, residual and activation."""
     tma = wgmma_tma.source(wgmma.key_of(BF16, True, True, False, True, "silu"))
     cp = wgmma.source(wgmma.key_of(F16, True, True, False, True, "silu"), wgmma.DEFAULT)
     for text in (tma, cp):
@@ -64,7 +65,12 @@ def test_both_tiles_splice_one_copy_of_the_wrappers_and_the_activation() -> None
         start = text.index("float wg_x_sigmoid(")
         body = text[start : text.index("\n}\n", start)]
         assert "rcp.approx.f32 %0" in body and "/" not in body  # no IEEE division
-    assert tma.count("wg_act<WS_ACT>(") == 2 and cp.count("wg_act<WG_ACT>(") == 2
+        for helper in ("float wg_to_f32(", "u32 wg_pack(", "void wg_store2(", "u64 wg_desc(", "u32 wg_smem("):
+            assert text.count(helper) == 1, helper  # one definition, shared
+        assert text.count("wg_act<ACT>(") == 2  # the shared store applies the activation to both columns
+    # each tile hands the shared store its own type, output, residual and activation
+    assert tma.count("wg_store2<WS_DT, WS_OUT, WS_RES, WS_ACT>(") == 1
+    assert cp.count("wg_store2<WG_DT, WG_OUT, WG_RES, WG_ACT>(") == 1
 
 
 def test_a_tile_without_its_include_lines_is_refused(tmp_path: Path) -> None:

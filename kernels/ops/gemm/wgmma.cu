@@ -34,9 +34,6 @@
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
-struct __align__(8) wg_f2 {  // two fp32 in one 8-byte store (no CUDA headers: no float2)
-    float x, y;
-};
 
 #ifndef WG_BN
 #define WG_BN 128
@@ -106,12 +103,6 @@ static_assert(WG_STAGE_BYTES % 1024 == 0, "stages must keep the 1024-byte alignm
 
 extern __shared__ __align__(1024) unsigned char wg_dyn[];
 
-__device__ __forceinline__ u32 wg_smem(const void* p) {
-    u64 a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-    return (u32)a;
-}
-
 __device__ __forceinline__ void wg_cp16(u32 dst, const void* src, bool pred) {
     int n = pred ? 16 : 0;  // src-size 0: write 16 zero bytes, read nothing
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
@@ -126,46 +117,6 @@ __device__ __forceinline__ void wg_cp_wait() {
 
 // cp.async writes through the generic proxy; wgmma reads shared memory through the async proxy
 __device__ __forceinline__ void wg_fence_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-__device__ __forceinline__ void wg_mma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wg_mma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
-// ties an accumulator to the program order of the volatile asm around it, so that no read or write of it
-// moves across a wgmma.wait_group (the compiler does not know the wgmma writes it asynchronously)
-__device__ __forceinline__ void wg_fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-
-// shared-memory matrix descriptor: start, leading / stride byte offsets (all >> 4), 128-byte swizzle (1 << 62)
-__device__ __forceinline__ u64 wg_desc(u32 saddr, u32 lbo, u32 sbo) {
-    return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) |
-           ((u64)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ float wg_to_f32(u16 h) {
-#if WG_DT == 0
-    float f;
-    asm("mov.b32 %0, %1;" : "=f"(f) : "r"(((u32)h) << 16));
-    return f;
-#else
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-#endif
-}
-
-// (lo, hi) -> one 32-bit word of two 16-bit values, lo in the low half (the lower column)
-__device__ __forceinline__ u32 wg_pack(float lo, float hi) {
-    u32 r;
-#if WG_DT == 0
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-#else
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-#endif
-    return r;
-}
 
 // copy K-slice starting at k0 into the stage at shared address `st` (A then B)
 __device__ __forceinline__ void wg_load(u32 st, const u16* A, const u16* B, int M, int N, int K, int m0, int n0,
@@ -280,24 +231,10 @@ extern "C" __device__ int WG_NAME(int* ret, long long a, long long b, long long 
             const long long at = (long long)row * N + col;
 #if WG_BIAS
             u32 bw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(bias) + col);
-            x += wg_to_f32((u16)(bw & 0xFFFF));
-            y += wg_to_f32((u16)(bw >> 16));
+            x += wg_to_f32<WG_DT>((u16)(bw & 0xFFFF));
+            y += wg_to_f32<WG_DT>((u16)(bw >> 16));
 #endif
-#if WG_RES
-            u32 rw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(res) + at);
-            x += wg_to_f32((u16)(rw & 0xFFFF));
-            y += wg_to_f32((u16)(rw >> 16));
-#endif
-            x = wg_act<WG_ACT>(x);
-            y = wg_act<WG_ACT>(y);
-#if WG_OUT == 0
-            wg_f2 v;
-            v.x = x;
-            v.y = y;
-            *reinterpret_cast<wg_f2*>(reinterpret_cast<float*>(c) + at) = v;
-#else
-            *reinterpret_cast<u32*>(reinterpret_cast<u16*>(c) + at) = wg_pack(x, y);
-#endif
+            wg_store2<WG_DT, WG_OUT, WG_RES, WG_ACT>(c, res, at, x, y);
         }
     }
     *ret = 0;

@@ -49,9 +49,6 @@
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
-struct __align__(8) ws_f2 {
-    float x, y;
-};
 
 #ifndef WS_BN
 #define WS_BN 256
@@ -134,12 +131,6 @@ static_assert(128 * WS_PROD_REGS + 256 * WS_CONS_REGS <= 65536, "register file: 
 #endif
 
 extern __shared__ __align__(1024) unsigned char ws_dyn[];
-
-__device__ __forceinline__ u32 ws_smem(const void* p) {
-    u64 a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-    return (u32)a;
-}
 
 // ---------------------------------------------------------------- mbarrier
 
@@ -234,61 +225,7 @@ __device__ __forceinline__ void ws_bar_arrive_cta(u32 bar, u32 cta) {
         : "memory");
 }
 
-__device__ __forceinline__ bool ws_bar_try_cluster(u32 bar, u32 parity) {
-    u32 ok;
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(ok)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    return ok != 0;
-}
-
-// the producer's wait on an empty barrier that remote consumers arrive on too (cluster scope)
-__device__ __forceinline__ void ws_bar_wait_cluster(u32 bar, u32 parity) {
-    if (ws_bar_try_cluster(bar, parity)) return;
-    const u64 t0 = ws_ns();
-    while (!ws_bar_try_cluster(bar, parity)) {
-        if (ws_ns() - t0 > WS_TIMEOUT_NS) asm volatile("trap;");
-    }
-}
-
 // ---------------------------------------------------------------- wgmma
-
-__device__ __forceinline__ void ws_mma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void ws_mma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void ws_mma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ws_fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-
-__device__ __forceinline__ u64 ws_desc(u32 saddr, u32 lbo, u32 sbo) {
-    return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) |
-           ((u64)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ float ws_to_f32(u16 h) {
-    float f;
-#if WS_DT == 0
-    asm("mov.b32 %0, %1;" : "=f"(f) : "r"(((u32)h) << 16));
-#else
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-#endif
-    return f;
-}
-
-__device__ __forceinline__ u32 ws_pack(float lo, float hi) {
-    u32 r;
-#if WS_DT == 0
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-#else
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-#endif
-    return r;
-}
 
 // tile t (of tiles_m x tiles_n tiles of bm x WS_BN) -> its corner, WS_GROUP_M tile-rows at a time
 __device__ __forceinline__ void ws_tile_of(int t, int tiles_m, int tiles_n, int bm, int& m0, int& n0) {
@@ -308,7 +245,7 @@ extern "C" __device__ int WS_NAME(int* ret, long long tmaps, long long c, long l
     const int tiles_m = (M + WS_BM * WS_CLUSTER - 1) / (WS_BM * WS_CLUSTER), tiles_n = (N + WS_BN - 1) / WS_BN;
     const int ntiles = tiles_m * tiles_n;
     const int KT = (K + WS_BK - 1) / WS_BK;
-    const u32 base = (ws_smem(ws_dyn) + 1023u) & ~1023u;  // the launcher asks for 1 KB more
+    const u32 base = (wg_smem(ws_dyn) + 1023u) & ~1023u;  // the launcher asks for 1 KB more
     const u32 full = base + WS_BAR_OFF, empty = full + 8 * WS_STAGES;
 
     if (tid == 0) {
@@ -348,11 +285,8 @@ extern "C" __device__ int WS_NAME(int* ret, long long tmaps, long long c, long l
                 m0 += rank * WS_BM;
                 for (int kt = 0; kt < KT; ++kt, ++it) {
                     const u32 s = it % WS_STAGES, ph = (it / WS_STAGES) & 1;
-#if WS_CLUSTER == 1
+                    // the slot's consumers are done with it (with clusters: both CTAs', which arrive here too)
                     if (it >= WS_STAGES) ws_bar_wait(empty + 8 * s, ph ^ 1);
-#else
-                    if (it >= WS_STAGES) ws_bar_wait_cluster(empty + 8 * s, ph ^ 1);  // both CTAs' consumers
-#endif
                     const u32 fb = full + 8 * s;
                     ws_bar_expect_tx(fb, WS_STAGE_BYTES);
                     const u32 st = base + s * WS_STAGE_BYTES;
@@ -398,22 +332,22 @@ extern "C" __device__ int WS_NAME(int* ret, long long tmaps, long long c, long l
                 const u32 sa = st + cw * (64 * 128);
                 const u32 sb = st + WS_A_BYTES;
 #pragma unroll
-                for (int i = 0; i < WS_ACC; ++i) ws_fence_reg(acc[i]);
-                ws_mma_fence();
+                for (int i = 0; i < WS_ACC; ++i) wg_fence_reg(acc[i]);
+                wg_mma_fence();
 #pragma unroll
                 for (int kk = 0; kk < WS_BK / 16; ++kk) {
-                    u64 da = ws_desc(sa + kk * 32, 16, 1024);
+                    u64 da = wg_desc(sa + kk * 32, 16, 1024);
 #if WS_BT == 0
-                    u64 db = ws_desc(sb + kk * 2048, 8192, 1024);
+                    u64 db = wg_desc(sb + kk * 2048, 8192, 1024);
 #else
-                    u64 db = ws_desc(sb + kk * 32, 16, 1024);
+                    u64 db = wg_desc(sb + kk * 32, 16, 1024);
 #endif
                     WS_MMA(acc, da, db);
                 }
-                ws_mma_commit();
-                ws_mma_wait<1>();  // the previous slice's group is complete: its slot can be refilled
+                wg_mma_commit();
+                wg_mma_wait<1>();  // the previous slice's group is complete: its slot can be refilled
 #pragma unroll
-                for (int i = 0; i < WS_ACC; ++i) ws_fence_reg(acc[i]);
+                for (int i = 0; i < WS_ACC; ++i) wg_fence_reg(acc[i]);
                 if (kt > 0 && leader) {
                     ws_bar_arrive(empty + 8 * prev);
 #if WS_CLUSTER == 2
@@ -422,9 +356,9 @@ extern "C" __device__ int WS_NAME(int* ret, long long tmaps, long long c, long l
                 }
                 prev = s;
             }
-            ws_mma_wait<0>();
+            wg_mma_wait<0>();
 #pragma unroll
-            for (int i = 0; i < WS_ACC; ++i) ws_fence_reg(acc[i]);
+            for (int i = 0; i < WS_ACC; ++i) wg_fence_reg(acc[i]);
             if (KT > 0 && leader) {
                 ws_bar_arrive(empty + 8 * prev);
 #if WS_CLUSTER == 2
@@ -446,7 +380,7 @@ extern "C" __device__ int WS_NAME(int* ret, long long tmaps, long long c, long l
 #if WS_BIAS
                 // columns col, col + 1 (col even: a 4-byte aligned word), read once for both rows
                 const u32 bw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(bias) + col);
-                const float bx = ws_to_f32((u16)(bw & 0xFFFF)), by = ws_to_f32((u16)(bw >> 16));
+                const float bx = wg_to_f32<WS_DT>((u16)(bw & 0xFFFF)), by = wg_to_f32<WS_DT>((u16)(bw >> 16));
 #endif
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
@@ -458,21 +392,7 @@ extern "C" __device__ int WS_NAME(int* ret, long long tmaps, long long c, long l
                     x += bx;
                     y += by;
 #endif
-#if WS_RES
-                    u32 rw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(res) + at);
-                    x += ws_to_f32((u16)(rw & 0xFFFF));
-                    y += ws_to_f32((u16)(rw >> 16));
-#endif
-                    x = wg_act<WS_ACT>(x);
-                    y = wg_act<WS_ACT>(y);
-#if WS_OUT == 0
-                    ws_f2 v;
-                    v.x = x;
-                    v.y = y;
-                    *reinterpret_cast<ws_f2*>(reinterpret_cast<float*>(c) + at) = v;
-#else
-                    *reinterpret_cast<u32*>(reinterpret_cast<u16*>(c) + at) = ws_pack(x, y);
-#endif
+                    wg_store2<WS_DT, WS_OUT, WS_RES, WS_ACT>(c, res, at, x, y);
                 }
             }
         }
