@@ -36,9 +36,9 @@ import numpy as np
 from kernels.ops.gemm import (
     WGMMA_PATHS,
     _placeholder_1d,
-    _tma_replay,
     portable,
     resolved_on_device,
+    run_hopper,
     wgmma,
     wgmma_tma,
 )
@@ -159,22 +159,11 @@ def linear(
     objs = (x, weight, out) if bias is None else (x, weight, out, bias)
     if resolved in WGMMA_PATHS and wgmma.fits(m, n, k, addrs):
         key = wgmma.key_of(xo.dtype, True, bo is not None, False, bt=True, act=activation)
-        bp = bo.ptr if bo else 0
         # FastCache pointers come in (x, weight, out[, bias]) order: gemm's (a, b, out[, res][, bias])
-        if resolved == "wgmma_tma" and wgmma_tma.launch(
-            a=x2.ptr, b=wo.ptr, bias=bp, res=0, out=o2.ptr, m=m, n=n, k=k, key=key, stream=stream
-        ):
-            if keep:
-                tma = _tma_replay(a=x2.ptr, b=wo.ptr, bias=bp, res=0, out=o2.ptr, m=m, n=n, k=k, key=key)
-                _FAST.store(objs, (activation, path), tma)
-        else:  # wgmma, or wgmma_tma without tensor maps for these operands
-            wgmma.launch(a=x2.ptr, b=wo.ptr, bias=bp, res=0, out=o2.ptr, m=m, n=n, k=k, key=key,
-                         stream=stream)  # fmt: skip
-            if keep:
-                order = (0, 1, 4) + ((2,) if bo is not None else ())  # kernel arguments a, b, out[, bias]
-                bound = wgmma.bind(a=x2.ptr, b=wo.ptr, bias=bp, res=0, out=o2.ptr, m=m, n=n, k=k, key=key,
-                                   ptr_args=order)  # fmt: skip
-                _FAST.store(objs, (activation, path), bound)
+        hop = run_hopper(a=x2.ptr, b=wo.ptr, bias=bo.ptr if bo else 0, res=0, out=o2.ptr, m=m, n=n, k=k,
+                         key=key, path=resolved, stream=stream, replay=keep)  # fmt: skip
+        if hop is not None:
+            _FAST.store(objs, (activation, path), hop)
     else:
         kern = _portable(bo is not None, activation, xo.dtype)
         pt = portable.PT

@@ -188,6 +188,38 @@ def test_a_replay_passes_each_pointer_to_its_argument(
     ]
 
 
+@pytest.mark.parametrize("path", ["wgmma", TMA])
+@pytest.mark.parametrize(("res", "bias"), [(False, False), (True, False), (False, True), (True, True)])
+def test_the_cp_async_replay_passes_each_pointer_to_its_argument(
+    monkeypatch: pytest.MonkeyPatch, path: str, res: bool, bias: bool
+) -> None:
+    """run_hopper on the cp.async tile (asked for, or the TMA tile without maps): one launch with every
+    operand, and a replay taking the FastCache order (a, b, out[, res][, bias]) to the kernel's (a, b, bias,
+    res, out, m, n, k)."""
+    key = wgmma.key_of(BF16, True, bias, res)
+    bound: list[_Bound] = []
+    calls: list[dict[str, Any]] = []
+
+    def bind(*, ptr_args: tuple[int, ...], **kw: Any) -> _Bound:
+        bound.append(_Bound((kw["a"], kw["b"], kw["bias"], kw["res"], kw["out"], kw["m"], kw["n"], kw["k"]),
+                            ptr_args))  # fmt: skip
+        return bound[-1]
+
+    monkeypatch.setattr(wgmma_tma, "launch", lambda **kw: False)  # no tensor maps for these operands
+    monkeypatch.setattr(wgmma, "launch", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(wgmma, "bind", bind)
+    m, n, k = 300, 392, 136
+    rp, bp = (0x300 if res else 0), (0x400 if bias else 0)
+    rep = g.run_hopper(a=0x100, b=0x200, bias=bp, res=rp, out=0x500, m=m, n=n, k=k, key=key, path=path,
+                       stream=3, replay=True)  # fmt: skip
+    assert calls == [dict(a=0x100, b=0x200, bias=bp, res=rp, out=0x500, m=m, n=n, k=k, key=key, stream=3)]
+    assert rep is not None
+    p = (0x1100, 0x1200, 0x1500) + ((0x1300,) if res else ()) + ((0x1400,) if bias else ())
+    rep.launch(p, 7)
+    want_bias, want_res = (0x1400 if bias else 0), (0x1300 if res else 0)
+    assert bound[0].launched == [(0x1100, 0x1200, want_bias, want_res, 0x1500, m, n, k)]
+
+
 def _host(shape: tuple[int, ...], dt: np.dtype, rng: np.random.Generator) -> np.ndarray:
     return rng.standard_normal(shape).astype(dt)
 

@@ -152,16 +152,8 @@ def run_matmul(
         if wgmma.fits(m, n, k, ptrs):
             key = wgmma.key_of(a.dtype, out.dtype != F32, bias is not None, res is not None)
             bp, rp = bias.ptr if bias else 0, res.ptr if res else 0
-            if path == "wgmma_tma" and wgmma_tma.launch(
-                a=a.ptr, b=b.ptr, bias=bp, res=rp, out=out.ptr, m=m, n=n, k=k, key=key, stream=stream
-            ):
-                if not replay:
-                    return None
-                return _tma_replay(a=a.ptr, b=b.ptr, bias=bp, res=rp, out=out.ptr, m=m, n=n, k=k, key=key)
-            wgmma.launch(
-                a=a.ptr, b=b.ptr, bias=bp, res=rp, out=out.ptr, m=m, n=n, k=k, key=key, stream=stream
-            )
-            return _wgmma_replay(a, b, bias, res, out, key) if replay else None
+            return run_hopper(a=a.ptr, b=b.ptr, bias=bp, res=rp, out=out.ptr, m=m, n=n, k=k, key=key,
+                              path=path, stream=stream, replay=replay)  # fmt: skip
         path = fallback_path(a.dtype, (9, 0))  # wgmma runs on cc 9.0 only
     if path == "mma":
         mma.launch(
@@ -215,17 +207,23 @@ def _kernel_replay(bound: Any, bias_ph: int, has_res: bool, has_bias: bool) -> R
     return Replay(lambda p, s=0: go((p[0], p[1], bias_ph, p[2], p[2]), s))
 
 
-def _wgmma_replay(a: Operand, b: Operand, bias: Operand | None, res: Operand | None, out: Operand,
-                  key: wgmma.Key) -> Replay:  # fmt: skip
-    """The wgmma launch packed once. `fits` depends on the shapes and on the pointers' 16-byte alignment,
-    both in the FastCache key, so a replay takes the same kernel."""
-    m, k = a.shape
-    n = b.shape[1]
-    order = (0, 1, 4) + ((3,) if res is not None else ()) + ((2,) if bias is not None else ())
-    bound = wgmma.bind(
-        a=a.ptr, b=b.ptr, bias=bias.ptr if bias else 0, res=res.ptr if res else 0, out=out.ptr,
-        m=m, n=n, k=k, key=key, ptr_args=order,
-    )  # fmt: skip
+def run_hopper(*, a: int, b: int, bias: int, res: int, out: int, m: int, n: int, k: int, key: wgmma.Key,
+               path: str, stream: Any = 0, replay: bool = False) -> Replay | None:  # fmt: skip
+    """One matmul on a Hopper tile (gemm, o_proj, linear; device addresses, 0 for an absent bias / R, that
+    `wgmma.fits` took): the TMA tile for path "wgmma_tma" where it has tensor maps for A and B, else the
+    cp.async tile of the same key. With `replay`, also the same launch as a `Replay` taking pointers in the
+    FastCache order (a, b, out[, res][, bias]). `fits` depends on the shapes and on the pointers' 16-byte
+    alignment, both in the FastCache key, so a replay takes the same kernel."""
+    if path == "wgmma_tma" and wgmma_tma.launch(
+        a=a, b=b, bias=bias, res=res, out=out, m=m, n=n, k=k, key=key, stream=stream
+    ):
+        return _tma_replay(a=a, b=b, bias=bias, res=res, out=out, m=m, n=n, k=k, key=key) if replay else None
+    wgmma.launch(a=a, b=b, bias=bias, res=res, out=out, m=m, n=n, k=k, key=key, stream=stream)
+    if not replay:
+        return None
+    # the kernel's arguments are (a, b, bias, res, out)
+    order = (0, 1, 4) + ((3,) if key.res else ()) + ((2,) if key.bias else ())
+    bound = wgmma.bind(a=a, b=b, bias=bias, res=res, out=out, m=m, n=n, k=k, key=key, ptr_args=order)
     return Replay(bound.launch)
 
 
