@@ -7,7 +7,9 @@ On cc 9.0 gemm, o_proj and linear are also timed on the cp.async tile, the expli
 "... wgmma"), beside auto's TMA tile.
 
 Anchors: cuBLAS through torch (mm with fp32 output for gemm, addmm for o_proj) and torch eager for the
-memory-bound ops. Timing: CUDA events around each call, ours and torch's interleaved call by call, medians.
+memory-bound ops. Timing: CUDA events around each call, ours and torch's interleaved call by call, medians;
+each call preceded by the bench's device-side pause (kernels.harness.bench.SPIN_US), so the events time the
+device, not the host's launch.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kernels.harness.bench import SPIN_US, spin_kernel
 from kernels.ops import cast as cast_op
 from kernels.ops import gemm as gemm_op
 from kernels.ops import linear as linear_op
@@ -64,8 +67,10 @@ def timed(fns: dict[str, Callable[[], None]]) -> dict[str, float]:
         f()
         f()
     torch.cuda.synchronize()
+    spin = spin_kernel()  # on the legacy default stream, torch's current one here
     for i in range(CALLS):
         for k, f in fns.items():
+            spin[1, 1](SPIN_US)
             ev[k][i][0].record()
             f()
             ev[k][i][1].record()

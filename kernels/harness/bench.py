@@ -3,14 +3,14 @@
 Method (../.library/device/METHOD.md): inputs drawn at random once per case, then cloned into `SETS`
 device-side copies that are used in rotation, so no timed call finds its inputs in L2 from the call before
 (every bench case moves >= 256 MB against a 60 MB L2). In-place inputs are restored from a pristine copy
-before every call, outside the timed region, then L2 is flushed (a write of twice its size: the restore
-would otherwise leave the op's inputs in L2), followed by a short device-side pause so that the host's
-launch of the op happens while the stream is busy (as it does for back-to-back out-of-place calls); host
-time per call is measured apart (`--overhead`). Each call is bracketed by its own pair of CUDA events on the
-launch stream, after `WARMUP` untimed calls (compilation, module load). Reported: median, p10 and p90 of
-the per-call times, achieved TFLOP/s and GB/s from the op's FLOP and byte floors, and SOL = achieved /
-binding peak (memory ops: the measured copy bandwidth; compute ops: the fp32 FMA peak, or the dense fp16
-tensor-core peak for a case that ran on tensor cores, path "mma").
+before every call, outside the timed region, then L2 is flushed (a write of twice its size: the restore would
+otherwise leave the op's inputs in L2). Before every timed call, of every op and every provider, a short
+device-side pause keeps the stream busy while the host launches it, so the events time the device, not the
+host; host time per call is measured apart (`--overhead`). Each call is bracketed by its own pair of CUDA
+events on the launch stream, after `WARMUP` untimed calls (compilation, module load). Reported: median, p10
+and p90 of the per-call times, achieved TFLOP/s and GB/s from the op's FLOP and byte floors, and SOL =
+achieved / binding peak (memory ops: the measured copy bandwidth; compute ops: the fp32 FMA peak, or the dense
+fp16 tensor-core peak for a case that ran on tensor cores, path "mma").
 With `--compare cupy` the op's CuPy provider runs in the same process on the same buffers (wrapped with
 no copy), is timed the same way with its calls interleaved with ours (call i of ours, then call i of
 CuPy's, so clock drift and throttling hit both alike), its result is checked against the same reference, and
@@ -59,13 +59,13 @@ def clone_args(args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# Device-side pause before each timed call of an in-place op, in microseconds: long enough to cover the host
-# time of any launcher here (tens of us), short against the op.
+# Device-side pause before each timed call, in microseconds: long enough to cover the host time of any
+# launcher here (tens of us: Liger-Kernel's Triton launches are the longest), and never inside the events.
 SPIN_US = 150
 
 
 @cache
-def _spin_kernel() -> Any:
+def spin_kernel() -> Any:
     @cuda.jit
     def spin(us):  # type: ignore[no-untyped-def]
         for _ in range(us):
@@ -104,12 +104,14 @@ def time_interleaved(providers: list[Provider], iters: int) -> list[list[float]]
     """Per-call device times in microseconds, rotating over `sets`, the providers' calls interleaved call by
     call (ours, then a reference library's: benchmarks/h200_llm.py times torch and Liger-Kernel this way).
 
-    Calls of out-of-place ops run back to back, so each call's host work overlaps the previous call's kernels
-    and the events measure the device. An in-place op's inputs are restored before every call by a few small
-    copies, each issued from Python, so the device drains and the start event would also time the host
-    launching the op. A short device-side pause after the restore keeps the stream busy while the host
-    launches: the events then measure the device for in-place ops too (ours and CuPy's alike)."""
-    spin = _spin_kernel() if any(p[2] is not None for p in providers) else None
+    Every call, of every provider, is preceded by a short device-side pause (SPIN_US) that keeps the stream
+    busy while the host records the start event and launches the op, so the events measure the device alone.
+    Without it the device drains whenever the host's work per round (event records, every provider's launch;
+    a restore's copies for in-place ops) outlasts the device's: the start event then fires at once and the
+    call is charged for the host launching it. That happened to out-of-place calls interleaved with
+    Liger-Kernel's: rmsnorm bf16 at 4096 x 8192 measured 66 us on an H100 where Nsight Compute gives its
+    kernel 43 us (benchmarks/PERF.md, "rmsnorm's constant 66 us")."""
+    spin = spin_kernel()
     events: list[list[Any]] = [[] for _ in providers]
     for i in range(WARMUP + iters):
         for j, (fn, sets, restore) in enumerate(providers):
@@ -117,8 +119,7 @@ def time_interleaved(providers: list[Provider], iters: int) -> list[list[float]]
             if restore is not None:
                 restore(args)
                 flush_l2()
-            if spin is not None:
-                spin[1, 1](SPIN_US)
+            spin[1, 1](SPIN_US)
             a, b = cuda.event(), cuda.event()
             a.record()
             fn(args)

@@ -78,6 +78,43 @@ def test_bench_json_on_gpu(tmp_path):  # type: ignore[no-untyped-def]
             assert r["cupy"]["median_us"] > 0 and r["ratio_vs_cupy"] > 0
 
 
+@pytest.mark.gpu
+@needs_gpu
+def test_events_time_the_device_not_a_slow_launcher(monkeypatch):  # type: ignore[no-untyped-def]
+    """A launcher that spends 60 us of host time before a ~1 us kernel, interleaved with a fast one: the
+    device-side pause before each call keeps the stream busy while the host launches, so neither call is
+    charged for the host. With no pause (SPIN_US = 0) the device drains and the slow one is charged >= 50 us:
+    the measurement this guards against."""
+    import time
+
+    from numba import cuda
+
+    @cuda.jit
+    def tiny(a):  # type: ignore[no-untyped-def]
+        a[cuda.threadIdx.x] += 1.0
+
+    buf = cuda.device_array(32, dtype="float32")
+
+    def slow(_args):  # type: ignore[no-untyped-def]
+        t = time.perf_counter() + 60e-6
+        while time.perf_counter() < t:
+            pass
+        tiny[1, 32](buf)
+
+    def fast(_args):  # type: ignore[no-untyped-def]
+        tiny[1, 32](buf)
+
+    def medians() -> list[float]:
+        times = bench.time_interleaved([(slow, [{}], None), (fast, [{}], None)], 20)
+        return [sorted(t)[len(t) // 2] for t in times]
+
+    paused = medians()
+    assert max(paused) < 30.0, paused
+    monkeypatch.setattr(bench, "SPIN_US", 0)
+    drained = medians()
+    assert drained[0] >= 50.0, drained
+
+
 def test_roofline_plot_from_a_report(tmp_path):  # type: ignore[no-untyped-def]
     pytest.importorskip("matplotlib")
     from kernels.harness.roofline import plot
