@@ -19,6 +19,9 @@ Kernels: rmsnorm's (kernels/ops/rmsnorm.py), one block of BLOCK threads per row,
     rmsnorm's own tail (`reg_norm_store`) reduces and writes out from registers.
   - streaming (longer rows): pass 1 adds, stores and squares with four elements in flight per thread; pass
     2 is rmsnorm's (`stream_scale`) over the new residual, read back from L1/L2.
+  - 16-byte streaming (`make_stream_vec`: aligned rows past what the vector kernels hold in registers, 32768
+    columns in fp16 / bf16, e.g. a vocabulary of 128256; "auto" takes it there on a GPU): rmsnorm's
+    `make_stream_vec` with the add in front, one block of 1024 threads per row.
   - vector (16-byte aligned x, residual, weight, out; rows a multiple of 16 bytes): rmsnorm's vector kernel
     with the add in front. Each thread loads its x vectors (all in flight), then its residual vectors
     added on top (all in flight, before any store), rounds the sums in registers to the dtype
@@ -47,12 +50,15 @@ from kernels.ops.rows import (
     RowConfig,
     RowIO,
     RowKernels,
+    StreamRows,
     WideRows,
+    make_stream_loads,
     row_cases,
     row_choice_of,
     row_path_of,
     vec_jit,
 )
+from kernels.primitives.cache_hints import l2_evict_first
 from kernels.primitives.reductions import BLOCK, PER, ROW_JIT, block_sum, make_block_sum, row_slots
 from kernels.primitives.vector import ldg_into, make_row_io, round_like, stg_from, vector_ok
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
@@ -198,6 +204,80 @@ def _make_vec(  # type: ignore[no-untyped-def]
     return k
 
 
+def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-def]
+    """Rows past what registers hold (kernels.ops.rows.StreamRows: 32768 columns in fp16 / bf16, e.g. a
+    vocabulary of 128256), rmsnorm's 16-byte streaming kernel with the add in front. Pass 1 loads
+    `config.vectors` vectors of x and of residual per thread (all in flight, evict_first in L2: their only
+    read), rounds the sums in registers to the dtype, stores them to residual (the lines stay in L2, freshly
+    written) and sums their squares; pass 2 re-reads the new residual evict_first (its last use) and writes
+    residual * inv * w, weight vectors loaded beside it."""
+    threads, nvec = config.threads, config.vectors
+    span = threads * width  # columns that one vector per thread covers
+    nvals = nvec * width
+    step, tail = make_stream_loads(config, width)
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm = 2 * slots  # two halves: consecutive rows alternate (reductions)
+
+    @cuda.jit(device=True, inline="always")
+    def add_store(v, u, rr, col, n, acc):  # type: ignore[no-untyped-def]
+        """v <- round(v + u) for this thread's vectors at col, col + span, ... inside the row, stored to rr;
+        returns acc plus the sum of their squares."""
+        for q in range(nvec):
+            if col + q * span < n:
+                for e in range(width):
+                    s = round_like(rr, v[q * width + e] + u[q * width + e])
+                    v[q * width + e] = s
+                    acc += s * s
+                stg_from(rr, col + q * span, v, q * width)
+        return acc
+
+    @cuda.jit(**vec_jit(threads, config.min_blocks, False))
+    def k(x, r, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)
+        v = cuda.local.array(nvals, float32)
+        u = cuda.local.array(nvals, float32)
+        t = cuda.local.array(width, float32)
+        drop = l2_evict_first()
+        rows = x.shape[0]
+        n = x.shape[1]
+        first = cuda.threadIdx.x * width
+        row = cuda.blockIdx.x
+        base = 0
+        while row < rows:
+            xr = x[row]
+            rr = r[row]
+            acc = float32(0.0)
+            col = first
+            while col + (nvec - 1) * span < n:
+                step(v, xr, col, drop)
+                step(u, rr, col, drop)
+                acc = add_store(v, u, rr, col, n, acc)
+                col += nvec * span
+            tail(v, xr, col, n, drop)  # fewer than nvec vectors of this thread, all in flight at once
+            tail(u, rr, col, n, drop)
+            acc = add_store(v, u, rr, col, n, acc)
+            # the block's barrier in bsum orders every thread's residual stores before pass 2 reads them
+            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
+            base = slots - base
+            orow = out[row]
+            col = first
+            while col < n:
+                if col + (nvec - 1) * span < n:
+                    step(v, rr, col, drop)
+                else:
+                    tail(v, rr, col, n, drop)
+                for q in range(nvec):
+                    if col + q * span < n:
+                        ldg_into(t, 0, w, col + q * span)
+                        for e in range(width):
+                            t[e] = v[q * width + e] * inv * t[e]
+                        stg_from(orow, col + q * span, t, 0)
+                col += nvec * span
+            row += cuda.gridDim.x
+
+    return k
+
+
 def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows WIDE_ROWS shape."""
     if isinstance(config, WideRows):
@@ -213,7 +293,13 @@ _SIGS: dict[np.dtype, str] = {
 }
 
 _K = RowKernels(
-    "fused_add_rmsnorm", _SIGS, stream=_make_stream, reg=_make_reg, make_vec=_make_vec, row_kernel=_row_kernel
+    "fused_add_rmsnorm",
+    _SIGS,
+    stream=_make_stream,
+    reg=_make_reg,
+    make_vec=_make_vec,
+    row_kernel=_row_kernel,
+    stream_vec=make_stream_vec,
 )
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 # aliasing, over the operands (x, residual, weight, out): kernels.runtime.arrays.Overlap
@@ -239,7 +325,7 @@ def fused_add_rmsnorm(
     """residual <- x + residual (rounded to the dtype, in place); returns out = rmsnorm(residual) * weight
     over the last dimension (any ndim >= 1; weight [x.shape[-1]]). `out` may be x itself. `path`: "auto",
     "scalar" (the register kernel for rows of <= BLOCK * PER, streaming beyond) or "vector" (16-byte aligned
-    operands; rows of up to rows.vector_cols columns)."""
+    operands; the 16-byte streaming kernel past rows.vector_cols columns)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, residual, weight, out), (eps, path))
         if bound is not None:

@@ -13,6 +13,7 @@ from kernels.ops import fused_add_rmsnorm as op
 from kernels.ops import rmsnorm
 from kernels.primitives.reductions import BLOCK, PER
 from kernels.registry import poison
+from kernels.runtime.arrays import SIMULATED
 
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16]
 
@@ -80,10 +81,84 @@ def test_vector_path_is_the_rounded_sum_then_rmsnorm_of_it(dt):  # type: ignore[
         assert np.isnan(out[1].astype(np.float32)).all() and np.isfinite(out[[0, 2]].astype(np.float32)).all()
 
 
+def _stream_widths(dt, vectors: int, threads: int) -> list[int]:  # type: ignore[no-untyped-def]
+    """Aligned widths past what registers hold that leave every tail of the 16-byte streaming kernel (one
+    block of `threads`, `vectors` vectors in flight per thread): none past the full steps, one vector, up
+    to vectors - 1, and one vector past those."""
+    from kernels.ops.rows import vector_cols
+    from kernels.primitives.vector import WIDTH
+
+    span = threads * WIDTH[np.dtype(dt)]
+    steps = -(-(vector_cols(np.dtype(dt)) + 1) // (vectors * span))
+    extras = {0, WIDTH[np.dtype(dt)], (vectors - 1) * span, (vectors - 1) * span + WIDTH[np.dtype(dt)]}
+    return [steps * vectors * span + e for e in sorted(extras)]
+
+
 @needs_device
-def test_vector_path_refuses_rows_it_cannot_hold():  # type: ignore[no-untyped-def]
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's numpy on NaN / inf (its threads)
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_stream_vector_path_is_the_rounded_sum_then_rmsnorm_of_it(dt):  # type: ignore[no-untyped-def]
+    """Rows past what registers hold (a vocabulary of 128256 in bf16) on path="vector": the 16-byte
+    streaming kernel. residual is round(x + residual) bit for bit, and out is rmsnorm's own streaming kernel
+    on that rounded residual, bit for bit (the same sums in the same order), at widths that leave every tail.
+    Row 1 holds a NaN, an inf and a -inf."""
+    from kernels.ops.rows import STREAM_ROWS, for_machine
+
+    cfg = for_machine(STREAM_ROWS)
+    widths = _stream_widths(dt, cfg.vectors, cfg.threads)
+    if np.dtype(dt).itemsize == 2 and not SIMULATED:
+        widths.append(128256)  # Llama-3's vocabulary
+    for n in widths:
+        x, r, w = _inputs(3, n, dt, seed=n)
+        x[1] = poison(x[1:2], 1)[0]
+        k = op._K.pick("vector", np.dtype(dt), True, n, 3)[0]
+        assert k is op._K.svec_k[np.dtype(dt)]
+        want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(dt)
+        res = r.copy()
+        out = op.fused_add_rmsnorm(x, res, w, eps=1e-6, path="vector")
+        np.testing.assert_array_equal(res.view(np.uint8), want_r.view(np.uint8), err_msg=f"n={n}")
+        want = rmsnorm.rmsnorm(want_r, w, eps=1e-6, path="vector")
+        np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8), err_msg=f"n={n}")
+        assert np.isnan(out[1].astype(np.float32)).all() and np.isfinite(out[[0, 2]].astype(np.float32)).all()
+        _, ref = op.reference(x[[0, 2]], r[[0, 2]], w, 1e-6)
+        err = np.linalg.norm(out[[0, 2]].astype(np.float64) - ref) / np.linalg.norm(ref)
+        assert err < op.SPEC.tolerance[np.dtype(dt).name], (n, err)
+
+
+@needs_device
+@pytest.mark.skipif(not SIMULATED, reason="shapes of the simulator's 32-thread blocks")
+@pytest.mark.parametrize("vectors", [1, 2, 3, 4])
+def test_stream_vector_kernel_covers_every_column_for_any_vector_count(vectors, monkeypatch):  # type: ignore[no-untyped-def]
+    """Every vector count the streaming kernel can be built with (the committed one is 4), bf16 and fp32:
+    residual bit for bit, out against the scalar streaming kernel on the same rounded residual."""
+    from kernels.ops.rows import STREAM_ROWS, StreamRows
+    from kernels.primitives.vector import WIDTH
+    from kernels.runtime.launch import FastCache, kernel
+
+    config = StreamRows(STREAM_ROWS.threads // 32, vectors, 1)
+    monkeypatch.setattr(op._K, "svec_shape", config)
+    monkeypatch.setattr(op, "_FAST", FastCache())
+    for dt in (ml_dtypes.bfloat16, np.float32):
+        d = np.dtype(dt)
+        monkeypatch.setitem(op._K.svec_k, d, kernel(op.make_stream_vec(config, WIDTH[d]), op._K.sigs[d]))
+        for n in _stream_widths(dt, vectors, config.threads):
+            x, r, w = _inputs(2, n, dt, seed=n)
+            want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(dt)
+            res = r.copy()
+            out = op.fused_add_rmsnorm(x, res, w, eps=1e-6, path="vector").astype(np.float64)
+            np.testing.assert_array_equal(res.view(np.uint8), want_r.view(np.uint8), err_msg=f"{d} n={n}")
+            want = rmsnorm.rmsnorm(want_r, w, eps=1e-6, path="scalar").astype(np.float64)
+            tol = 2.0**-7 if d.itemsize == 2 else 1e-5
+            assert np.abs(out - want).max() <= tol * np.abs(want).max(), (d, n)
+
+
+@needs_device
+def test_vector_path_refuses_rows_it_cannot_hold_without_a_streaming_kernel(monkeypatch):  # type: ignore[no-untyped-def]
+    """The guard for a dtype with no 16-byte streaming kernel: path="vector" past what registers hold is
+    refused with one line naming the limit, never run on another kernel."""
     from kernels.ops.rows import vector_cols
 
+    monkeypatch.delitem(op._K.svec_k, np.dtype(np.float16))
     n = vector_cols(np.dtype(np.float16)) + 8
     x, r, w = _inputs(1, n, np.float16)
     with pytest.raises(ValueError, match=f"path: 'vector' holds rows of up to {n - 8} columns in float16"):
