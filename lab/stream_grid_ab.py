@@ -52,7 +52,7 @@ def main() -> int:
         res = {f: [cuda.device_array((ROWS, COLS), BF16) for _ in range(SETS)] for f in FRACTIONS}
         caches = {}
 
-        def call(f: float, s: int, name: str = name, mod=mod, outs=outs, res=res) -> None:
+        def call(f: float, s: int, name: str = name, mod=mod, outs=outs, res=res, caches=caches) -> None:
             mod._FAST = caches[f]
             if name == "rmsnorm":
                 mod.rmsnorm(xs[s], w, outs[f][s])
@@ -81,7 +81,7 @@ def main() -> int:
         cuda.synchronize()
         want = outs[1.0][0].copy_to_host().view(np.uint16)
         op_rows = []
-        for f, t in zip(FRACTIONS, times):
+        for f, t in zip(FRACTIONS, times, strict=True):
             us = float(np.median(t))
             same = bool(np.array_equal(outs[f][0].copy_to_host().view(np.uint16), want))
             ok &= same
