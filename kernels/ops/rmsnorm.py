@@ -31,11 +31,12 @@ import math
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32, uint32
+from numba import cuda, float32, types, uint16, uint32
 
 from kernels.ops.rows import (
     BF16_ELEM_TOL,
     BF16_TOL,
+    OnChipRows,
     RowConfig,
     RowIO,
     RowKernels,
@@ -48,6 +49,7 @@ from kernels.ops.rows import (
     row_path_of,
     vec_jit,
 )
+from kernels.primitives.bf16 import bf16_to_f32, f32_bits
 from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last
 from kernels.primitives.reductions import (
     BLOCK,
@@ -286,6 +288,86 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
     return k
 
 
+def onchip_words(word: bool):  # type: ignore[no-untyped-def]
+    """(element type, narrow, widen) of an on-chip row's shared part (kernels.ops.rows.OnChipRows): bf16 as
+    raw words (`word`: the high half of the fp32 bits, exact for a value loaded from bf16) or fp16 itself."""
+    if word:
+
+        @cuda.jit(device=True, inline="always")
+        def narrow(f):  # type: ignore[no-untyped-def]
+            return uint16(f32_bits(f) >> uint32(16))  # type: ignore[no-untyped-call]
+
+        return uint16, narrow, bf16_to_f32
+
+    return types.float16, float32, float32  # the shared array's store rounds fp32 to fp16 (exact here)
+
+
+def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
+    """Rows past what registers hold, read once (kernels.ops.rows.OnChipRows; fp16 / bf16 `word`s): pass 1
+    loads the row's first threads x per columns into registers and streams the rest into the thread's own
+    shared-memory slots (`config.vectors` 16-byte loads in flight), summing squares as it goes; pass 2
+    writes x * inv * w from registers and from shared memory. One read and one write of the row, where the
+    streaming kernel reads it twice."""
+    threads, per, nvec = config.threads, config.per, config.vectors
+    load_row, col_of = make_row_io(width, threads, per)
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm = 2 * slots  # two halves: consecutive rows alternate (reductions)
+    head = threads * per  # columns held in registers
+    nv = per // width
+    elem, narrow, widen = onchip_words(word)
+
+    @cuda.jit(**vec_jit(threads, config.min_blocks, False))
+    def k(x, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)
+        part = cuda.shared.array(0, elem)  # the shared part: nt vectors of `width` words, word-major
+        v = cuda.local.array(per, float32)
+        t = cuda.local.array(nvec * width, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        nt = (n - head) // width
+        row = cuda.blockIdx.x
+        base = 0
+        while row < rows:
+            xr = x[row]
+            load_row(v, xr, n, float32(0.0))
+            acc = float32(0.0)
+            j = tid
+            while j < nt:
+                for u in range(nvec):  # every load of the step in flight before any is used
+                    if j + u * threads < nt:
+                        ldg_into(t, u * width, xr, head + (j + u * threads) * width)
+                for u in range(nvec):
+                    if j + u * threads < nt:
+                        for e in range(width):
+                            f = t[u * width + e]
+                            acc += f * f
+                            part[e * nt + j + u * threads] = narrow(f)
+                j += nvec * threads
+            for e in range(per):
+                acc += v[e] * v[e]
+            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
+            base = slots - base
+            orow = out[row]
+            for q in range(nv):
+                col = col_of(q)
+                ldg_into(t, 0, w, col)
+                for e in range(width):
+                    t[e] = v[q * width + e] * inv * t[e]
+                stg_from(orow, col, t, 0)
+            j = tid
+            while j < nt:  # this thread's own slots: no other thread reads or writes them
+                col = head + j * width
+                ldg_into(t, 0, w, col)
+                for e in range(width):
+                    t[e] = widen(part[e * nt + j]) * inv * t[e]
+                stg_from(orow, col, t, 0)
+                j += threads
+            row += cuda.gridDim.x
+
+    return k
+
+
 _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[:, ::1], float32)",
@@ -311,6 +393,7 @@ _K = RowKernels(
     make_vec=_make_vec,
     row_kernel=_row_kernel,
     stream_vec=make_stream_vec,
+    onchip=make_onchip,
 )
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 

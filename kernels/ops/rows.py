@@ -24,7 +24,7 @@ from kernels.primitives.reductions import BLOCK, PER, VEC_ROW_JIT
 from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose
 from kernels.registry import SPECIALS, Case, Choice
 from kernels.runtime.arrays import BF16, SIMULATED
-from kernels.runtime.launch import Kernel, kernel, sm_count
+from kernels.runtime.launch import Kernel, dynamic_smem, kernel, sm_count
 
 _DTYPES = ("float32", "float16", "bfloat16")
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
@@ -130,7 +130,31 @@ class StreamRows:
     label = "stream-vector"
 
 
-RowConfig = VectorRows | BlockedRows | Half2Rows | WideRows | StreamRows
+@dataclass(frozen=True)
+class OnChipRows:
+    """Rows past what registers hold, kept on chip and read once (an op's `make_onchip`; fp16 / bf16): one
+    block of `threads` per row holds its first threads x per columns in registers (16-byte loads, as the
+    WIDE_ROWS kernels) and the rest as 16-bit words in dynamic shared memory, up to `smem` bytes: on sm_90,
+    16384 + (232448 - static) / 2 columns, past a vocabulary of 131072. Each thread's words sit in its own
+    slots (column vector j of the shared part at word e * nt + j, nt vectors in all), so no barrier guards
+    them and a warp's accesses hit 32 consecutive 2-byte words. `vectors`: 16-byte loads in flight per
+    thread in the shared part. `min_blocks`: launch_bounds' blocks per SM."""
+
+    threads: int
+    per: int
+    vectors: int
+    smem: int
+    min_blocks: int
+
+    label = "on-chip"
+
+    @property
+    def cols(self) -> int:
+        """The longest row held: the registers' columns and the shared memory's 2-byte words."""
+        return self.threads * self.per + self.smem // 2
+
+
+RowConfig = VectorRows | BlockedRows | Half2Rows | WideRows | StreamRows | OnChipRows
 
 # The vector-path kernel of each row op and dtype, where it is not the plain `_make_vec` kernel without
 # fastmath. Chosen from the side-by-side H200 timings in benchmarks/notes-memory.md (which also records the
@@ -183,6 +207,12 @@ WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 # or within 1 % of it in 11; softmax bf16 at 65536 took 12 % less time at 256 x 4 x 4, which took 23 % more
 # at 128256 (four times the rows between passes, past L2). ptxas sm_90: 40-64 registers, no spills.
 STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
+# Rows of 32769 up to ONCHIP_ROWS.cols fp16 / bf16 columns (131584: Llama-3's vocabulary of 128256, 131072),
+# for the ops with a `make_onchip`, instead of STREAM_ROWS: 16 values x 1024 threads in registers (a cap of
+# 64 per thread under launch_bounds(1024, 1) leaves room for 4 vectors in flight), the rest in up to 225 KB
+# of dynamic shared memory (sm_90 allows 227 KB a block). One read of the row instead of two.
+ONCHIP_ROWS = OnChipRows(threads=1024, per=16, vectors=4, smem=225 * 1024, min_blocks=1)
+ONCHIP_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 # The dtypes whose "auto" path takes that kernel on a GPU: all three. Measured on the H200 (2026-12-04,
 # lab/wide_rows_ab.py -> benchmarks/h200/stream-vector-ab-2026-12-04.txt) against the scalar streaming
 # kernel it replaces: 1.7-5.5x in bf16 / fp16 at 65536-131072 columns (32769-65535 not timed: the
@@ -208,14 +238,35 @@ def stream_vector_auto(op: str, dt: np.dtype, n: int) -> bool:
     return not SIMULATED and dt in STREAM_VECTOR_AUTO and n >= STREAM_VECTOR_AUTO_FROM.get((op, dt), 0)
 
 
-# the row ops built with a 16-byte streaming kernel (RowKernels registers them), for row_path_of
+# the row ops built with a 16-byte streaming kernel / an on-chip kernel (RowKernels registers them), for
+# row_path_of
 STREAM_VEC_OPS: set[str] = set()
+ONCHIP_OPS: set[str] = set()
+
+
+class WithShared:
+    """A Kernel launched with `shared` bytes of dynamic shared memory (RowKernels.pick's on-chip kernels):
+    the same launch / bind calls as the Kernel, so the op's launcher needs no other branch."""
+
+    __slots__ = ("kernel", "shared")
+
+    def __init__(self, k: Kernel, shared: int) -> None:
+        self.kernel, self.shared = k, shared
+
+    def launch(self, grid: int, block: int, args: Any, stream: Any = 0) -> None:
+        self.kernel.launch(grid, block, args, self.shared, stream)
+
+    def bind(self, grid: int, block: int, args: Any) -> Any:
+        return self.kernel.bind(grid, block, args, self.shared)
 
 
 def for_machine(config: RowConfig) -> RowConfig:
     """`config` as it runs here: under the simulator blocked / half2 kernels take BLOCK threads x PER values
     (the same longest row as the vector kernel there) and one block per SM, and WideRows / StreamRows 1/32
-    of their threads (as many vectors per thread, rows 32 times shorter); otherwise unchanged."""
+    of their threads (as many vectors per thread, rows 32 times shorter; OnChipRows 1/32 of its shared
+    memory too); otherwise unchanged."""
+    if isinstance(config, OnChipRows):
+        return replace(config, threads=config.threads // 32, smem=config.smem // 32) if SIMULATED else config
     if isinstance(config, (WideRows, StreamRows)):
         return replace(config, threads=max(1, config.threads // 32), min_blocks=1) if SIMULATED else config
     if isinstance(config, (BlockedRows, Half2Rows)):
@@ -312,6 +363,7 @@ class RowKernels:
         make_vec: Callable[[int], Any] | None,
         row_kernel: Callable[[RowConfig, int], tuple[Any, int, bool]] | None,
         stream_vec: Callable[[StreamRows, int], Any] | None = None,
+        onchip: Callable[[OnChipRows, int, bool], Any] | None = None,
     ) -> None:
         self.name, self.sigs = name, sigs
         ios = {IO_OF[dt] for dt in sigs}
@@ -344,17 +396,35 @@ class RowKernels:
         if stream_vec:
             STREAM_VEC_OPS.add(name)
         self.svec_k = {dt: kernel(fn, sigs[dt]) for dt, fn in self.svec.items()}
+        oc = for_machine(ONCHIP_ROWS)
+        assert isinstance(oc, OnChipRows)
+        self.chip_shape: OnChipRows = oc
+        self.chip = (
+            {dt: onchip(oc, WIDTH[dt], dt == BF16) for dt in ONCHIP_DTYPES if dt in sigs} if onchip else {}
+        )
+        if onchip:
+            ONCHIP_OPS.add(name)
+        self.chip_k = {
+            dt: kernel(fn, sigs[dt], on_load=dynamic_smem(oc.smem)) for dt, fn in self.chip.items()
+        }
 
-    def pick(self, path: str, dt: np.dtype, aligned: bool, n: int, rows: int) -> tuple[Kernel, int, int]:
+    def pick(
+        self, path: str, dt: np.dtype, aligned: bool, n: int, rows: int
+    ) -> tuple[Kernel | WithShared, int, int]:
         """(kernel, threads per block, grid) for `path`: the vector kernel when `choose` takes it, or on
         "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`), at
         the WIDE_ROWS shape that `wide_for` names where it names one; for aligned rows past vector_cols the
+        on-chip kernel (rows of up to ONCHIP_ROWS.cols in the ONCHIP_DTYPES, where the op has one), else the
         16-byte streaming kernel where the op has one (path "vector", or "auto" where stream_vector_auto
         allows: the STREAM_VECTOR_AUTO dtypes on a GPU, from the STREAM_VECTOR_AUTO_FROM widths); else the
         register kernel for rows that fit a block, the streaming one beyond.
         `aligned`: the operands meet `vector_ok`."""
         ok = aligned and n <= vector_cols(dt)
         streams = path == "vector" or (path == "auto" and stream_vector_auto(self.name, dt, n))
+        if aligned and not ok and dt in self.chip_k and streams and n <= self.chip_shape.cols:
+            # one block per SM (its shared memory), striding over the rows
+            shared = (n - self.chip_shape.threads * self.chip_shape.per) * dt.itemsize
+            return WithShared(self.chip_k[dt], shared), self.chip_shape.threads, min(rows, sm_count())
         if aligned and not ok and dt in self.svec_k and streams:
             # one block per SM, striding over the rows: launch_bounds' 1 is a floor, and a kernel of <= 32
             # registers would fit 2 per SM, twice the rows between their passes, past what L2 holds
@@ -398,6 +468,7 @@ class RowKernels:
         out += [(f"{self.name}_row_{dt.name}", fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()]
         out += [(f"{self.name}_{c.label}_{dt.name}", fn, sigs[dt]) for (dt, c), fn in self.wide.items()]
         out += [(f"{self.name}_{StreamRows.label}_{dt.name}", fn, sigs[dt]) for dt, fn in self.svec.items()]
+        out += [(f"{self.name}_{OnChipRows.label}_{dt.name}", fn, sigs[dt]) for dt, fn in self.chip.items()]
         return tuple(out)
 
 
@@ -459,6 +530,8 @@ def row_path_of(op: str) -> Any:
         dt = np.dtype(case.dtype)
         n = case.params["cols"]
         if p == "stream" and op in STREAM_VEC_OPS and _stream_vector(op, dt, n):
+            if op in ONCHIP_OPS and dt in ONCHIP_DTYPES and n <= for_machine(ONCHIP_ROWS).cols:  # type: ignore[union-attr]
+                return OnChipRows.label
             return StreamRows.label
         if p == "vector" and (shape := wide_for(dt, case.params["cols"])) is not None:
             return shape.label
