@@ -314,6 +314,7 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     nsm = 2 * slots  # two halves: consecutive rows alternate (reductions)
     head = threads * per  # columns held in registers
     nv = per // width
+    nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
     elem, narrow, widen = onchip_words(word)
 
     @cuda.jit(**vec_jit(threads, config.min_blocks, False))
@@ -321,7 +322,7 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
         sm = cuda.shared.array(nsm, float32)
         part = cuda.shared.array(0, elem)  # the shared part: nt vectors of `width` words, word-major
         v = cuda.local.array(per, float32)
-        t = cuda.local.array(nvec * width, float32)
+        t = cuda.local.array(nvals, float32)
         tid = cuda.threadIdx.x
         rows = x.shape[0]
         n = x.shape[1]

@@ -208,10 +208,11 @@ WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 # at 128256 (four times the rows between passes, past L2). ptxas sm_90: 40-64 registers, no spills.
 STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
 # Rows of 32769 up to ONCHIP_ROWS.cols fp16 / bf16 columns (131584: Llama-3's vocabulary of 128256, 131072),
-# for the ops with a `make_onchip`, instead of STREAM_ROWS: 16 values x 1024 threads in registers (a cap of
-# 64 per thread under launch_bounds(1024, 1) leaves room for 4 vectors in flight), the rest in up to 225 KB
-# of dynamic shared memory (sm_90 allows 227 KB a block). One read of the row instead of two.
-ONCHIP_ROWS = OnChipRows(threads=1024, per=16, vectors=4, smem=225 * 1024, min_blocks=1)
+# for the ops with a `make_onchip`, instead of STREAM_ROWS: 16 values x 1024 threads in registers, the rest
+# in up to 225 KB of dynamic shared memory (sm_90 allows 227 KB a block). One read of the row instead of two.
+# Three 16-byte loads in flight per thread in the shared part: ptxas (sm_90, rmsnorm bf16) gives 56 registers
+# at two, 64 at three, and 64 with 40 bytes of spills at four, under launch_bounds(1024, 1)'s cap of 64.
+ONCHIP_ROWS = OnChipRows(threads=1024, per=16, vectors=3, smem=225 * 1024, min_blocks=1)
 ONCHIP_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 # The dtypes whose "auto" path takes that kernel on a GPU: all three. Measured on the H200 (2026-12-04,
 # lab/wide_rows_ab.py -> benchmarks/h200/stream-vector-ab-2026-12-04.txt) against the scalar streaming

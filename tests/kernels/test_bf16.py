@@ -19,12 +19,14 @@ from kernels.ops.gemm import gemm
 from kernels.ops.o_proj import o_proj
 from kernels.ops.residual_add import residual_add
 from kernels.ops.rows import (
+    ONCHIP_ROWS,
     STREAM_ROWS,
     STREAM_VECTOR_AUTO,
     STREAM_VECTOR_AUTO_FROM,
     WIDE_ROWS,
     RowIO,
     StreamRows,
+    WithShared,
     for_machine,
     row_path_of,
     stream_vector_auto,
@@ -162,8 +164,11 @@ STREAM_COLS = 2568 if verify.SIMULATED else 81928
 @needs_device
 @pytest.mark.parametrize("op", sorted(ROW_OPS))
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
-def test_row_ops_stream_vector_rounds_the_float64_result(op: str, dtype: str) -> None:
+def test_row_ops_stream_vector_rounds_the_float64_result(
+    op: str, dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mod, dt = ROW_OPS[op], np.dtype(BF16 if dtype == "bfloat16" else dtype)
+    monkeypatch.setattr(mod._K, "chip_k", {})  # the streaming kernel, not the on-chip one (tested below)
     cols = STREAM_COLS if dt.itemsize == 2 else STREAM_COLS // 2  # fp32: past 4096 (512 simulated) too
     assert cols > vector_cols(dt) and (cols * dt.itemsize) % 16 == 0
     k, threads, grid = mod._K.pick("vector", dt, True, cols, 2)
@@ -192,11 +197,13 @@ def test_auto_takes_the_stream_vector_kernel_only_where_it_is_listed() -> None:
                 from_ = STREAM_VECTOR_AUTO_FROM.get((name, dt), 0)
                 listed = dt in STREAM_VECTOR_AUTO and long >= from_ and not verify.SIMULATED
                 assert stream_vector_auto(name, dt, long) is listed
-                auto = mod._K.pick("auto", dt, True, long, 4)[0]
-                assert auto is (mod._K.svec_k[dt] if listed else mod._K.plain[dt]), (name, dt, long)
+                chip = dt in mod._K.chip_k and long <= mod._K.chip_shape.cols
+                auto = _unwrap(mod._K.pick("auto", dt, True, long, 4)[0])
+                fast = mod._K.chip_k[dt] if chip else mod._K.svec_k[dt]
+                assert auto is (fast if listed else mod._K.plain[dt]), (name, dt, long)
                 assert mod._K.pick("auto", dt, False, long, 4)[0] is mod._K.plain[dt]  # unaligned: scalar
                 assert mod._K.pick("scalar", dt, True, long, 4)[0] is mod._K.plain[dt]
-                assert mod._K.pick("vector", dt, True, long, 4)[0] is mod._K.svec_k[dt]
+                assert _unwrap(mod._K.pick("vector", dt, True, long, 4)[0]) is fast
     if not verify.SIMULATED:  # the rule as measured: every dtype, fp32 from 8192 (softmax 16384) columns
         f32 = np.dtype(np.float32)
         assert set(STREAM_VECTOR_AUTO) == {BF16, np.dtype(np.float16), f32}
@@ -206,9 +213,74 @@ def test_auto_takes_the_stream_vector_kernel_only_where_it_is_listed() -> None:
         for name, mod in ROW_OPS.items():
             for dt in (BF16, f32):
                 for n in (4112, 5120, 8192, 16384, 32776, 65536, 128256):
-                    runs = mod._K.pick("auto", dt, True, n, 4)[0]
+                    runs = _unwrap(mod._K.pick("auto", dt, True, n, 4)[0])
                     path = row_path_of(name)(Case("c", {"rows": 4, "cols": n}, dt.name))
                     assert (path == "stream-vector") is (runs is mod._K.svec_k[dt]), (name, dt, n, path)
+                    assert (path == "on-chip") is (runs is mod._K.chip_k.get(dt)), (name, dt, n, path)
+
+
+def _unwrap(k: Any) -> Any:
+    """The Kernel behind a pick: an on-chip kernel comes wrapped with its shared-memory size."""
+    return k.kernel if isinstance(k, WithShared) else k
+
+
+ONCHIP_OPS = {"rmsnorm": rmsnorm}
+
+
+def _onchip_widths(dt: np.dtype, vectors: int) -> list[int]:
+    """Widths the on-chip kernel holds that leave every tail of its shared part (threads x vectors
+    vectors a step): the first past the registers' rows, a step less one vector, a step, a step and one
+    vector, and its longest."""
+    c = for_machine(ONCHIP_ROWS)
+    head, w = c.threads * c.per, WIDTH[dt]
+    step = c.threads * vectors * w
+    widths = {vector_cols(dt) + w, head + step - w, head + step, head + step + w, c.cols - c.cols % w}
+    if not verify.SIMULATED:
+        widths |= {65536, 128256, 131072}
+    return sorted(n for n in widths if vector_cols(dt) < n <= c.cols)
+
+
+@needs_device
+@pytest.mark.parametrize("op", sorted(ONCHIP_OPS))
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_onchip_rows_round_the_float64_result(op: str, dtype: str) -> None:
+    """Rows past what registers hold, up to ONCHIP_ROWS.cols (a vocabulary of 128256): the on-chip kernel
+    (the row's head in registers, the rest in the thread's own shared-memory slots), at widths that leave
+    every tail, against float64 and against the streaming kernel's result (the same values, fp32 sums in
+    another order)."""
+    mod, dt = ONCHIP_OPS[op], np.dtype(BF16 if dtype == "bfloat16" else dtype)
+    for cols in _onchip_widths(dt, for_machine(ONCHIP_ROWS).vectors):
+        k, threads, grid = mod._K.pick("vector", dt, True, cols, 3)
+        assert isinstance(k, WithShared) and k.kernel is mod._K.chip_k[dt], cols
+        assert (threads, grid) == (mod._K.chip_shape.threads, 3)
+        assert k.shared == (cols - mod._K.chip_shape.threads * mod._K.chip_shape.per) * dt.itemsize
+        args, ref = _row_problem(op, 3, cols, seed=cols, dtype=dtype)
+        out = _call(op, args, path="vector")
+        o = out.astype(np.float64)
+        err = np.linalg.norm(o - ref) / np.linalg.norm(ref)
+        if dt == BF16:
+            assert _rounded_share(out, ref) >= 0.99, cols
+            assert err <= 2.0**-8 and np.abs(o - ref).max() <= 2.0**-8 * np.abs(ref).max(), cols
+        else:
+            assert err <= 1e-3, (cols, err)
+        scalar = _call(op, args, path="scalar").astype(np.float64)
+        assert np.abs(scalar - o).max() <= 2.0**-7 * np.abs(o).max(), cols
+
+
+@needs_device
+@pytest.mark.parametrize("op", sorted(ONCHIP_OPS))
+def test_onchip_rows_end_where_shared_memory_does(op: str) -> None:
+    """One vector past ONCHIP_ROWS.cols the streaming kernel takes the row; fp32 never runs on chip."""
+    mod, c = ONCHIP_OPS[op], for_machine(ONCHIP_ROWS)
+    longest = c.cols - c.cols % 8
+    assert isinstance(mod._K.pick("vector", BF16, True, longest, 2)[0], WithShared)
+    assert mod._K.pick("vector", BF16, True, longest + 8, 2)[0] is mod._K.svec_k[BF16]
+    f32 = np.dtype(np.float32)
+    assert f32 not in mod._K.chip_k
+    assert mod._K.pick("vector", f32, True, vector_cols(f32) + 4, 2)[0] is mod._K.svec_k[f32]
+    # the artifact lists the on-chip kernels by name (fp16 and bf16)
+    names = {entry[0] for entry in mod.SPEC.ptx_kernels}
+    assert {f"{op}_on-chip_float16", f"{op}_on-chip_bfloat16"} <= names
 
 
 # Every vector count the kernel can be built with (the committed one is 4), at widths that leave every
@@ -221,6 +293,7 @@ def test_stream_vector_kernel_covers_every_column_for_any_vector_count(
     op: str, vectors: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mod = ROW_OPS[op]
+    monkeypatch.setattr(mod._K, "chip_k", {})  # the streaming kernel at every width
     config = StreamRows(STREAM_ROWS.threads // 32, vectors, 1)
     for dtype in ("bfloat16", "float32"):
         dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)
