@@ -145,6 +145,7 @@ class OnChipRows:
     vectors: int
     smem: int
     min_blocks: int
+    from_cols: int  # the narrowest row it takes (narrower rows stream: measured faster there)
 
     label = "on-chip"
 
@@ -152,6 +153,10 @@ class OnChipRows:
     def cols(self) -> int:
         """The longest row held: the registers' columns and the shared memory's 2-byte words."""
         return self.threads * self.per + self.smem // 2
+
+    def takes(self, n: int) -> bool:
+        """Whether a row of `n` (aligned, past vector_cols) columns runs on chip."""
+        return self.from_cols <= n <= self.cols
 
 
 RowConfig = VectorRows | BlockedRows | Half2Rows | WideRows | StreamRows | OnChipRows
@@ -212,7 +217,12 @@ STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
 # in up to 225 KB of dynamic shared memory (sm_90 allows 227 KB a block). One read of the row instead of two.
 # Three 16-byte loads in flight per thread in the shared part: ptxas (sm_90, rmsnorm bf16) gives 56 registers
 # at two, 64 at three, and 64 with 40 bytes of spills at four, under launch_bounds(1024, 1)'s cap of 64.
-ONCHIP_ROWS = OnChipRows(threads=1024, per=16, vectors=3, smem=225 * 1024, min_blocks=1)
+# Measured on an H100 (2026-12-05, lab/onchip_ab.py -> benchmarks/h100/2026-12-05/onchip/, rmsnorm, fp16 and
+# bf16 alike) against the streaming kernel: 1.11-1.12x at 128256 and 131072 columns (0.76 of copy against
+# 0.68), even at 40960 (0.99-1.00x), slower at 65536 (0.94-0.95x): it takes rows from 128256 columns, the
+# narrowest width measured to win. Under the simulator it takes every row past vector_cols (for_machine), so
+# that its tests reach every tail.
+ONCHIP_ROWS = OnChipRows(threads=1024, per=16, vectors=3, smem=225 * 1024, min_blocks=1, from_cols=128256)
 ONCHIP_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 # The dtypes whose "auto" path takes that kernel on a GPU: all three. Measured on the H200 (2026-12-04,
 # lab/wide_rows_ab.py -> benchmarks/h200/stream-vector-ab-2026-12-04.txt) against the scalar streaming
@@ -267,7 +277,9 @@ def for_machine(config: RowConfig) -> RowConfig:
     of their threads (as many vectors per thread, rows 32 times shorter; OnChipRows 1/32 of its shared
     memory too); otherwise unchanged."""
     if isinstance(config, OnChipRows):
-        return replace(config, threads=config.threads // 32, smem=config.smem // 32) if SIMULATED else config
+        if not SIMULATED:
+            return config
+        return replace(config, threads=config.threads // 32, smem=config.smem // 32, from_cols=0)
     if isinstance(config, (WideRows, StreamRows)):
         return replace(config, threads=max(1, config.threads // 32), min_blocks=1) if SIMULATED else config
     if isinstance(config, (BlockedRows, Half2Rows)):
@@ -422,7 +434,7 @@ class RowKernels:
         `aligned`: the operands meet `vector_ok`."""
         ok = aligned and n <= vector_cols(dt)
         streams = path == "vector" or (path == "auto" and stream_vector_auto(self.name, dt, n))
-        if aligned and not ok and dt in self.chip_k and streams and n <= self.chip_shape.cols:
+        if aligned and not ok and dt in self.chip_k and streams and self.chip_shape.takes(n):
             # one block per SM (its shared memory), striding over the rows
             shared = (n - self.chip_shape.threads * self.chip_shape.per) * dt.itemsize
             return WithShared(self.chip_k[dt], shared), self.chip_shape.threads, min(rows, sm_count())
@@ -531,7 +543,8 @@ def row_path_of(op: str) -> Any:
         dt = np.dtype(case.dtype)
         n = case.params["cols"]
         if p == "stream" and op in STREAM_VEC_OPS and _stream_vector(op, dt, n):
-            if op in ONCHIP_OPS and dt in ONCHIP_DTYPES and n <= for_machine(ONCHIP_ROWS).cols:  # type: ignore[union-attr]
+            chip = for_machine(ONCHIP_ROWS)
+            if op in ONCHIP_OPS and dt in ONCHIP_DTYPES and isinstance(chip, OnChipRows) and chip.takes(n):
                 return OnChipRows.label
             return StreamRows.label
         if p == "vector" and (shape := wide_for(dt, case.params["cols"])) is not None:
@@ -553,6 +566,9 @@ def row_choice_of(op: str) -> Any:
         n, dt = case.params["cols"], np.dtype(case.dtype)
         if SIMULATED:
             return Choice(p, "simulated", "the CUDA simulator runs the register or streaming kernel")
+        if p == OnChipRows.label:
+            return Choice(p, "primary", f"rows of {n} columns pass the {vector_cols(dt)} a block holds in"
+                          " registers: the rest in shared memory, the row read once")  # fmt: skip
         if p == StreamRows.label:
             return Choice(p, "primary", f"rows of {n} columns pass the {vector_cols(dt)} a block holds in"
                           f" registers: {VEC_BYTES}-byte loads, the row read twice")  # fmt: skip

@@ -24,6 +24,7 @@ from kernels.ops.rows import (
     STREAM_VECTOR_AUTO,
     STREAM_VECTOR_AUTO_FROM,
     WIDE_ROWS,
+    OnChipRows,
     RowIO,
     StreamRows,
     WithShared,
@@ -197,7 +198,7 @@ def test_auto_takes_the_stream_vector_kernel_only_where_it_is_listed() -> None:
                 from_ = STREAM_VECTOR_AUTO_FROM.get((name, dt), 0)
                 listed = dt in STREAM_VECTOR_AUTO and long >= from_ and not verify.SIMULATED
                 assert stream_vector_auto(name, dt, long) is listed
-                chip = dt in mod._K.chip_k and long <= mod._K.chip_shape.cols
+                chip = dt in mod._K.chip_k and mod._K.chip_shape.takes(long)
                 auto = _unwrap(mod._K.pick("auto", dt, True, long, 4)[0])
                 fast = mod._K.chip_k[dt] if chip else mod._K.svec_k[dt]
                 assert auto is (fast if listed else mod._K.plain[dt]), (name, dt, long)
@@ -237,7 +238,7 @@ def _onchip_widths(dt: np.dtype, vectors: int) -> list[int]:
     widths = {vector_cols(dt) + w, head + step - w, head + step, head + step + w, c.cols - c.cols % w}
     if not verify.SIMULATED:
         widths |= {65536, 128256, 131072}
-    return sorted(n for n in widths if vector_cols(dt) < n <= c.cols)
+    return sorted(n for n in widths if vector_cols(dt) < n and c.takes(n))
 
 
 @needs_device
@@ -270,11 +271,16 @@ def test_onchip_rows_round_the_float64_result(op: str, dtype: str) -> None:
 @needs_device
 @pytest.mark.parametrize("op", sorted(ONCHIP_OPS))
 def test_onchip_rows_end_where_shared_memory_does(op: str) -> None:
-    """One vector past ONCHIP_ROWS.cols the streaming kernel takes the row; fp32 never runs on chip."""
+    """One vector past ONCHIP_ROWS.cols, or short of its from_cols (on a GPU: where the streaming kernel
+    was measured faster), the streaming kernel takes the row; fp32 never runs on chip."""
     mod, c = ONCHIP_OPS[op], for_machine(ONCHIP_ROWS)
+    assert isinstance(c, OnChipRows)
     longest = c.cols - c.cols % 8
     assert isinstance(mod._K.pick("vector", BF16, True, longest, 2)[0], WithShared)
     assert mod._K.pick("vector", BF16, True, longest + 8, 2)[0] is mod._K.svec_k[BF16]
+    if not verify.SIMULATED:
+        assert c.from_cols == 128256 and isinstance(mod._K.pick("auto", BF16, True, 128256, 2)[0], WithShared)
+        assert mod._K.pick("auto", BF16, True, 65536, 2)[0] is mod._K.svec_k[BF16]
     f32 = np.dtype(np.float32)
     assert f32 not in mod._K.chip_k
     assert mod._K.pick("vector", f32, True, vector_cols(f32) + 4, 2)[0] is mod._K.svec_k[f32]
