@@ -1,5 +1,5 @@
 # ruff: noqa: E501, B023  (a probe: each closure is called within its own loop iteration)
-"""Probe (GPU only, not shipped): rmsnorm's on-chip kernel (kernels.ops.rows.OnChipRows: the row's first
+"""Probe (GPU only, not shipped): a row op's on-chip kernel (rmsnorm, softmax: OA_OPS) (kernels.ops.rows.OnChipRows: the row's first
 16384 columns in registers, the rest in dynamic shared memory, one read) against its 16-byte streaming kernel
 (two reads of the row), interleaved call by call with the bench's method (kernels.harness.bench:
 rotation over SETS copies, a device-side pause before each call, CUDA events), at vocabulary widths.
@@ -12,18 +12,34 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from numba import cuda
 
 from kernels.harness.bench import SETS, time_interleaved
-from kernels.ops import rmsnorm as m
+from kernels.ops import rmsnorm, softmax
 from kernels.runtime import arrays, device
 from kernels.runtime.arrays import BF16
 from kernels.runtime.launch import FastCache
 
 SHAPES = ((261, 128256), (256, 131072), (512, 65536), (1024, 40960))
+MODS = {"rmsnorm": rmsnorm, "softmax": softmax}
+OPS = os.environ.get("OA_OPS", "rmsnorm").split(",")
+
+
+def run(m, name: str, dev_args, out):  # type: ignore[no-untyped-def]
+    if name == "rmsnorm":
+        m.rmsnorm(*dev_args, out, path="vector")
+    else:
+        m.softmax(dev_args[0], out, path="vector")
+
+
+def reference(name: str, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    if name == "rmsnorm":
+        return rmsnorm.reference(x, w, 1e-6)
+    return softmax.reference(x)
 
 
 def main() -> int:
@@ -31,35 +47,36 @@ def main() -> int:
     copy = device.peaks()["mem_gbs"]
     out: dict[str, object] = {"device": device.describe().get("name"), "copy_gbs": copy, "rows": []}
     ok = True
-    print(f"{'dtype':9} {'shape':12} {'on-chip us':>10} {'stream us':>10} {'x':>6} {'of copy':>14} err")
-    for dt in (BF16, np.dtype(np.float16)):
-        for rows, cols in SHAPES:
+    print(f"{'op':8} {'dtype':9} {'shape':12} {'on-chip us':>10} {'stream us':>10} {'x':>6} {'of copy':>14} err")
+    for name, dt, (rows, cols) in [(o, d, sh) for o in OPS for d in (BF16, np.dtype(np.float16)) for sh in SHAPES]:
+            m = MODS[name]
             xs_h = [(rng.standard_normal((rows, cols)) * 2 + 0.5).astype(dt) for _ in range(SETS)]
             w_h = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
             xs = [arrays.to_device(x) for x in xs_h]
             w = arrays.to_device(w_h)
             outs_v = {p: [arrays.to_device(np.zeros((rows, cols), dt)) for _ in range(SETS)] for p in ("chip", "stream")}
             caches = {"chip": FastCache(), "stream": FastCache()}
-            saved, saved_chip = m._FAST, dict(m._K.chip_k)
+            saved, saved_chip, saved_shape = m._FAST, dict(m._K.chip_k), m._K.chip_shape
+            m._K.chip_shape = replace(saved_shape, from_cols=0)  # on chip at every width it holds, for the A/B
             try:
                 for p in ("chip", "stream"):
                     m._FAST = caches[p]
                     if p == "stream":
                         m._K.chip_k.clear()
                     for s in range(SETS):
-                        m.rmsnorm(xs[s], w, outs_v[p][s], path="vector")
+                        run(m, name, (xs[s], w), outs_v[p][s])
                     m._K.chip_k.update(saved_chip)
 
                 def call(p: str, s: int) -> None:
                     m._FAST = caches[p]
-                    m.rmsnorm(xs[s], w, outs_v[p][s], path="vector")
+                    run(m, name, (xs[s], w), outs_v[p][s])
 
                 t = time_interleaved([(lambda a, p=p: call(p, a["s"]), [{"s": s} for s in range(SETS)], None) for p in ("chip", "stream")], 30)
             finally:
-                m._FAST = saved
+                m._FAST, m._K.chip_shape = saved, saved_shape
                 m._K.chip_k.update(saved_chip)
             cuda.synchronize()
-            ref = m.reference(xs_h[0][:32], w_h, 1e-6)
+            ref = reference(name, xs_h[0][:32], w_h)
             errs = {}
             for p in ("chip", "stream"):
                 got = arrays.to_host(outs_v[p][0])[:32].astype(np.float64)
@@ -67,12 +84,12 @@ def main() -> int:
             ok &= max(errs.values()) < 8e-3
             chip_us, stream_us = float(np.median(t[0])), float(np.median(t[1]))
             nbytes = 2 * rows * cols * dt.itemsize
-            row = {"dtype": dt.name, "rows": rows, "cols": cols, "onchip_us": round(chip_us, 2), "stream_us": round(stream_us, 2),
+            row = {"op": name, "dtype": dt.name, "rows": rows, "cols": cols, "onchip_us": round(chip_us, 2), "stream_us": round(stream_us, 2),
                    "speedup": round(stream_us / chip_us, 3), "onchip_of_copy": round(nbytes / chip_us / 1e3 / copy, 3),
                    "stream_of_copy": round(nbytes / stream_us / 1e3 / copy, 3), "err": errs}
             out["rows"].append(row)  # type: ignore[attr-defined]
-            print(f"{dt.name:9} {rows}x{cols:<7} {chip_us:10.2f} {stream_us:10.2f} {stream_us / chip_us:6.3f} {row['onchip_of_copy']:6.3f} / {row['stream_of_copy']:5.3f} {max(errs.values()):.2e}")
-    for dt, k in m._K.chip_k.items():
+            print(f"{name:8} {dt.name:9} {rows}x{cols:<7} {chip_us:10.2f} {stream_us:10.2f} {stream_us / chip_us:6.3f} {row['onchip_of_copy']:6.3f} / {row['stream_of_copy']:5.3f} {max(errs.values()):.2e}")
+    for dt, k in [(f"{o} {d}", k) for o in OPS for d, k in MODS[o]._K.chip_k.items()]:
         d = k.dispatcher
         try:
             print(f"on-chip {dt}: registers {d.get_regs_per_thread()}, local bytes {d.get_local_mem_per_thread()}, shared {d.get_shared_mem_per_block()}")

@@ -36,7 +36,7 @@ import math
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32, types, uint16, uint32
+from numba import cuda, float32, uint32
 
 from kernels.ops.rows import (
     BF16_ELEM_TOL,
@@ -49,12 +49,12 @@ from kernels.ops.rows import (
     VectorRows,
     WideRows,
     make_stream_loads,
+    onchip_words,
     row_cases,
     row_choice_of,
     row_path_of,
     vec_jit,
 )
-from kernels.primitives.bf16 import bf16_to_f32, f32_bits
 from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last
 from kernels.primitives.reductions import (
     BLOCK,
@@ -291,20 +291,6 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
             row += cuda.gridDim.x
 
     return k
-
-
-def onchip_words(word: bool):  # type: ignore[no-untyped-def]
-    """(element type, narrow, widen) of an on-chip row's shared part (kernels.ops.rows.OnChipRows): bf16 as
-    raw words (`word`: the high half of the fp32 bits, exact for a value loaded from bf16) or fp16 itself."""
-    if word:
-
-        @cuda.jit(device=True, inline="always")
-        def narrow(f):  # type: ignore[no-untyped-def]
-            return uint16(f32_bits(f) >> uint32(16))  # type: ignore[no-untyped-call]
-
-        return uint16, narrow, bf16_to_f32
-
-    return types.float16, float32, float32  # the shared array's store rounds fp32 to fp16 (exact here)
 
 
 def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]

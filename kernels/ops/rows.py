@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, types, uint16, uint32
 
-from kernels.primitives.bf16 import bf16_to_f32, f32_to_bf16
+from kernels.primitives.bf16 import bf16_to_f32, f32_bits, f32_to_bf16
 from kernels.primitives.cache_hints import ldg_hint_into
 from kernels.primitives.reductions import BLOCK, PER, VEC_ROW_JIT
 from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose
@@ -288,6 +288,20 @@ def for_machine(config: RowConfig) -> RowConfig:
         if SIMULATED:
             return replace(config, threads=BLOCK, per=PER, min_blocks=1)
     return config
+
+
+def onchip_words(word: bool):  # type: ignore[no-untyped-def]
+    """(element type, narrow, widen) of an on-chip row's shared part (kernels.ops.rows.OnChipRows): bf16 as
+    raw words (`word`: the high half of the fp32 bits, exact for a value loaded from bf16) or fp16 itself."""
+    if word:
+
+        @cuda.jit(device=True, inline="always")
+        def narrow(f):  # type: ignore[no-untyped-def]
+            return uint16(f32_bits(f) >> uint32(16))  # type: ignore[no-untyped-call]
+
+        return uint16, narrow, bf16_to_f32
+
+    return types.float16, float32, float32  # the shared array's store rounds fp32 to fp16 (exact here)
 
 
 def wide_for(dt: np.dtype, n: int) -> WideRows | None:
