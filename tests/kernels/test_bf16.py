@@ -225,7 +225,7 @@ def _unwrap(k: Any) -> Any:
     return k.kernel if isinstance(k, WithShared) else k
 
 
-ONCHIP_OPS = {"rmsnorm": rmsnorm, "softmax": softmax}
+ONCHIP_OPS = {"rmsnorm": rmsnorm}
 
 
 def _onchip_widths(dt: np.dtype, vectors: int) -> list[int]:
