@@ -38,6 +38,7 @@ nor out, and weight may overlap neither residual nor out (refused with one line 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -206,15 +207,19 @@ def _make_vec(  # type: ignore[no-untyped-def]
 
 def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-def]
     """Rows past what registers hold (kernels.ops.rows.StreamRows: 32768 columns in fp16 / bf16, e.g. a
-    vocabulary of 128256), rmsnorm's 16-byte streaming kernel with the add in front. Pass 1 loads
-    `config.vectors` vectors of x and of residual per thread (all in flight, evict_first in L2: their only
-    read), rounds the sums in registers to the dtype, stores them to residual (the lines stay in L2, freshly
-    written) and sums their squares; pass 2 re-reads the new residual evict_first (its last use) and writes
-    residual * inv * w, weight vectors loaded beside it."""
-    threads, nvec = config.threads, config.vectors
+    vocabulary of 128256), rmsnorm's 16-byte streaming kernel with the add in front. Pass 1 loads vectors of
+    x and of residual (all in flight, evict_first in L2: their only read), rounds the sums in registers to
+    the dtype, stores them to residual (the lines stay in L2, freshly written) and sums their squares; pass 2
+    re-reads the new residual evict_first (its last use) and writes residual * inv * w, weight vectors
+    loaded beside it. fp16 / bf16 take half of `config.vectors` from each input (the same bytes in flight as
+    rmsnorm's): two arrays of 4 vectors of 8 fp32 values passed launch_bounds(1024, 1)'s 64 registers and
+    spilled 352-464 bytes (ptxas sm_90, offline); at 2 they take 56 registers and no spills. fp32 keeps 4
+    (60 registers, no spills). The sums of squares run in the same order at any vector count."""
+    threads = config.threads
+    nvec = config.vectors if width == 4 else max(1, config.vectors // 2)
     span = threads * width  # columns that one vector per thread covers
     nvals = nvec * width
-    step, tail = make_stream_loads(config, width)
+    step, tail = make_stream_loads(replace(config, vectors=nvec), width)
     bsum, slots = make_block_sum(threads), row_slots(threads)
     nsm = 2 * slots  # two halves: consecutive rows alternate (reductions)
 

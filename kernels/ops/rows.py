@@ -238,6 +238,7 @@ STREAM_VECTOR_AUTO: tuple[np.dtype, ...] = (F16, BF16, F32)
 # 16384 (benchmarks/h200/stream-vector-ab*-2026-12-04.txt).
 STREAM_VECTOR_AUTO_FROM: dict[tuple[str, np.dtype], int] = {
     ("rmsnorm", F32): 8192,
+    ("fused_add_rmsnorm", F32): 8192,  # rmsnorm's rule for its passes; fp32 not timed for this op
     ("layernorm", F32): 8192,
     ("softmax", F32): 16384,
 }

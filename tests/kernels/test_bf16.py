@@ -13,6 +13,7 @@ from numba import cuda, uint16, uint32
 from opcheck import needs_device
 
 from kernels.harness import verify
+from kernels.ops import fused_add_rmsnorm as fused_mod
 from kernels.ops import layernorm, rmsnorm, softmax
 from kernels.ops.cast import cast
 from kernels.ops.gemm import gemm
@@ -192,7 +193,7 @@ def test_row_ops_stream_vector_rounds_the_float64_result(
 
 @needs_device
 def test_auto_takes_the_stream_vector_kernel_only_where_it_is_listed() -> None:
-    for name, mod in ROW_OPS.items():
+    for name, mod in {**ROW_OPS, "fused_add_rmsnorm": fused_mod}.items():
         for dt in (BF16, np.dtype(np.float16), np.dtype(np.float32)):
             for long in (vector_cols(dt) + 16, 16384 if dt.itemsize == 4 else 65536):
                 from_ = STREAM_VECTOR_AUTO_FROM.get((name, dt), 0)
@@ -210,8 +211,10 @@ def test_auto_takes_the_stream_vector_kernel_only_where_it_is_listed() -> None:
         assert set(STREAM_VECTOR_AUTO) == {BF16, np.dtype(np.float16), f32}
         assert not stream_vector_auto("softmax", f32, 8192) and stream_vector_auto("softmax", f32, 16384)
         assert not stream_vector_auto("rmsnorm", f32, 5120) and stream_vector_auto("rmsnorm", f32, 8192)
+        assert not stream_vector_auto("fused_add_rmsnorm", f32, 5120)
+        assert stream_vector_auto("fused_add_rmsnorm", f32, 8192)
         # the path verify and bench record is the kernel pick runs
-        for name, mod in ROW_OPS.items():
+        for name, mod in {**ROW_OPS, "fused_add_rmsnorm": fused_mod}.items():
             for dt in (BF16, f32):
                 for n in (4112, 5120, 8192, 16384, 32776, 65536, 128256):
                     runs = _unwrap(mod._K.pick("auto", dt, True, n, 4)[0])
@@ -360,8 +363,6 @@ def test_row_ops_bf16_vector_path_refusals() -> None:
     args, _ = _row_problem("softmax", 2, 37, seed=0)  # 74-byte rows: not a multiple of 16
     with pytest.raises(ValueError, match="path: 'vector' needs 16-byte aligned pointers"):
         softmax.softmax(*args, path="vector")
-    # a dtype without a 16-byte streaming kernel refuses rows past what its registers hold
-    # (tests/kernels/test_fused_add_rmsnorm.py: every row op has one now; the guard stays)
     with pytest.raises(TypeError, match="weight: dtype float16 must match x's dtype bfloat16"):
         rmsnorm.rmsnorm(np.ones((2, 8), BF16), np.ones(8, np.float16))
 

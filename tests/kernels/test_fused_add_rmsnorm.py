@@ -97,7 +97,7 @@ def _stream_widths(dt, vectors: int, threads: int) -> list[int]:  # type: ignore
 @needs_device
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's numpy on NaN / inf (its threads)
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_stream_vector_path_is_the_rounded_sum_then_rmsnorm_of_it(dt):  # type: ignore[no-untyped-def]
+def test_stream_vector_path_is_the_rounded_sum_then_rmsnorm_of_it(dt, monkeypatch):  # type: ignore[no-untyped-def]
     """Rows past what registers hold (a vocabulary of 128256 in bf16) on path="vector": the 16-byte
     streaming kernel. residual is round(x + residual) bit for bit, and out is rmsnorm's own streaming kernel
     on that rounded residual, bit for bit (the same sums in the same order), at widths that leave every tail.
@@ -105,6 +105,8 @@ def test_stream_vector_path_is_the_rounded_sum_then_rmsnorm_of_it(dt):  # type: 
     from kernels.ops.rows import STREAM_ROWS, for_machine
 
     cfg = for_machine(STREAM_ROWS)
+    # rmsnorm's streaming kernel as the reference, not its on-chip one (another order of sums)
+    monkeypatch.setattr(rmsnorm._K, "chip_k", {})
     widths = _stream_widths(dt, cfg.vectors, cfg.threads)
     if np.dtype(dt).itemsize == 2 and not SIMULATED:
         widths.append(128256)  # Llama-3's vocabulary
@@ -175,6 +177,23 @@ def test_device_arrays_out_over_x_and_nd():  # type: ignore[no-untyped-def]
     assert op.fused_add_rmsnorm(dx, dr, dw, dx, eps=1e-5) is dx  # vLLM's layout: the normed rows over x
     np.testing.assert_array_equal(dr.copy_to_host().reshape(6, 45), want_r)
     np.testing.assert_array_equal(dx.copy_to_host().reshape(6, 45), want_out)
+
+
+@needs_device
+def test_stream_vector_path_writes_out_over_x():  # type: ignore[no-untyped-def]
+    """vLLM's layout (out is x) on the 16-byte streaming kernel: each row's x is read in pass 1, before that
+    row of out is written in pass 2, over more rows than blocks."""
+    from kernels.ops.rows import vector_cols
+
+    n = vector_cols(np.dtype(np.float16)) + 2 * 8 * 32  # past the registers: the streaming kernel
+    x, r, w = _inputs(7, n, np.float16, seed=3)
+    want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(np.float16)
+    want_out = op.fused_add_rmsnorm(x, r.copy(), w, eps=1e-5, path="vector")
+    dx, dr, dw = cuda.to_device(x), cuda.to_device(r), cuda.to_device(w)
+    assert op._K.pick("vector", np.dtype(np.float16), True, n, 7)[0] is op._K.svec_k[np.dtype(np.float16)]
+    assert op.fused_add_rmsnorm(dx, dr, dw, dx, eps=1e-5, path="vector") is dx
+    np.testing.assert_array_equal(dr.copy_to_host(), want_r)
+    np.testing.assert_array_equal(dx.copy_to_host(), want_out)
 
 
 @needs_device
