@@ -7,7 +7,8 @@ Verdicts:
   not_evaluated   the node is simulated: timings under the CUDA simulator mean nothing, so never passed;
   throttled       slower than the gate allows, but the SM clock during the run was well below the previous
                   run's (or the GPU's maximum, for min_sol): the node, not the release, is slow;
-  no_baseline     no previous figure for the same op, dtype, shape and device.
+  no_baseline     no previous figure for the same op, dtype, shape and device, timed the same way (a bench
+                  from before 2026-12-05 timed without a pause before each call: `timing_of`).
 
 Noise: every figure is the median of many timed calls, and the bench records the p10 and p90 of those calls.
 Half the p10-p90 range, relative to the median, is the run's spread; the regression gate widens its
@@ -51,10 +52,11 @@ class Figure:
     p90_s: float | None = None
     sm_clock_mhz: float | None = None  # during the run
     sm_clock_max_mhz: float | None = None  # the GPU's maximum
+    timing: str = ""  # how the bench timed it (timing_of): figures timed differently are not compared
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.op, self.dtype, self.case, self.device)
+    def key(self) -> tuple[str, str, str, str, str]:
+        return (self.op, self.dtype, self.case, self.device, self.timing)
 
     @property
     def spread(self) -> float:
@@ -81,11 +83,20 @@ class GateResult:
         }  # fmt: skip
 
 
+def timing_of(report: Mapping[str, Any]) -> str:
+    """The bench's timing method as recorded in its report: with a device-side pause of N us before every
+    call (the bench since 2026-12-05), or without one, when out-of-place calls could be charged for the
+    host's launch (kernels.harness.bench.time_interleaved)."""
+    pause = (report.get("method") or {}).get("pause_before_each_call_us")
+    return f"device time (a {pause} us pause before each call)" if pause else "events without a pause"
+
+
 def figures_from_bench(report: Mapping[str, Any]) -> list[Figure]:
     """Figures from a `python -m kernels bench --json` report. The SM clock during a case is read from the
     row's `sm_clock_mhz` where the bench recorded it; the maximum from the report's device."""
     dev = report.get("device") or {}
     device = f"{dev.get('name', '?')} {dev.get('pci_bus_id', '?')}"
+    timing = timing_of(report)
     max_clock = _opt_float(dev.get("clock_mhz"))
     out = []
     for r in report.get("results", []):
@@ -99,6 +110,7 @@ def figures_from_bench(report: Mapping[str, Any]) -> list[Figure]:
                 p90_s=None if r.get("p90_us") is None else float(r["p90_us"]) * 1e-6,
                 sm_clock_mhz=_opt_float(r.get("sm_clock_mhz")),
                 sm_clock_max_mhz=max_clock,
+                timing=timing,
             )
         )  # fmt: skip
     return out
@@ -196,7 +208,8 @@ def _regression(f: Figure, p: Figure | None, limit: float, had_previous: bool) -
         why = (
             "no previous release on this node"
             if not had_previous
-            else f"the previous release has no figure for {f.op} {f.dtype} {f.case} on {f.device}"
+            else f"the previous release has no figure for {f.op} {f.dtype} {f.case} on {f.device} "
+            f"timed the same way ({f.timing})"
         )
         return GateResult(gate, f.op, f.dtype, f.case, Verdict.NO_BASELINE, why, figs)
     slowdown = f.median_s / p.median_s - 1

@@ -303,6 +303,7 @@ def run(
             "iters": iters,
             "timer": "cuda events per call",
             "l2_flush_after_restore": True,
+            "pause_before_each_call_us": SPIN_US,  # fleet.gates compares only figures timed alike
             "interleaved_with_reference": compare is not None,
         },
         "results": [],

@@ -213,6 +213,26 @@ def test_no_baseline():
     assert "on NVIDIA H200 0000:00:06" in res[0].detail
 
 
+def test_figures_timed_another_way_are_not_compared():
+    """The committed report predates the bench's pause before every call (its method block has none): a
+    release benched with the pause is not compared with it, even 15 % slower, and says why."""
+    assert gates.timing_of(REPORT) == "events without a pause"
+    paused = copy.deepcopy(REPORT)
+    paused["method"]["pause_before_each_call_us"] = 150
+    op, dtype = REPORT["results"][0]["op"], REPORT["results"][0]["dtype"]
+    new = gates.figures_from_bench(slowed(paused, op, dtype, 1.15))
+    res = gates.evaluate(
+        new=new, previous=gates.figures_from_bench(REPORT), min_sol={}, max_regression=0.1, simulated=False
+    )
+    assert {r.verdict for r in res} == {Verdict.NO_BASELINE}
+    assert "timed the same way (device time (a 150 us pause before each call))" in res[0].detail
+    # both paused: compared, and the slower op refused
+    res = gates.evaluate(
+        new=new, previous=gates.figures_from_bench(paused), min_sol={}, max_regression=0.1, simulated=False
+    )
+    assert Verdict.FAILED in {r.verdict for r in res if (r.op, r.dtype) == (op, dtype)}
+
+
 def test_gate_op_names_are_checked_against_the_registry():
     from kernels.registry import all_ops
 
