@@ -1,5 +1,6 @@
 # ruff: noqa: E501, B023  (a probe: each closure is called within its own loop iteration)
-"""Probe (GPU only, not shipped): a row op's on-chip kernel (rmsnorm, softmax: OA_OPS) (kernels.ops.rows.OnChipRows: the row's first
+"""Probe (GPU only, not shipped): a row op's on-chip kernel (OA_OPS: rmsnorm; softmax's on-chip kernel, measured
+slower and kept in lab/onchip/softmax_onchip.py, must be registered again with RowKernels(onchip=...) to A/B it) (kernels.ops.rows.OnChipRows: the row's first
 16384 columns in registers, the rest in dynamic shared memory, one read) against its 16-byte streaming kernel
 (two reads of the row), interleaved call by call with the bench's method (kernels.harness.bench:
 rotation over SETS copies, a device-side pause before each call, CUDA events), at vocabulary widths.
