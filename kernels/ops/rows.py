@@ -24,7 +24,7 @@ from kernels.primitives.reductions import BLOCK, PER, VEC_ROW_JIT
 from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose
 from kernels.registry import SPECIALS, Case, Choice
 from kernels.runtime.arrays import BF16, SIMULATED
-from kernels.runtime.launch import Kernel, dynamic_smem, kernel, sm_count
+from kernels.runtime.launch import Kernel, dynamic_smem, kernel, sm_count, smem_optin
 
 _DTYPES = ("float32", "float16", "bfloat16")
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
@@ -256,6 +256,16 @@ STREAM_VEC_OPS: set[str] = set()
 ONCHIP_OPS: set[str] = set()
 
 
+def chip_fits() -> bool:
+    """Whether this device lets a block opt in to the on-chip kernels' shared memory (ONCHIP_ROWS.smem and
+    their few hundred static bytes): sm_90's 227 KB does; sm_80's 163 KB and sm_86 / sm_89's 99 KB do not, and
+    there rows past vector_cols stream."""
+    return smem_optin() >= for_machine(ONCHIP_ROWS).smem + ONCHIP_STATIC_BYTES  # type: ignore[union-attr]
+
+
+ONCHIP_STATIC_BYTES = 1024  # room for the kernels' static shared memory (the block reductions: 256-512 B)
+
+
 class WithShared:
     """A Kernel launched with `shared` bytes of dynamic shared memory (RowKernels.pick's on-chip kernels):
     the same launch / bind calls as the Kernel, so the op's launcher needs no other branch."""
@@ -449,7 +459,7 @@ class RowKernels:
         `aligned`: the operands meet `vector_ok`."""
         ok = aligned and n <= vector_cols(dt)
         streams = path == "vector" or (path == "auto" and stream_vector_auto(self.name, dt, n))
-        if aligned and not ok and dt in self.chip_k and streams and self.chip_shape.takes(n):
+        if aligned and not ok and dt in self.chip_k and streams and self.chip_shape.takes(n) and chip_fits():
             # one block per SM (its shared memory), striding over the rows
             shared = (n - self.chip_shape.threads * self.chip_shape.per) * dt.itemsize
             return WithShared(self.chip_k[dt], shared), self.chip_shape.threads, min(rows, sm_count())
@@ -559,7 +569,8 @@ def row_path_of(op: str) -> Any:
         n = case.params["cols"]
         if p == "stream" and op in STREAM_VEC_OPS and _stream_vector(op, dt, n):
             chip = for_machine(ONCHIP_ROWS)
-            if op in ONCHIP_OPS and dt in ONCHIP_DTYPES and isinstance(chip, OnChipRows) and chip.takes(n):
+            on_chip = isinstance(chip, OnChipRows) and chip.takes(n) and chip_fits()
+            if op in ONCHIP_OPS and dt in ONCHIP_DTYPES and on_chip:
                 return OnChipRows.label
             return StreamRows.label
         if p == "vector" and (shape := wide_for(dt, case.params["cols"])) is not None:

@@ -722,3 +722,22 @@ def sm_count(ctx: int | None = None) -> int:
 
 
 _SM: dict[int, int] = {}
+
+
+def smem_optin(ctx: int | None = None) -> int:
+    """Bytes of shared memory one block may use on the current device after opting in (dynamic_smem): 227 KB
+    on sm_90, 163 KB on sm_80, 99 KB on sm_86 / sm_89. Asked once per context; under the simulator, as much as
+    any kernel asks; 0 without a usable GPU (a selection rule asked on a machine with none)."""
+    if SIMULATED:
+        return 1 << 30
+    if not _OPTIN and not cuda.is_available():
+        return 0
+    if ctx is None:
+        ctx = context()
+    n = _OPTIN.get(ctx)
+    if n is None:
+        n = _OPTIN[ctx] = int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+    return n
+
+
+_OPTIN: dict[int, int] = {}

@@ -584,10 +584,16 @@ def test_device_facts_and_buffers_are_kept_per_context(two_contexts, monkeypatch
     current, _ = two_contexts
     sms = {0xA: 132, 0xB: 108}
 
+    optin = {0xA: 232448, 0xB: 4096}  # an H100's 227 KB; a GPU too small for the simulator's on-chip rows
+
     class _Dev:
         @property
         def MULTIPROCESSOR_COUNT(self) -> int:  # noqa: N802  (numba's name)
             return sms[current[0]]
+
+        @property
+        def MAX_SHARED_MEMORY_PER_BLOCK_OPTIN(self) -> int:  # noqa: N802  (numba's name)
+            return optin[current[0]]
 
     @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)
     def occupancy(out, func, block, shared):  # type: ignore[no-untyped-def]
@@ -601,7 +607,7 @@ def test_device_facts_and_buffers_are_kept_per_context(two_contexts, monkeypatch
     monkeypatch.setattr(clip_grad_norm, "SIM_GRID", 1 << 30)  # the simulator's grid cap out of the way
     monkeypatch.setattr(launch, "_libcuda", _Lib())
     monkeypatch.setattr(numba_cuda, "get_current_device", _Dev)
-    cleared = {launch: ("_SM",), clip_grad_norm: ("_grids", "_buffers"), cast_fp8: ("_workspaces",),
+    cleared = {launch: ("_SM", "_OPTIN"), clip_grad_norm: ("_grids", "_buffers"), cast_fp8: ("_workspaces",),
                gemm: ("_PLACEHOLDERS",)}  # fmt: skip
     for mod, names in cleared.items():
         for name in names:
@@ -633,6 +639,17 @@ def test_device_facts_and_buffers_are_kept_per_context(two_contexts, monkeypatch
     assert a1[6] == 8 and b[6] == 3
     for i in range(2, 6):  # the same buffer again in A, another one in B
         assert a1[i] is a2[i] and a1[i] is not b[i], i
+    # shared memory per block: rmsnorm's on-chip rows where the device holds them, else its streaming kernel
+    from kernels.ops import rows
+    from kernels.runtime.arrays import BF16
+
+    long = rows.vector_cols(BF16) + 8
+    for ctx, fits in ((0xA, True), (0xB, False), (0xA, True)):
+        current[0] = ctx
+        assert launch.smem_optin() == optin[ctx] and rows.chip_fits() is fits
+        k = rmsnorm._K.pick("vector", BF16, True, long, 2)[0]
+        want = rmsnorm._K.chip_k[BF16] if fits else rmsnorm._K.svec_k[BF16]
+        assert (k.kernel if fits else k) is want
 
 
 def test_fast_cache_bound_is_per_context(two_contexts, monkeypatch):  # type: ignore[no-untyped-def]
