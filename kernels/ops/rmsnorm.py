@@ -19,7 +19,8 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
     WIDE_ROWS shape (32 x 32 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
     32768 columns stay in registers (one read of the row) instead of streaming (two).
   - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
-    131584, the vocabularies; "auto" and "vector" take it there): 1024 threads x 16 values in registers and
+    131584, the vocabularies; "auto" and "vector" take it there, on GPUs that let a block opt in to ~226 KB
+    of shared memory: rows.chip_fits, sm_90): 1024 threads x 16 values in registers and
     the rest of the row in up to 225 KB of dynamic shared memory, each thread's own slots, so the row is
     read once (on an H100 1.11-1.12x the streaming kernel at 128256 / 131072; slower at 65536, where the
     streaming kernel stays).

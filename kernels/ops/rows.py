@@ -134,11 +134,11 @@ class StreamRows:
 class OnChipRows:
     """Rows past what registers hold, kept on chip and read once (an op's `make_onchip`; fp16 / bf16): one
     block of `threads` per row holds its first threads x per columns in registers (16-byte loads, as the
-    WIDE_ROWS kernels) and the rest as 16-bit words in dynamic shared memory, up to `smem` bytes: on sm_90,
-    16384 + (232448 - static) / 2 columns, past a vocabulary of 131072. Each thread's words sit in its own
-    slots (column vector j of the shared part at word e * nt + j, nt vectors in all), so no barrier guards
-    them and a warp's accesses hit 32 consecutive 2-byte words. `vectors`: 16-byte loads in flight per
-    thread in the shared part. `min_blocks`: launch_bounds' blocks per SM."""
+    WIDE_ROWS kernels) and the rest as 16-bit words in dynamic shared memory, up to `smem` bytes (`cols`:
+    16384 + 230400 / 2 = 131584 columns with ONCHIP_ROWS, inside sm_90's 232448-byte opt-in). Each thread's
+    words sit in its own slots (column vector j of the shared part at word e * nt + j, nt vectors in all), so
+    no barrier guards them and a warp's accesses hit 32 consecutive 2-byte words. `vectors`: 16-byte loads in
+    flight per thread in the shared part. `min_blocks`: launch_bounds' blocks per SM."""
 
     threads: int
     per: int
@@ -155,8 +155,9 @@ class OnChipRows:
         return self.threads * self.per + self.smem // 2
 
     def takes(self, n: int) -> bool:
-        """Whether a row of `n` (aligned, past vector_cols) columns runs on chip."""
-        return self.from_cols <= n <= self.cols
+        """Whether a row of `n` (aligned, past vector_cols) columns runs on chip: never one the register
+        part alone would hold (the kernel stores that part with no bounds check)."""
+        return self.threads * self.per < n and self.from_cols <= n <= self.cols
 
 
 RowConfig = VectorRows | BlockedRows | Half2Rows | WideRows | StreamRows | OnChipRows
@@ -212,8 +213,9 @@ WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 # or within 1 % of it in 11; softmax bf16 at 65536 took 12 % less time at 256 x 4 x 4, which took 23 % more
 # at 128256 (four times the rows between passes, past L2). ptxas sm_90: 40-64 registers, no spills.
 STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
-# Rows of 32769 up to ONCHIP_ROWS.cols fp16 / bf16 columns (131584: Llama-3's vocabulary of 128256, 131072),
-# for the ops with a `make_onchip`, instead of STREAM_ROWS: 16 values x 1024 threads in registers, the rest
+# Rows of ONCHIP_ROWS.from_cols up to .cols fp16 / bf16 columns (128256-131584: Llama-3's vocabulary, 131072),
+# for the ops with a `make_onchip`, on GPUs that let a block opt in to its shared memory (chip_fits: sm_90),
+# instead of STREAM_ROWS: 16 values x 1024 threads in registers, the rest
 # in up to 225 KB of dynamic shared memory (sm_90 allows 227 KB a block). One read of the row instead of two.
 # Three 16-byte loads in flight per thread in the shared part: ptxas (sm_90, rmsnorm bf16) gives 56 registers
 # at two, 64 at three, and 64 with 40 bytes of spills at four, under launch_bounds(1024, 1)'s cap of 64.
@@ -384,7 +386,9 @@ class RowKernels:
     registers), `vec` (`reg` with 16-byte loads and stores; dtypes with a vector width), `row` / `row_k` (the
     ROW_KERNELS entry of the dtype, where it has one: (function, threads per block, grid-stride?) and its
     launchable kernel), `wide` / `wide_k` (the WIDE_ROWS shapes of the WIDE_DTYPES, by (dtype, shape)) and
-    `svec` / `svec_k` (the STREAM_ROWS kernel of every dtype with a vector kernel, where the op has one).
+    `svec` / `svec_k` (the STREAM_ROWS kernel of every dtype with a vector kernel, where the op has one),
+    `chip` / `chip_k` (the ONCHIP_ROWS kernel of the ONCHIP_DTYPES, where the op has one; `chip_shape` its
+    config as it runs here).
     `stream(io)` / `reg(io)` build the streaming / register kernel for a RowIO (one dispatcher per RowIO:
     fp32 and fp16 share NATIVE's), `row_kernel(config, width)` an entry's or a shape's function,
     `make_vec(width)` the vector kernel (None: no vector kernel in any dtype, and no wide shapes),

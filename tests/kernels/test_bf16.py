@@ -5,6 +5,7 @@ results to nearest even, and a deliberately broken bf16 store (truncating, or sw
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from kernels.ops.rows import (
     RowIO,
     StreamRows,
     WithShared,
+    chip_fits,
     for_machine,
     row_path_of,
     stream_vector_auto,
@@ -39,7 +41,7 @@ from kernels.primitives.bf16 import bf16_to_f32, f32_bits, f32_to_bf16
 from kernels.primitives.vector import WIDTH
 from kernels.registry import Case
 from kernels.runtime.arrays import BF16
-from kernels.runtime.launch import FastCache, kernel
+from kernels.runtime.launch import FastCache, kernel, sm_count
 
 
 def test_cast_rounds_like_ml_dtypes_bit_for_bit():  # type: ignore[no-untyped-def]
@@ -199,7 +201,7 @@ def test_auto_takes_the_stream_vector_kernel_only_where_it_is_listed() -> None:
                 from_ = STREAM_VECTOR_AUTO_FROM.get((name, dt), 0)
                 listed = dt in STREAM_VECTOR_AUTO and long >= from_ and not verify.SIMULATED
                 assert stream_vector_auto(name, dt, long) is listed
-                chip = dt in mod._K.chip_k and mod._K.chip_shape.takes(long)
+                chip = dt in mod._K.chip_k and mod._K.chip_shape.takes(long) and chip_fits()
                 auto = _unwrap(mod._K.pick("auto", dt, True, long, 4)[0])
                 fast = mod._K.chip_k[dt] if chip else mod._K.svec_k[dt]
                 assert auto is (fast if listed else mod._K.plain[dt]), (name, dt, long)
@@ -231,7 +233,7 @@ def _unwrap(k: Any) -> Any:
 ONCHIP_OPS = {"rmsnorm": rmsnorm}
 
 
-def _onchip_widths(dt: np.dtype, vectors: int) -> list[int]:
+def _onchip_widths(dt: np.dtype, vectors: int, every_tail: bool = False) -> list[int]:
     """Widths the on-chip kernel holds that leave every tail of its shared part (threads x vectors
     vectors a step): the first past the registers' rows, a step less one vector, a step, a step and one
     vector, and its longest."""
@@ -241,24 +243,31 @@ def _onchip_widths(dt: np.dtype, vectors: int) -> list[int]:
     widths = {vector_cols(dt) + w, head + step - w, head + step, head + step + w, c.cols - c.cols % w}
     if not verify.SIMULATED:
         widths |= {65536, 128256, 131072}
-    return sorted(n for n in widths if vector_cols(dt) < n and c.takes(n))
+    held = replace(c, from_cols=0) if every_tail else c
+    return sorted(n for n in widths if vector_cols(dt) < n and held.takes(n))
 
 
 @needs_device
 @pytest.mark.parametrize("op", sorted(ONCHIP_OPS))
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_onchip_rows_round_the_float64_result(op: str, dtype: str) -> None:
+def test_onchip_rows_round_the_float64_result(op: str, dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows past what registers hold, up to ONCHIP_ROWS.cols (a vocabulary of 128256): the on-chip kernel
     (the row's head in registers, the rest in the thread's own shared-memory slots), at widths that leave
-    every tail, against float64 and against the streaming kernel's result (the same values, fp32 sums in
-    another order)."""
+    every tail (taken from the first width past the registers here, where "auto" starts at from_cols), over
+    more rows than blocks (a block's second row reuses its slots and the other reduction half), against
+    float64 and against the scalar kernel's result (the same values, fp32 sums in another order)."""
+    if not chip_fits():
+        pytest.skip("this GPU cannot give a block the on-chip rows' shared memory (they stream here)")
     mod, dt = ONCHIP_OPS[op], np.dtype(BF16 if dtype == "bfloat16" else dtype)
-    for cols in _onchip_widths(dt, for_machine(ONCHIP_ROWS).vectors):
-        k, threads, grid = mod._K.pick("vector", dt, True, cols, 3)
+    monkeypatch.setattr(mod._K, "chip_shape", replace(mod._K.chip_shape, from_cols=0))
+    monkeypatch.setattr(mod, "_FAST", FastCache())
+    rows = 2 * sm_count() + 1
+    for cols in _onchip_widths(dt, for_machine(ONCHIP_ROWS).vectors, every_tail=True):
+        k, threads, grid = mod._K.pick("vector", dt, True, cols, rows)
         assert isinstance(k, WithShared) and k.kernel is mod._K.chip_k[dt], cols
-        assert (threads, grid) == (mod._K.chip_shape.threads, 3)
+        assert (threads, grid) == (mod._K.chip_shape.threads, sm_count())
         assert k.shared == (cols - mod._K.chip_shape.threads * mod._K.chip_shape.per) * dt.itemsize
-        args, ref = _row_problem(op, 3, cols, seed=cols, dtype=dtype)
+        args, ref = _row_problem(op, rows, cols, seed=cols, dtype=dtype)
         out = _call(op, args, path="vector")
         o = out.astype(np.float64)
         err = np.linalg.norm(o - ref) / np.linalg.norm(ref)
@@ -276,6 +285,8 @@ def test_onchip_rows_round_the_float64_result(op: str, dtype: str) -> None:
 def test_onchip_rows_end_where_shared_memory_does(op: str) -> None:
     """One vector past ONCHIP_ROWS.cols, or short of its from_cols (on a GPU: where the streaming kernel
     was measured faster), the streaming kernel takes the row; fp32 never runs on chip."""
+    if not chip_fits():
+        pytest.skip("this GPU cannot give a block the on-chip rows' shared memory (they stream here)")
     mod, c = ONCHIP_OPS[op], for_machine(ONCHIP_ROWS)
     assert isinstance(c, OnChipRows)
     longest = c.cols - c.cols % 8
