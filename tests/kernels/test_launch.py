@@ -158,7 +158,7 @@ def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
 
         def fake(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
             blk = ctypes.cast(params[0], ctypes.POINTER(ctypes.c_int64))
-            calls.append((func, (gx, bx), [blk[i] for i in range(9)]))
+            calls.append((func, (gx, bx), [blk[i] for i in range(9)], shared))
             return 0
 
         self._launch = fake
@@ -174,6 +174,29 @@ def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
             monkeypatch.setattr(k, "_ctx", None)  # and no context's function or sibling from another test
             monkeypatch.setattr(k, "_others", {})
     return calls
+
+
+def test_onchip_rows_launch_and_replay_with_their_shared_memory(stubbed):  # type: ignore[no-untyped-def]
+    """rmsnorm's on-chip rows ask for (n - head) x itemsize bytes of dynamic shared memory at the first
+    launch, and a FastCache replay on new pointers asks for the same (a replay without it would index past
+    the block's shared memory)."""
+    from kernels.ops.rows import ONCHIP_ROWS, for_machine, vector_cols
+
+    f16 = np.dtype(np.float16)
+    c = for_machine(ONCHIP_ROWS)
+    cols = vector_cols(f16) + 8 * 4  # past the registers' rows: on chip (the simulator's shape)
+    want = (cols - c.threads * c.per) * 2
+
+    def call(ptr: int) -> None:
+        x = _FakeDeviceArray((5, cols), f16, ptr)
+        w = _FakeDeviceArray((cols,), f16, ptr + 0x200000)
+        rmsnorm.rmsnorm(x, w, _FakeDeviceArray((5, cols), f16, ptr + 0x100000), path="vector")
+
+    call(0x1000000)
+    call(0x5000000)  # same layout, new pointers: replayed
+    assert len(stubbed) == 2 and stubbed[0][0] == stubbed[1][0]  # one kernel: the on-chip one
+    assert [s[3] for s in stubbed] == [want, want] and want > 0
+    assert stubbed[1][2][4] == 0x5000000
 
 
 def test_bound_launch_rewrites_only_the_pointers(stubbed):  # type: ignore[no-untyped-def]
