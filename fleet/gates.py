@@ -88,7 +88,7 @@ def timing_of(report: Mapping[str, Any]) -> str:
     call (the bench since 2026-12-05), or without one, when out-of-place calls could be charged for the
     host's launch (kernels.harness.bench.time_interleaved)."""
     pause = (report.get("method") or {}).get("pause_before_each_call_us")
-    return f"device time (a {pause} us pause before each call)" if pause else "events without a pause"
+    return f"device time (a {pause} us pause before each call)" if pause else "events with no pause"
 
 
 def figures_from_bench(report: Mapping[str, Any]) -> list[Figure]:
@@ -171,8 +171,11 @@ def evaluate(
 
     if max_regression is not None:
         before = {f.key: f for f in previous or ()}
+        timed = {f.key[:4]: f.timing for f in previous or ()}  # how each previous figure was timed
         for f in new:
-            out.append(_regression(f, before.get(f.key), max_regression, previous is not None))
+            p = before.get(f.key)
+            other = timed.get(f.key[:4]) if p is None else None
+            out.append(_regression(f, p, max_regression, previous is not None, other))
     return out
 
 
@@ -195,7 +198,11 @@ def _min_sol(f: Figure, threshold: float) -> GateResult:
     return GateResult("min_sol", f.op, f.dtype, f.case, Verdict.FAILED, detail, figs)
 
 
-def _regression(f: Figure, p: Figure | None, limit: float, had_previous: bool) -> GateResult:
+def _regression(
+    f: Figure, p: Figure | None, limit: float, had_previous: bool, other_timing: str | None = None
+) -> GateResult:
+    """The regression verdict of `f` against `p`, its previous figure (None: none timed alike;
+    `other_timing`: how the previous release timed that same case, when it did but differently)."""
     gate = "max_regression_vs_previous"
     figs: dict[str, float | str | None] = {
         "median_s": f.median_s, "previous_median_s": None if p is None else p.median_s,
@@ -205,12 +212,13 @@ def _regression(f: Figure, p: Figure | None, limit: float, had_previous: bool) -
     if f.median_s is None:
         return GateResult(gate, f.op, f.dtype, f.case, Verdict.FAILED, "the case errored", figs)
     if p is None or p.median_s is None:
-        why = (
-            "no previous release on this node"
-            if not had_previous
-            else f"the previous release has no figure for {f.op} {f.dtype} {f.case} on {f.device} "
-            f"timed the same way ({f.timing})"
-        )
+        what = f"{f.op} {f.dtype} {f.case} on {f.device}"
+        if not had_previous:
+            why = "no previous release on this node"
+        elif other_timing is not None:
+            why = f"not compared: the previous release timed {what} as {other_timing}, this one as {f.timing}"
+        else:
+            why = f"the previous release has no figure for {what}"
         return GateResult(gate, f.op, f.dtype, f.case, Verdict.NO_BASELINE, why, figs)
     slowdown = f.median_s / p.median_s - 1
     tolerance = max(f.spread, p.spread)

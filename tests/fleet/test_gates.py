@@ -216,7 +216,7 @@ def test_no_baseline():
 def test_figures_timed_another_way_are_not_compared():
     """The committed report predates the bench's pause before every call (its method block has none): a
     release benched with the pause is not compared with it, even 15 % slower, and says why."""
-    assert gates.timing_of(REPORT) == "events without a pause"
+    assert gates.timing_of(REPORT) == "events with no pause"
     paused = copy.deepcopy(REPORT)
     paused["method"]["pause_before_each_call_us"] = 150
     op, dtype = REPORT["results"][0]["op"], REPORT["results"][0]["dtype"]
@@ -225,7 +225,11 @@ def test_figures_timed_another_way_are_not_compared():
         new=new, previous=gates.figures_from_bench(REPORT), min_sol={}, max_regression=0.1, simulated=False
     )
     assert {r.verdict for r in res} == {Verdict.NO_BASELINE}
-    assert "timed the same way (device time (a 150 us pause before each call))" in res[0].detail
+    assert res[0].detail == (
+        f"not compared: the previous release timed {op} {dtype} {REPORT['results'][0]['case']} on "
+        "NVIDIA H200 0000:00:06 as events with no pause, this one as device time (a 150 us pause before each "
+        "call)"
+    )
     # both paused: compared, and the slower op refused
     res = gates.evaluate(
         new=new, previous=gates.figures_from_bench(paused), min_sol={}, max_regression=0.1, simulated=False
