@@ -70,15 +70,28 @@ def test_vector_path_is_the_rounded_sum_then_rmsnorm_of_it(dt):  # type: ignore[
     bit, and out is rmsnorm's own vector kernel on that rounded residual, bit for bit: the same sums in the
     same order, so the fusion changes nothing but the memory traffic. Row 1 holds a NaN, an inf and a -inf."""
     for n in _vector_widths(dt):
-        x, r, w = _inputs(3, n, dt, seed=n)
-        x[1] = poison(x[1:2], 1)[0]
-        want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(dt)
-        res = r.copy()
-        out = op.fused_add_rmsnorm(x, res, w, eps=1e-6, path="vector")
-        np.testing.assert_array_equal(res.astype(np.float32), want_r.astype(np.float32), err_msg=f"n={n}")
-        want = rmsnorm.rmsnorm(want_r, w, eps=1e-6, path="vector")
-        np.testing.assert_array_equal(out.astype(np.float32), want.astype(np.float32), err_msg=f"n={n}")
-        assert np.isnan(out[1].astype(np.float32)).all() and np.isfinite(out[[0, 2]].astype(np.float32)).all()
+        _check_rounded_sum_then_rmsnorm(dt, n)
+
+
+def _check_rounded_sum_then_rmsnorm(dt, n: int):  # type: ignore[no-untyped-def]
+    """fused_add_rmsnorm on path="vector" at 3 rows of `n`, row 1 holding a NaN, an inf and a -inf: residual
+    is round(x + residual), and out is rmsnorm's path="vector" on that rounded residual, both compared as
+    values (a GPU's NaN is the canonical one, numpy's keeps x's payload). Returns (x, r, w, out)."""
+    x, r, w = _inputs(3, n, dt, seed=n)
+    x[1] = poison(x[1:2], 1)[0]
+    want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(dt)
+    res = r.copy()
+    out = op.fused_add_rmsnorm(x, res, w, eps=1e-6, path="vector")
+    np.testing.assert_array_equal(res.astype(np.float32), want_r.astype(np.float32), err_msg=f"n={n}")
+    want = rmsnorm.rmsnorm(want_r, w, eps=1e-6, path="vector")
+    np.testing.assert_array_equal(out.astype(np.float32), want.astype(np.float32), err_msg=f"n={n}")
+    assert np.isnan(out[1].astype(np.float32)).all() and np.isfinite(out[[0, 2]].astype(np.float32)).all()
+    return x, r, w, out
+
+
+def _built(dt, vectors: int) -> int:  # type: ignore[no-untyped-def]
+    """The vectors per input make_stream_vec builds from a config of `vectors`: half in fp16 / bf16."""
+    return vectors if np.dtype(dt).itemsize == 4 else max(1, vectors // 2)
 
 
 def _stream_widths(dt, vectors: int, threads: int) -> list[int]:  # type: ignore[no-untyped-def]
@@ -107,22 +120,12 @@ def test_stream_vector_path_is_the_rounded_sum_then_rmsnorm_of_it(dt, monkeypatc
     cfg = for_machine(STREAM_ROWS)
     # rmsnorm's streaming kernel as the reference, not its on-chip one (another order of sums)
     monkeypatch.setattr(rmsnorm._K, "chip_k", {})
-    widths = _stream_widths(dt, cfg.vectors, cfg.threads)
+    widths = _stream_widths(dt, _built(dt, cfg.vectors), cfg.threads)
     if np.dtype(dt).itemsize == 2 and not SIMULATED:
         widths.append(128256)  # Llama-3's vocabulary
     for n in widths:
-        x, r, w = _inputs(3, n, dt, seed=n)
-        x[1] = poison(x[1:2], 1)[0]
-        k = op._K.pick("vector", np.dtype(dt), True, n, 3)[0]
-        assert k is op._K.svec_k[np.dtype(dt)]
-        want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(dt)
-        res = r.copy()
-        out = op.fused_add_rmsnorm(x, res, w, eps=1e-6, path="vector")
-        # values, not words: a GPU's NaN is the canonical one, numpy's keeps x's payload
-        np.testing.assert_array_equal(res.astype(np.float32), want_r.astype(np.float32), err_msg=f"n={n}")
-        want = rmsnorm.rmsnorm(want_r, w, eps=1e-6, path="vector")
-        np.testing.assert_array_equal(out.astype(np.float32), want.astype(np.float32), err_msg=f"n={n}")
-        assert np.isnan(out[1].astype(np.float32)).all() and np.isfinite(out[[0, 2]].astype(np.float32)).all()
+        assert op._K.pick("vector", np.dtype(dt), True, n, 3)[0] is op._K.svec_k[np.dtype(dt)]
+        x, r, w, out = _check_rounded_sum_then_rmsnorm(dt, n)
         _, ref = op.reference(x[[0, 2]], r[[0, 2]], w, 1e-6)
         err = np.linalg.norm(out[[0, 2]].astype(np.float64) - ref) / np.linalg.norm(ref)
         assert err < op.SPEC.tolerance[np.dtype(dt).name], (n, err)
@@ -146,8 +149,7 @@ def test_stream_vector_kernel_covers_every_column_for_any_vector_count(vectors, 
     for dt in (ml_dtypes.bfloat16, np.float32):
         d = np.dtype(dt)
         monkeypatch.setitem(op._K.svec_k, d, kernel(op.make_stream_vec(config, WIDTH[d]), op._K.sigs[d]))
-        built = vectors if d.itemsize == 4 else max(1, vectors // 2)  # make_stream_vec's count per input
-        for n in _stream_widths(dt, built, config.threads):
+        for n in _stream_widths(dt, _built(dt, vectors), config.threads):
             x, r, w = _inputs(2, n, dt, seed=n)
             want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(dt)
             res = r.copy()
