@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, uint32
 
-from kernels.ops.rmsnorm import reg_norm_store, stream_scale
+from kernels.ops.rmsnorm import reg_norm_store, stream_scale, stream_vec_scale
 from kernels.ops.rows import (
     BF16_ELEM_TOL,
     BF16_TOL,
@@ -219,7 +219,9 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
     nvec = config.vectors if width == 4 else max(1, config.vectors // 2)
     span = threads * width  # columns that one vector per thread covers
     nvals = nvec * width
-    step, tail = make_stream_loads(replace(config, vectors=nvec), width)
+    own = replace(config, vectors=nvec)
+    step, tail = make_stream_loads(own, width)
+    scale_row = stream_vec_scale(own, width)
     bsum, slots = make_block_sum(threads), row_slots(threads)
     nsm = 2 * slots  # two halves: consecutive rows alternate (reductions)
 
@@ -264,20 +266,7 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
             # the block's barrier in bsum orders every thread's residual stores before pass 2 reads them
             inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
             base = slots - base
-            orow = out[row]
-            col = first
-            while col < n:
-                if col + (nvec - 1) * span < n:
-                    step(v, rr, col, drop)
-                else:
-                    tail(v, rr, col, n, drop)
-                for q in range(nvec):
-                    if col + q * span < n:
-                        ldg_into(t, 0, w, col + q * span)
-                        for e in range(width):
-                            t[e] = v[q * width + e] * inv * t[e]
-                        stg_from(orow, col + q * span, t, 0)
-                col += nvec * span
+            scale_row(v, t, rr, w, out[row], n, inv, drop)  # rmsnorm's pass 2, over the new residual
             row += cuda.gridDim.x
 
     return k

@@ -234,11 +234,12 @@ def _make_vec(  # type: ignore[no-untyped-def]
 def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-def]
     """Rows past what registers hold (kernels.ops.rows.StreamRows): pass 1 sums the squares of the row
     over 16-byte vectors, `config.vectors` in flight per thread, marking it evict_last in L2; pass 2
-    re-reads it evict_first (its last use) and writes x * inv * w, weight vectors loaded beside it."""
+    (`stream_vec_scale`) re-reads it evict_first (its last use) and writes x * inv * w."""
     threads, nvec = config.threads, config.vectors
     span = threads * width  # columns that one vector per thread covers
     nvals = nvec * width
     step, tail = make_stream_loads(config, width)
+    scale_row = stream_vec_scale(config, width)
     bsum, slots = make_block_sum(threads), row_slots(threads)
     nsm = 2 * slots  # two halves: consecutive rows alternate (reductions)
     jit_kw = vec_jit(threads, config.min_blocks, False)
@@ -272,26 +273,41 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
                         acc += v[u * width + e] * v[u * width + e]
             inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
             base = slots - base
-            orow = out[row]
-            col = first
-            while col + (nvec - 1) * span < n:
-                step(v, xr, col, drop)
-                for u in range(nvec):
-                    ldg_into(t, 0, w, col + u * span)
-                    for e in range(width):
-                        t[e] = v[u * width + e] * inv * t[e]
-                    stg_from(orow, col + u * span, t, 0)
-                col += nvec * span
-            tail(v, xr, col, n, drop)
-            for u in range(nvec - 1):
-                if col + u * span < n:
-                    ldg_into(t, 0, w, col + u * span)
-                    for e in range(width):
-                        t[e] = v[u * width + e] * inv * t[e]
-                    stg_from(orow, col + u * span, t, 0)
+            scale_row(v, t, xr, w, out[row], n, inv, drop)
             row += cuda.gridDim.x
 
     return k
+
+
+def stream_vec_scale(config: StreamRows, width: int):  # type: ignore[no-untyped-def]
+    """The 16-byte streaming kernels' second pass (rmsnorm, fused_add_rmsnorm), a device function:
+    orow = src * inv * w, `src` re-read `config.vectors` vectors at a time with the L2 `policy` (its last
+    use: evict_first), weight vectors loaded beside it; `v` (vectors x width values) and `t` (width) are
+    the caller's local arrays."""
+    nvec = config.vectors
+    span = config.threads * width  # columns that one vector per thread covers
+    step, tail = make_stream_loads(config, width)
+
+    @cuda.jit(device=True, inline="always")
+    def scale_row(v, t, src, w, orow, n, inv, policy):  # type: ignore[no-untyped-def]
+        col = cuda.threadIdx.x * width
+        while col + (nvec - 1) * span < n:
+            step(v, src, col, policy)
+            for u in range(nvec):
+                ldg_into(t, 0, w, col + u * span)
+                for e in range(width):
+                    t[e] = v[u * width + e] * inv * t[e]
+                stg_from(orow, col + u * span, t, 0)
+            col += nvec * span
+        tail(v, src, col, n, policy)  # fewer than nvec vectors of this thread, all in flight at once
+        for u in range(nvec - 1):
+            if col + u * span < n:
+                ldg_into(t, 0, w, col + u * span)
+                for e in range(width):
+                    t[e] = v[u * width + e] * inv * t[e]
+                stg_from(orow, col + u * span, t, 0)
+
+    return scale_row
 
 
 def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
