@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 from numba import cuda, float32, uint32
+from numba.cuda import libdevice
 
 from kernels.ops.rows import (
     BF16_ELEM_TOL,
@@ -271,17 +272,47 @@ def make_rows_blocked(  # type: ignore[no-untyped-def]
     return k
 
 
+# ex2.approx.ftz(x * log2(e)) on a GPU: one FMUL and one MUFU.EX2; the simulator has no libdevice (its exp is
+# the exact one)
+_fast_exp = math.exp if SIMULATED else libdevice.fast_expf
+
+
+@cuda.jit(device=True, inline="always")
+def _fold(m, s, v, nvals, fast):  # type: ignore[no-untyped-def]
+    """Fold `nvals` values of v into an online-softmax partial (m, s) with one exp per value: the group's max
+    g first (a NaN never compares greater, so the max stays a number), then s * exp(m - g) + sum(exp(v - g)).
+    Relative to g, or to 0 while every value so far is -inf (-inf - -inf would be NaN): a -inf adds 0, a NaN
+    or a +inf (inf - inf) makes the sum NaN, as the float64 reference's row is NaN. `fast`: the SFU's exp
+    (16-bit rows; its ~1e-6 relative error is far under their rounding), else the accurate one."""
+    g = m
+    for e in range(nvals):
+        if v[e] > g:
+            g = v[e]
+    r = g if g != NEG_INF else float32(0.0)
+    t = float32(0.0)
+    if fast:
+        for e in range(nvals):
+            t += _fast_exp(v[e] - r)
+        return g, s * _fast_exp(m - r) + t
+    for e in range(nvals):
+        t += math.exp(v[e] - r)
+    return g, s * math.exp(m - r) + t
+
+
 def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-def]
-    """Rows past what registers hold (kernels.ops.rows.StreamRows): the streaming kernel's online softmax
-    over 16-byte vectors, `config.vectors` in flight per thread. Pass 1 reads the row with L2 evict_last
-    and folds each value into the thread's (max, sum); the block merges them (max, then each thread's sum
-    rescaled to it); pass 2 re-reads the row evict_first (its last use) and writes exp(v - max) / sum.
-    No fastmath: numba-cuda 0.30.4 turns any fastmath setting, a set of flags included, into all of them
-    (nnan and ninf with the rest), which would let LLVM fold `_push`'s infinity and NaN tests away; the A/B
-    on a GPU can say what a hand-written fast exp would gain."""
+    """Rows past what registers hold (kernels.ops.rows.StreamRows): an online softmax over 16-byte vectors,
+    `config.vectors` in flight per thread. Pass 1 reads the row with L2 evict_last and folds each step's
+    values into the thread's (max, sum) with one exp per value (`_fold`); the block merges them (max, then
+    each thread's sum rescaled to it); pass 2 re-reads the row evict_first (its last use) and writes
+    exp(v - max) / sum. 16-bit rows (width 8) take the SFU's exp (libdevice fast_expf) in both passes: with
+    the accurate expf and a branch per value, the kernel issued instructions 62 % of the time at 261 x 128256
+    bf16 on an H100 (ncu, 2026-12-05) and reached 0.61 of copy; fp32 keeps the accurate exp. No fastmath
+    flag: numba-cuda 0.30.4 turns any fastmath setting into all of LLVM's (nnan and ninf with the rest),
+    which would let it fold the infinity and NaN tests away."""
     threads, nvec = config.threads, config.vectors
     span = threads * width  # columns that one vector per thread covers
     nvals = nvec * width
+    fast = width == 8
     step, tail = make_stream_loads(config, width)
     bmax, bsum, half = make_block_max(threads), make_block_sum(threads), row_slots(threads)
     smem_size = 4 * half  # max and sum slots, two halves each: they alternate between rows
@@ -305,8 +336,7 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
             col = first
             while col + (nvec - 1) * span < n:
                 step(v, xr, col, keep)
-                for e in range(nvals):
-                    m, s = _push(m, s, v[e])
+                m, s = _fold(m, s, v, nvals, fast)
                 col += nvec * span
             # the rest: fewer than nvec vectors of this thread, their loads all in flight at once
             tail(v, xr, col, n, keep)
@@ -323,16 +353,24 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
             col = first
             while col + (nvec - 1) * span < n:
                 step(v, xr, col, drop)
-                for e in range(nvals):
-                    v[e] = math.exp(v[e] - mb) * inv
+                if fast:
+                    for e in range(nvals):
+                        v[e] = _fast_exp(v[e] - mb) * inv
+                else:
+                    for e in range(nvals):
+                        v[e] = math.exp(v[e] - mb) * inv
                 for u in range(nvec):
                     stg_from(orow, col + u * span, v, u * width)
                 col += nvec * span
             tail(v, xr, col, n, drop)
             for u in range(nvec - 1):
                 if col + u * span < n:
-                    for e in range(width):
-                        v[u * width + e] = math.exp(v[u * width + e] - mb) * inv
+                    if fast:
+                        for e in range(width):
+                            v[u * width + e] = _fast_exp(v[u * width + e] - mb) * inv
+                    else:
+                        for e in range(width):
+                            v[u * width + e] = math.exp(v[u * width + e] - mb) * inv
                     stg_from(orow, col + u * span, v, u * width)
             row += cuda.gridDim.x
 

@@ -74,3 +74,35 @@ def test_cast_past_fp16_range_is_inf() -> None:
     out = cast(x)
     assert out.dtype == np.float16
     np.testing.assert_array_equal(out, x.astype(np.float16))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_softmax_streaming_rows_keep_nan_inf_and_minus_inf(dtype: str) -> None:
+    """The 16-byte streaming kernel (rows past vector_cols) folds a step's values at once (one exp each, the
+    SFU's in 16-bit): a NaN or +inf anywhere, in a step or in the tail, makes the row NaN; an all -inf row is
+    NaN; -inf values, even a thread's whole first step, give 0 and leave the rest a distribution."""
+    from kernels.ops import softmax as mod
+    from kernels.ops.rows import vector_cols
+    from kernels.runtime.arrays import BF16
+
+    dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)
+    cols = (2568 if verify.SIMULATED else 81928) // (2 if dt.itemsize == 4 else 1)  # steps and a tail
+    assert cols > vector_cols(dt)
+    assert mod._K.pick("vector", dt, True, cols, 7)[0] is mod._K.svec_k[dt]
+    x = np.random.default_rng(1).standard_normal((7, cols)).astype(np.float32)
+    x[0, 0] = np.nan  # the first value of a step
+    x[1] = -np.inf  # all -inf: NaN, as the reference's exp(-inf - -inf)
+    x[2, cols // 2] = np.inf
+    x[3, : 2 * cols // 3] = -np.inf  # whole steps of every thread see only -inf
+    x[4, -1] = np.nan  # in the tail
+    x[5] = -np.inf
+    x[5, 17] = 3.0  # one finite value: it takes all the mass
+    x[6, ::5] = -np.inf
+    xd = x.astype(dt)
+    out = mod.softmax(xd, path="vector").astype(np.float64)
+    assert np.isnan(out[[0, 1, 2, 4]]).all()
+    assert np.isfinite(out[[3, 5, 6]]).all()
+    assert (out[3, : 2 * cols // 3] == 0).all() and (out[6, ::5] == 0).all()
+    assert out[5, 17] == 1.0 and np.count_nonzero(out[5]) == 1
+    ref = mod.reference(xd[[3, 6]].astype(np.float32))  # of the values the kernel was given
+    assert np.abs(out[[3, 6]] - ref).max() <= (2.0**-8 if dt.itemsize == 2 else 1e-6) * ref.max()
