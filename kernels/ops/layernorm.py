@@ -22,6 +22,13 @@ Kernels, one block of 256 threads per row, as rmsnorm:
   - Vector rows in fp16 / bf16 past BLOCK * PER, or much shorter: the vector kernel at a kernels.ops.rows
     WIDE_ROWS shape (32 x 32 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
     32768 columns stay in registers (one read of the row) instead of streaming (two).
+  - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
+    131584, the vocabularies; "auto" and "vector" take it there, on GPUs that let a block opt in to ~226 KB
+    of shared memory: rows.chip_fits, sm_90): rmsnorm's on-chip layout (1024 threads x 16 values in
+    registers, the rest of the row in up to 225 KB of dynamic shared memory, each thread's own slots, so the
+    row is read once) with make_stream_vec's shifted sums and one two-sum reduction. ptxas sm_90: 63
+    registers, no spills, at ONCHIP_ROWS' 3 vectors in flight (4: 140 bytes of spills). Not timed on a GPU:
+    it takes rmsnorm's widths on rmsnorm's measurement (1.11-1.12x its streaming kernel on an H100).
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
     L2 hints so that pass 2 re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS). "auto" takes it in the
@@ -41,6 +48,7 @@ from kernels.ops.rows import (
     BF16_ELEM_TOL,
     BF16_TOL,
     Half2Rows,
+    OnChipRows,
     RowConfig,
     RowIO,
     RowKernels,
@@ -48,6 +56,7 @@ from kernels.ops.rows import (
     VectorRows,
     WideRows,
     make_stream_loads,
+    onchip_words,
     row_cases,
     row_choice_of,
     row_path_of,
@@ -573,6 +582,90 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
     return k
 
 
+def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
+    """Rows past what registers hold, read once (kernels.ops.rows.OnChipRows; fp16 / bf16 `word`s), rmsnorm's
+    `make_onchip` with layernorm's statistics: pass 1 loads the row's first threads x per columns into
+    registers and streams the rest into the thread's own shared-memory slots (`config.vectors` 16-byte loads
+    in flight), summing v - k and (v - k)^2 as it goes, k the row's first element (make_stream_vec's shift:
+    no cancellation for rows far from 0); one two-sum reduction; pass 2 writes (v - mean) * rstd * w + b from
+    registers and from shared memory. One read and one write of the row, where the streaming kernel reads it
+    twice."""
+    threads, per, nvec = config.threads, config.per, config.vectors
+    load_row, col_of = make_row_io(width, threads, per)
+    bsum2, slots = make_block_sum2(threads), row_slots(threads)
+    nsm = 4 * slots  # two sums, two halves: consecutive rows alternate (reductions)
+    head = threads * per  # columns held in registers
+    nv = per // width
+    nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
+    elem, narrow, widen = onchip_words(word)
+
+    @cuda.jit(**vec_jit(threads, config.min_blocks, False))
+    def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)
+        part = cuda.shared.array(0, elem)  # the shared part: nt vectors of `width` words, word-major
+        v = cuda.local.array(per, float32)
+        t = cuda.local.array(nvals, float32)
+        tb = cuda.local.array(width, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        fn = float32(n)
+        nt = (n - head) // width
+        row = cuda.blockIdx.x
+        base = 0
+        while row < rows:
+            xr = x[row]
+            ldg_into(tb, 0, xr, 0)  # the shift: every thread reads the row's first vector (a broadcast)
+            shift = tb[0]
+            load_row(v, xr, n, float32(0.0))
+            s = float32(0.0)
+            q2 = float32(0.0)
+            j = tid
+            while j < nt:
+                for u in range(nvec):  # every load of the step in flight before any is used
+                    if j + u * threads < nt:
+                        ldg_into(t, u * width, xr, head + (j + u * threads) * width)
+                for u in range(nvec):
+                    if j + u * threads < nt:
+                        for e in range(width):
+                            f = t[u * width + e]
+                            d = f - shift
+                            s += d
+                            q2 += d * d
+                            part[e * nt + j + u * threads] = narrow(f)
+                j += nvec * threads
+            for e in range(per):  # the register part: whole (takes: n > head), no padding lanes
+                d = v[e] - shift
+                s += d
+                q2 += d * d
+            s, q2 = bsum2(s, q2, sm, base)
+            base = 2 * slots - base
+            dmean = s / fn  # the mean of v - shift
+            # abs, not max(., 0): a GPU max drops a NaN (the streaming kernel's rule, and why)
+            rstd = float32(1.0) / math.sqrt(abs(q2 / fn - dmean * dmean) + eps)
+            mean = shift + dmean
+            orow = out[row]
+            for q in range(nv):
+                col = col_of(q)
+                ldg_into(t, 0, w, col)
+                ldg_into(tb, 0, b, col)
+                for e in range(width):
+                    t[e] = (v[q * width + e] - mean) * rstd * t[e] + tb[e]
+                stg_from(orow, col, t, 0)
+            j = tid
+            while j < nt:  # this thread's own slots: no other thread reads or writes them
+                col = head + j * width
+                ldg_into(t, 0, w, col)
+                ldg_into(tb, 0, b, col)
+                for e in range(width):
+                    t[e] = (widen(part[e * nt + j]) - mean) * rstd * t[e] + tb[e]
+                stg_from(orow, col, t, 0)
+                j += threads
+            row += cuda.gridDim.x
+
+    return k
+
+
 _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[::1], float16[::1], float16[:, ::1], float32)",
@@ -606,6 +699,7 @@ _K = RowKernels(
     make_vec=_make_vec,
     row_kernel=_row_kernel,
     stream_vec=make_stream_vec,
+    onchip=make_onchip,
 )
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 PATHS = VECTOR_PATHS  # what `layernorm(path=...)` takes

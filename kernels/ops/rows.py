@@ -218,7 +218,8 @@ STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
 # instead of STREAM_ROWS: 16 values x 1024 threads in registers, the rest
 # in up to 225 KB of dynamic shared memory (sm_90 allows 227 KB a block). One read of the row instead of two.
 # Three 16-byte loads in flight per thread in the shared part: ptxas (sm_90, rmsnorm bf16) gives 56 registers
-# at two, 64 at three, and 64 with 40 bytes of spills at four, under launch_bounds(1024, 1)'s cap of 64.
+# at two, 64 at three, and 64 with 40 bytes of spills at four, under launch_bounds(1024, 1)'s cap of 64
+# (layernorm, one input more: 56 / 63 / 64 with 140 bytes of spills, fp16 and bf16 alike).
 # Measured on an H100 (2026-12-05, lab/onchip_ab.py -> benchmarks/h100/2026-12-05/onchip/, rmsnorm, fp16 and
 # bf16 alike) against the streaming kernel: 1.11-1.12x at 128256 and 131072 columns (0.76 of copy against
 # 0.68), even at 40960 (0.99-1.00x), slower at 65536 (0.94-0.95x): it takes rows from 128256 columns, the

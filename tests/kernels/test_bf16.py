@@ -230,7 +230,7 @@ def _unwrap(k: Any) -> Any:
     return k.kernel if isinstance(k, WithShared) else k
 
 
-ONCHIP_OPS = {"rmsnorm": rmsnorm}
+ONCHIP_OPS = {"rmsnorm": rmsnorm, "layernorm": layernorm}
 
 
 def _onchip_widths(dt: np.dtype, vectors: int, every_tail: bool = False) -> list[int]:

@@ -176,10 +176,11 @@ def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
     return calls
 
 
-def test_onchip_rows_launch_and_replay_with_their_shared_memory(stubbed):  # type: ignore[no-untyped-def]
-    """rmsnorm's on-chip rows ask for (n - head) x itemsize bytes of dynamic shared memory at the first
-    launch, and a FastCache replay on new pointers asks for the same (a replay without it would index past
-    the block's shared memory)."""
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+def test_onchip_rows_launch_and_replay_with_their_shared_memory(stubbed, op):  # type: ignore[no-untyped-def]
+    """rmsnorm's and layernorm's on-chip rows ask for (n - head) x itemsize bytes of dynamic shared memory at
+    the first launch, and a FastCache replay on new pointers asks for the same (a replay without it would
+    index past the block's shared memory)."""
     from kernels.ops.rows import ONCHIP_ROWS, for_machine, vector_cols
 
     f16 = np.dtype(np.float16)
@@ -190,7 +191,11 @@ def test_onchip_rows_launch_and_replay_with_their_shared_memory(stubbed):  # typ
     def call(ptr: int) -> None:
         x = _FakeDeviceArray((5, cols), f16, ptr)
         w = _FakeDeviceArray((cols,), f16, ptr + 0x200000)
-        rmsnorm.rmsnorm(x, w, _FakeDeviceArray((5, cols), f16, ptr + 0x100000), path="vector")
+        out = _FakeDeviceArray((5, cols), f16, ptr + 0x100000)
+        if op == "rmsnorm":
+            rmsnorm.rmsnorm(x, w, out, path="vector")
+        else:
+            layernorm.layernorm(x, w, _FakeDeviceArray((cols,), f16, ptr + 0x300000), out, path="vector")
 
     call(0x1000000)
     call(0x5000000)  # same layout, new pointers: replayed

@@ -7,6 +7,7 @@ import pytest
 from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, run_rows, small_cases
 
 from kernels.ops import layernorm as op
+from kernels.ops.rows import OnChipRows
 
 
 @needs_device
@@ -25,6 +26,36 @@ def test_large_mean_small_spread():  # type: ignore[no-untyped-def]
     got = op.layernorm(x, w, b)
     ref = op.reference(x, w, b, 1e-5)
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-3
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_onchip_rows_hold_a_large_mean(dtype):  # type: ignore[no-untyped-def]
+    # the on-chip kernel (make_onchip) shifts by the row's first element as make_stream_vec does: fp16 rows
+    # at |mean| / std = 500 (1000 + 2 N(0, 1), resolved by fp16's 0.5 spacing there) lose ~1 % of the
+    # variance to fp32 cancellation unshifted; bf16 cannot resolve such a spread, its rows test the path
+    from kernels.ops.rows import BF16_TOL, ONCHIP_ROWS, WithShared, chip_fits, for_machine, vector_cols
+    from kernels.runtime.arrays import BF16, SIMULATED
+
+    if not chip_fits():
+        pytest.skip("this GPU cannot give a block the on-chip rows' shared memory (they stream here)")
+    dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)
+    c = for_machine(ONCHIP_ROWS)
+    assert isinstance(c, OnChipRows)
+    rng = np.random.default_rng()
+    widths = {vector_cols(dt) + 8, c.cols - c.cols % 8} if SIMULATED else {128256, c.cols - c.cols % 8}
+    tol = BF16_TOL if dt == BF16 else 2e-3
+    for cols in sorted(widths):
+        k = op._K.pick("vector", dt, True, cols, 3)[0]
+        assert isinstance(k, WithShared) and k.kernel is op._K.chip_k[dt], cols
+        x = np.stack([1000.0 + 2.0 * rng.standard_normal(cols), -7.0 + 0.5 * rng.standard_normal(cols),
+                      1000.0 + 2.0 * rng.standard_normal(cols)]).astype(dt)  # fmt: skip
+        w = (1.0 + 0.5 * rng.standard_normal(cols)).astype(dt)
+        b = (0.5 * rng.standard_normal(cols)).astype(dt)
+        got = op.layernorm(x, w, b, path="vector").astype(np.float64)
+        ref = op.reference(x, w, b, 1e-5)
+        for r in range(3):
+            assert np.linalg.norm(got[r] - ref[r]) / np.linalg.norm(ref[r]) < tol, (cols, r)
 
 
 @needs_device
