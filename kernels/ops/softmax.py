@@ -22,6 +22,12 @@ Kernels, one block of 256 threads per row:
   - Vector rows in fp16 / bf16 outside its 4096 columns: the blocked kernel at a kernels.ops.rows WIDE_ROWS
     shape (32 x 32 up to 1024 x 32 threads x values, rows.wide_for), so rows of up to 32768 columns are read
     once instead of streamed twice.
+  - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
+    131584, the vocabularies; "auto" and "vector" take it there, on GPUs that let a block opt in to ~226 KB
+    of shared memory: rows.chip_fits, sm_90): rmsnorm's on-chip layout (1024 threads x 16 values in
+    registers, the rest in the thread's own slots of dynamic shared memory) with the streaming kernel's
+    fold, so the row is read once (on an H100 1.04-1.10x the streaming kernel at 128256 / 131072; 0.94-0.96x
+    at 65536, where the streaming kernel stays).
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
     L2 hints so that pass 2 re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS). "auto" takes it in the
@@ -43,6 +49,7 @@ from kernels.ops.rows import (
     BF16_ELEM_TOL,
     BF16_TOL,
     BlockedRows,
+    OnChipRows,
     RowConfig,
     RowIO,
     RowKernels,
@@ -50,6 +57,7 @@ from kernels.ops.rows import (
     VectorRows,
     WideRows,
     make_stream_loads,
+    onchip_words,
     row_cases,
     row_choice_of,
     row_path_of,
@@ -68,7 +76,7 @@ from kernels.primitives.reductions import (
     make_block_sum,
     row_slots,
 )
-from kernels.primitives.vector import make_row_io, stg_from, vector_ok
+from kernels.primitives.vector import ldg_into, make_row_io, stg_from, vector_ok
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync
@@ -377,6 +385,77 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
     return k
 
 
+def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
+    """Rows past what registers hold, read once (kernels.ops.rows.OnChipRows; fp16 / bf16 `word`s), the
+    layout of rmsnorm's `make_onchip`: pass 1 loads the row's first threads x per columns into registers and
+    streams the rest into the thread's own shared-memory slots, `config.vectors` 16-byte loads in flight,
+    folding each step into the thread's (max, sum) as the streaming kernel does (`_fold`: one SFU exp per
+    value; a step's missing vectors count as -inf); the block merges them; pass 2 writes exp(v - max) / sum
+    from registers and from shared memory. One read of the row where the streaming kernel takes two. The
+    first build (a branch and the accurate expf per value, lab/onchip/softmax_onchip.py) ran 0.83-0.88x the
+    streaming kernel of its day: with one block per SM, an SM's exp work does not overlap another row's
+    loads."""
+    threads, per, nvec = config.threads, config.per, config.vectors
+    load_row, col_of = make_row_io(width, threads, per)
+    bmax, bsum, half = make_block_max(threads), make_block_sum(threads), row_slots(threads)
+    smem_size = 4 * half  # max and sum slots, two halves each: they alternate between rows
+    head = threads * per  # columns held in registers
+    nv = per // width
+    nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
+    elem, narrow, widen = onchip_words(word)
+    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, config.min_blocks)}
+
+    @cuda.jit(**jit_kw)
+    def k(x, out):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(smem_size, float32)
+        part = cuda.shared.array(0, elem)  # the shared part: nt vectors of `width` words, word-major
+        v = cuda.local.array(per, float32)
+        t = cuda.local.array(nvals, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        nt = (n - head) // width
+        row = cuda.blockIdx.x
+        base = 0
+        while row < rows:
+            xr = x[row]
+            load_row(v, xr, n, NEG_INF)  # the register part is always full (OnChipRows.takes)
+            m, s = _fold(NEG_INF, float32(0.0), v, per, True)
+            j = tid
+            while j < nt:
+                for u in range(nvec):  # every load of the step in flight before any is used
+                    if j + u * threads < nt:
+                        ldg_into(t, u * width, xr, head + (j + u * threads) * width)
+                    else:
+                        for e in range(width):
+                            t[u * width + e] = NEG_INF
+                m, s = _fold(m, s, t, nvals, True)
+                for u in range(nvec):
+                    if j + u * threads < nt:
+                        for e in range(width):
+                            part[e * nt + j + u * threads] = narrow(t[u * width + e])
+                j += nvec * threads
+            mb = bmax(m, sm, base)
+            # a thread that saw only -inf has s = 0 and adds 0; an all -inf row is NaN (as streaming)
+            s = bsum(s * math.exp(m - mb), sm, base + half)
+            base = 2 * half - base
+            inv = float32(1.0) / s
+            orow = out[row]
+            for q in range(nv):
+                for e in range(width):
+                    t[e] = _fast_exp(v[q * width + e] - mb) * inv
+                stg_from(orow, col_of(q), t, 0)
+            j = tid
+            while j < nt:  # this thread's own slots: no other thread reads or writes them
+                for e in range(width):
+                    t[e] = _fast_exp(widen(part[e * nt + j]) - mb) * inv
+                stg_from(orow, head + j * width, t, 0)
+                j += threads
+            row += cuda.gridDim.x
+
+    return k
+
+
 _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[:, ::1])",
     np.dtype(np.float16): "void(float16[:, ::1], float16[:, ::1])",
@@ -405,6 +484,7 @@ _K = RowKernels(
     make_vec=_make_vec,
     row_kernel=_row_kernel,
     stream_vec=make_stream_vec,
+    onchip=make_onchip,
 )
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 

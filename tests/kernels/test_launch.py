@@ -176,9 +176,9 @@ def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
     return calls
 
 
-@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
 def test_onchip_rows_launch_and_replay_with_their_shared_memory(stubbed, op):  # type: ignore[no-untyped-def]
-    """rmsnorm's and layernorm's on-chip rows ask for (n - head) x itemsize bytes of dynamic shared memory at
+    """The row ops' on-chip rows ask for (n - head) x itemsize bytes of dynamic shared memory at
     the first launch, and a FastCache replay on new pointers asks for the same (a replay without it would
     index past the block's shared memory)."""
     from kernels.ops.rows import ONCHIP_ROWS, for_machine, vector_cols
@@ -194,6 +194,8 @@ def test_onchip_rows_launch_and_replay_with_their_shared_memory(stubbed, op):  #
         out = _FakeDeviceArray((5, cols), f16, ptr + 0x100000)
         if op == "rmsnorm":
             rmsnorm.rmsnorm(x, w, out, path="vector")
+        elif op == "softmax":
+            softmax.softmax(x, out, path="vector")
         else:
             layernorm.layernorm(x, w, _FakeDeviceArray((cols,), f16, ptr + 0x300000), out, path="vector")
 

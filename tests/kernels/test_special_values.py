@@ -76,21 +76,44 @@ def test_cast_past_fp16_range_is_inf() -> None:
     np.testing.assert_array_equal(out, x.astype(np.float16))
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
-def test_softmax_streaming_rows_keep_nan_inf_and_minus_inf(dtype: str) -> None:
-    """The 16-byte streaming kernel (rows past vector_cols) folds a step's values at once (one exp each, the
-    SFU's in 16-bit): a NaN or +inf anywhere, in a step or in the tail, makes the row NaN; an all -inf row is
-    NaN; -inf values, even a thread's whole first step, give 0 and leave the rest a distribution."""
+@pytest.mark.parametrize(
+    ("kernel", "dtype"),
+    [
+        ("stream", "bfloat16"),
+        ("stream", "float16"),
+        ("stream", "float32"),
+        ("on-chip", "bfloat16"),
+        ("on-chip", "float16"),
+    ],
+)
+def test_softmax_long_rows_keep_nan_inf_and_minus_inf(
+    kernel: str, dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernels of rows past vector_cols fold a step's values at once (one exp each, the SFU's in 16-bit):
+    the 16-byte streaming kernel and the on-chip one (taken here at a width it holds, under its from_cols).
+    A NaN or +inf anywhere, in a step or in the tail, makes the row NaN; an all -inf row is NaN; -inf values,
+    even a thread's whole first steps, give 0 and leave the rest a distribution."""
+    from dataclasses import replace
+
     from kernels.ops import softmax as mod
-    from kernels.ops.rows import vector_cols
+    from kernels.ops.rows import chip_fits, vector_cols
     from kernels.runtime.arrays import BF16
+    from kernels.runtime.launch import FastCache
 
     dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)
     cols = (2568 if verify.SIMULATED else 81928) // (2 if dt.itemsize == 4 else 1)  # steps and a tail
     assert cols > vector_cols(dt)
-    assert mod._K.pick("vector", dt, True, cols, 7)[0] is mod._K.svec_k[dt]
+    monkeypatch.setattr(mod, "_FAST", FastCache())
+    if kernel == "stream":
+        monkeypatch.setattr(mod._K, "chip_k", {})
+        assert mod._K.pick("vector", dt, True, cols, 7)[0] is mod._K.svec_k[dt]
+    else:
+        if not chip_fits():
+            pytest.skip("this GPU cannot give a block the on-chip rows' shared memory (they stream here)")
+        monkeypatch.setattr(mod._K, "chip_shape", replace(mod._K.chip_shape, from_cols=0))
+        assert getattr(mod._K.pick("vector", dt, True, cols, 7)[0], "kernel", None) is mod._K.chip_k[dt]
     x = np.random.default_rng(1).standard_normal((7, cols)).astype(np.float32)
-    x[0, 0] = np.nan  # the first value of a step
+    x[0, 0] = np.nan  # the first value of a step (on chip: of the register part)
     x[1] = -np.inf  # all -inf: NaN, as the reference's exp(-inf - -inf)
     x[2, cols // 2] = np.inf
     x[3, : 2 * cols // 3] = -np.inf  # whole steps of every thread see only -inf
