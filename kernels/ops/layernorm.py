@@ -25,10 +25,11 @@ Kernels, one block of 256 threads per row, as rmsnorm:
   - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
     131584, the vocabularies; "auto" and "vector" take it there, on GPUs that let a block opt in to ~226 KB
     of shared memory: rows.chip_fits, sm_90): rmsnorm's on-chip layout (1024 threads x 16 values in
-    registers, the rest of the row in up to 225 KB of dynamic shared memory, each thread's own slots, so the
-    row is read once) with make_stream_vec's shifted sums and one two-sum reduction. ptxas sm_90: 63
-    registers, no spills, at ONCHIP_ROWS' 3 vectors in flight (4: 140 bytes of spills). Not timed on a GPU:
-    it takes rmsnorm's widths on rmsnorm's measurement (1.11-1.12x its streaming kernel on an H100).
+    registers, the rest of the row in up to 225 KB of dynamic shared memory packed two columns to a 32-bit
+    word, each thread's own slots, so the row is read once) with make_stream_vec's shifted sums and one
+    two-sum reduction. ptxas sm_90: 64 (fp16) / 60 (bf16) registers, no spills, at ONCHIP_ROWS' 2 vectors in
+    flight (3: 64, no spills; 4: 140 bytes of spills). Not timed on a GPU in this layout: it takes rmsnorm's
+    widths and layout on rmsnorm's measurements (rows.ONCHIP_ROWS).
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
     L2 hints so that pass 2 re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS). "auto" takes it in the
@@ -56,7 +57,7 @@ from kernels.ops.rows import (
     VectorRows,
     WideRows,
     make_stream_loads,
-    onchip_words,
+    onchip_pairs,
     row_cases,
     row_choice_of,
     row_path_of,
@@ -586,10 +587,10 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     """Rows past what registers hold, read once (kernels.ops.rows.OnChipRows; fp16 / bf16 `word`s), rmsnorm's
     `make_onchip` with layernorm's statistics: pass 1 loads the row's first threads x per columns into
     registers and streams the rest into the thread's own shared-memory slots (`config.vectors` 16-byte loads
-    in flight), summing v - k and (v - k)^2 as it goes, k the row's first element (make_stream_vec's shift:
-    no cancellation for rows far from 0); one two-sum reduction; pass 2 writes (v - mean) * rstd * w + b from
-    registers and from shared memory. One read and one write of the row, where the streaming kernel reads it
-    twice."""
+    in flight), two columns to a uint32 (rows.onchip_pairs), summing v - k and (v - k)^2 as it goes, k the
+    row's first element (make_stream_vec's shift: no cancellation for rows far from 0); one two-sum
+    reduction; pass 2 writes (v - mean) * rstd * w + b from registers and from shared memory. One read and
+    one write of the row, where the streaming kernel reads it twice."""
     threads, per, nvec = config.threads, config.per, config.vectors
     load_row, col_of = make_row_io(width, threads, per)
     bsum2, slots = make_block_sum2(threads), row_slots(threads)
@@ -597,12 +598,13 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     head = threads * per  # columns held in registers
     nv = per // width
     nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
-    elem, narrow, widen = onchip_words(word)
+    pairs = width // 2  # columns 2p, 2p + 1 of a vector share a uint32 word
+    pack, unpack_lo, unpack_hi = onchip_pairs(word)
 
     @cuda.jit(**vec_jit(threads, config.min_blocks, False))
     def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(nsm, float32)
-        part = cuda.shared.array(0, elem)  # the shared part: nt vectors of `width` words, word-major
+        part = cuda.shared.array(0, uint32)  # the shared part: nt vectors of `pairs` pairs, pair-major
         v = cuda.local.array(per, float32)
         t = cuda.local.array(nvals, float32)
         tb = cuda.local.array(width, float32)
@@ -627,12 +629,16 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
                         ldg_into(t, u * width, xr, head + (j + u * threads) * width)
                 for u in range(nvec):
                     if j + u * threads < nt:
-                        for e in range(width):
-                            f = t[u * width + e]
-                            d = f - shift
+                        for p in range(pairs):
+                            lo = t[u * width + 2 * p]
+                            hi = t[u * width + 2 * p + 1]
+                            d = lo - shift
                             s += d
                             q2 += d * d
-                            part[e * nt + j + u * threads] = narrow(f)
+                            d = hi - shift
+                            s += d
+                            q2 += d * d
+                            part[p * nt + j + u * threads] = pack(lo, hi)
                 j += nvec * threads
             for e in range(per):  # the register part: whole (takes: n > head), no padding lanes
                 d = v[e] - shift
@@ -657,8 +663,10 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
                 col = head + j * width
                 ldg_into(t, 0, w, col)
                 ldg_into(tb, 0, b, col)
-                for e in range(width):
-                    t[e] = (widen(part[e * nt + j]) - mean) * rstd * t[e] + tb[e]
+                for p in range(pairs):
+                    pw = part[p * nt + j]
+                    t[2 * p] = (unpack_lo(pw) - mean) * rstd * t[2 * p] + tb[2 * p]
+                    t[2 * p + 1] = (unpack_hi(pw) - mean) * rstd * t[2 * p + 1] + tb[2 * p + 1]
                 stg_from(orow, col, t, 0)
                 j += threads
             row += cuda.gridDim.x

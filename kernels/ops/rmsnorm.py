@@ -21,9 +21,10 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
   - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
     131584, the vocabularies; "auto" and "vector" take it there, on GPUs that let a block opt in to ~226 KB
     of shared memory: rows.chip_fits, sm_90): 1024 threads x 16 values in registers and
-    the rest of the row in up to 225 KB of dynamic shared memory, each thread's own slots, so the row is
-    read once (on an H100 1.11-1.12x the streaming kernel at 128256 / 131072; slower at 65536, where the
-    streaming kernel stays).
+    the rest of the row in up to 225 KB of dynamic shared memory, packed two columns to a 32-bit word
+    (rows.onchip_pairs), each thread's own slots, so the row is read once (on an H100 1.11-1.12x the
+    streaming kernel at 128256 / 131072 with 16-bit words, and the pairs 1.06x that in bf16; slower at 65536,
+    where the streaming kernel stays).
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
     L2 hints so that pass 2 re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS). "auto" takes it in the
@@ -50,7 +51,7 @@ from kernels.ops.rows import (
     VectorRows,
     WideRows,
     make_stream_loads,
-    onchip_words,
+    onchip_pairs,
     row_cases,
     row_choice_of,
     row_path_of,
@@ -313,9 +314,10 @@ def stream_vec_scale(config: StreamRows, width: int):  # type: ignore[no-untyped
 def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
     """Rows past what registers hold, read once (kernels.ops.rows.OnChipRows; fp16 / bf16 `word`s): pass 1
     loads the row's first threads x per columns into registers and streams the rest into the thread's own
-    shared-memory slots (`config.vectors` 16-byte loads in flight), summing squares as it goes; pass 2
-    writes x * inv * w from registers and from shared memory. One read and one write of the row, where the
-    streaming kernel reads it twice."""
+    shared-memory slots (`config.vectors` 16-byte loads in flight), two columns to a uint32
+    (rows.onchip_pairs: 4 shared stores per vector), summing squares as it goes; pass 2 writes x * inv * w
+    from registers and from shared memory (4 shared loads per vector). One read and one write of the row,
+    where the streaming kernel reads it twice."""
     threads, per, nvec = config.threads, config.per, config.vectors
     load_row, col_of = make_row_io(width, threads, per)
     bsum, slots = make_block_sum(threads), row_slots(threads)
@@ -323,12 +325,13 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     head = threads * per  # columns held in registers
     nv = per // width
     nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
-    elem, narrow, widen = onchip_words(word)
+    pairs = width // 2  # columns 2p, 2p + 1 of a vector share a uint32 word
+    pack, unpack_lo, unpack_hi = onchip_pairs(word)
 
     @cuda.jit(**vec_jit(threads, config.min_blocks, False))
     def k(x, w, out, eps):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(nsm, float32)
-        part = cuda.shared.array(0, elem)  # the shared part: nt vectors of `width` words, word-major
+        part = cuda.shared.array(0, uint32)  # the shared part: nt vectors of `pairs` pairs, pair-major
         v = cuda.local.array(per, float32)
         t = cuda.local.array(nvals, float32)
         tid = cuda.threadIdx.x
@@ -348,10 +351,12 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
                         ldg_into(t, u * width, xr, head + (j + u * threads) * width)
                 for u in range(nvec):
                     if j + u * threads < nt:
-                        for e in range(width):
-                            f = t[u * width + e]
-                            acc += f * f
-                            part[e * nt + j + u * threads] = narrow(f)
+                        for p in range(pairs):
+                            lo = t[u * width + 2 * p]
+                            hi = t[u * width + 2 * p + 1]
+                            acc += lo * lo
+                            acc += hi * hi
+                            part[p * nt + j + u * threads] = pack(lo, hi)
                 j += nvec * threads
             for e in range(per):
                 acc += v[e] * v[e]
@@ -368,8 +373,10 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
             while j < nt:  # this thread's own slots: no other thread reads or writes them
                 col = head + j * width
                 ldg_into(t, 0, w, col)
-                for e in range(width):
-                    t[e] = widen(part[e * nt + j]) * inv * t[e]
+                for p in range(pairs):
+                    pw = part[p * nt + j]
+                    t[2 * p] = unpack_lo(pw) * inv * t[2 * p]
+                    t[2 * p + 1] = unpack_hi(pw) * inv * t[2 * p + 1]
                 stg_from(orow, col, t, 0)
                 j += threads
             row += cuda.gridDim.x

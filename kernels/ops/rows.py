@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 import numpy as np
-from numba import cuda, float32, types, uint16, uint32
+from numba import cuda, float32, uint32
 
-from kernels.primitives.bf16 import bf16_to_f32, f32_bits, f32_to_bf16
+from kernels.primitives.bf16 import bf16_to_f32, bits_f32, f32_bits, f32_to_bf16
 from kernels.primitives.cache_hints import ldg_hint_into
 from kernels.primitives.reductions import BLOCK, PER, VEC_ROW_JIT
 from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose
@@ -134,11 +134,13 @@ class StreamRows:
 class OnChipRows:
     """Rows past what registers hold, kept on chip and read once (an op's `make_onchip`; fp16 / bf16): one
     block of `threads` per row holds its first threads x per columns in registers (16-byte loads, as the
-    WIDE_ROWS kernels) and the rest as 16-bit words in dynamic shared memory, up to `smem` bytes (`cols`:
-    16384 + 230400 / 2 = 131584 columns with ONCHIP_ROWS, inside sm_90's 232448-byte opt-in). Each thread's
-    words sit in its own slots (column vector j of the shared part at word e * nt + j, nt vectors in all), so
-    no barrier guards them and a warp's accesses hit 32 consecutive 2-byte words. `vectors`: 16-byte loads in
-    flight per thread in the shared part. `min_blocks`: launch_bounds' blocks per SM."""
+    WIDE_ROWS kernels) and the rest in dynamic shared memory as packed pairs, one 32-bit word per two columns
+    (onchip_pairs), 2 bytes a column, up to `smem` bytes (`cols`: 16384 + 230400 / 2 = 131584 columns with
+    ONCHIP_ROWS, inside sm_90's 232448-byte opt-in). Each thread's pairs sit in its own slots (pair p, columns
+    2p and 2p + 1, of column vector j of the shared part at word p * nt + j, nt vectors in all), so no
+    barrier guards them, and a warp's accesses hit 32 consecutive 32-bit words (no bank conflict): 4 shared
+    stores and 4 loads per 16-byte vector. `vectors`: 16-byte loads in flight per thread in the shared part.
+    `min_blocks`: launch_bounds' blocks per SM."""
 
     threads: int
     per: int
@@ -151,7 +153,8 @@ class OnChipRows:
 
     @property
     def cols(self) -> int:
-        """The longest row held: the registers' columns and the shared memory's 2-byte words."""
+        """The longest row held: the registers' columns and the shared memory's, 2 bytes each (a 32-bit
+        word per pair)."""
         return self.threads * self.per + self.smem // 2
 
     def takes(self, n: int) -> bool:
@@ -215,17 +218,22 @@ WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
 # Rows of ONCHIP_ROWS.from_cols up to .cols fp16 / bf16 columns (128256-131584: Llama-3's vocabulary, 131072),
 # for the ops with a `make_onchip`, on GPUs that let a block opt in to its shared memory (chip_fits: sm_90),
-# instead of STREAM_ROWS: 16 values x 1024 threads in registers, the rest
-# in up to 225 KB of dynamic shared memory (sm_90 allows 227 KB a block). One read of the row instead of two.
-# Three 16-byte loads in flight per thread in the shared part: ptxas (sm_90, rmsnorm bf16) gives 56 registers
-# at two, 64 at three, and 64 with 40 bytes of spills at four, under launch_bounds(1024, 1)'s cap of 64
-# (layernorm, one input more: 56 / 63 / 64 with 140 bytes of spills, fp16 and bf16 alike).
+# instead of STREAM_ROWS: 16 values x 1024 threads in registers, the rest in up to 225 KB of dynamic shared
+# memory (sm_90 allows 227 KB a block) as packed pairs, one 32-bit word per two columns (OnChipRows: 4 shared
+# stores and 4 loads per 16-byte vector, where 16-bit words took 8 and 8). One read of the row instead of two.
+# Two 16-byte loads in flight per thread in the shared part, under launch_bounds(1024, 1)'s cap of 64
+# registers: ptxas sm_90 (registers, spill bytes) of rmsnorm fp16 / bf16 at two (56, 0) / (64, 0), three
+# (64, 0) / (64, 24), four (64, 116) / (64, 220); layernorm at two (64, 0) / (60, 0), three (64, 0) / (64, 0),
+# four (64, 140) / (64, 140). Three spill in rmsnorm bf16, and two is what was timed.
 # Measured on an H100 (2026-12-05, lab/onchip_ab.py -> benchmarks/h100/2026-12-05/onchip/, rmsnorm, fp16 and
-# bf16 alike) against the streaming kernel: 1.11-1.12x at 128256 and 131072 columns (0.76 of copy against
-# 0.68), even at 40960 (0.99-1.00x), slower at 65536 (0.94-0.95x): it takes rows from 128256 columns, the
-# narrowest width measured to win. Under the simulator it takes every row past vector_cols (for_machine), so
-# that its tests reach every tail.
-ONCHIP_ROWS = OnChipRows(threads=1024, per=16, vectors=3, smem=225 * 1024, min_blocks=1, from_cols=128256)
+# bf16 alike), with the shared part as 16-bit words at three vectors, against the streaming kernel:
+# 1.11-1.12x at 128256 and 131072 columns (0.76 of copy against 0.68), even at 40960 (0.99-1.00x), slower at
+# 65536 (0.94-0.95x): it takes rows from 128256 columns, the narrowest width measured to win. The pairs at two
+# vectors, rmsnorm bf16 only (lab/onchip/rmsnorm_packed.py, lab/onchip_ab.py OA_PACKED=1, an H100,
+# 2026-12-05): 1.06x the words at 128256 and 131072 (55.2 against 58.5 us, 0.80 of copy against 0.76), 1.05x
+# at 65536, level at 40960; fp16 and layernorm in pairs are not timed. Under the simulator it takes every
+# row past vector_cols (for_machine), so that its tests reach every tail.
+ONCHIP_ROWS = OnChipRows(threads=1024, per=16, vectors=2, smem=225 * 1024, min_blocks=1, from_cols=128256)
 ONCHIP_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 # The dtypes whose "auto" path takes that kernel on a GPU: all three. Measured on the H200 (2026-12-04,
 # lab/wide_rows_ab.py -> benchmarks/h200/stream-vector-ab-2026-12-04.txt) against the scalar streaming
@@ -304,18 +312,95 @@ def for_machine(config: RowConfig) -> RowConfig:
     return config
 
 
-def onchip_words(word: bool):  # type: ignore[no-untyped-def]
-    """(element type, narrow, widen) of an on-chip row's shared part (kernels.ops.rows.OnChipRows): bf16 as
-    raw words (`word`: the high half of the fp32 bits, exact for a value loaded from bf16) or fp16 itself."""
-    if word:
+def _half_pair_intrinsics() -> tuple[Any, Any, Any]:
+    """fp16 pairs in a uint32 on a GPU (onchip_pairs): fptrunc to half (cvt.rn.f16.f32), its 16 bits
+    zero-extended, the high value shifted up; and back: the low / high 16 bits as a half, widened (exact)."""
+    from llvmlite import ir
+    from numba.core import types as nt
+    from numba.cuda.extending import intrinsic
 
-        @cuda.jit(device=True, inline="always")
-        def narrow(f):  # type: ignore[no-untyped-def]
-            return uint16(f32_bits(f) >> uint32(16))  # type: ignore[no-untyped-call]
+    i16, i32, half = ir.IntType(16), ir.IntType(32), ir.HalfType()
 
-        return uint16, narrow, bf16_to_f32
+    def bits(context: Any, builder: Any, val: Any, ty: Any) -> Any:
+        f = context.cast(builder, val, ty, nt.float32)
+        return builder.zext(builder.bitcast(builder.fptrunc(f, half), i16), i32)
 
-    return types.float16, float32, float32  # the shared array's store rounds fp32 to fp16 (exact here)
+    def widen(builder: Any, low16: Any) -> Any:
+        return builder.fpext(builder.bitcast(builder.trunc(low16, i16), half), ir.FloatType())
+
+    @intrinsic
+    def pack_halves(typingctx, lo, hi):  # type: ignore[no-untyped-def]
+        if not (isinstance(lo, nt.Float) and isinstance(hi, nt.Float)):
+            raise TypeError(f"pack_halves packs two floats, got {lo}, {hi}")
+        sig = nt.uint32(lo, hi)
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            low = bits(context, builder, args[0], sig.args[0])
+            high = bits(context, builder, args[1], sig.args[1])
+            return builder.or_(low, builder.shl(high, ir.Constant(i32, 16)))
+
+        return sig, codegen
+
+    def unpacker(shift: int) -> Any:
+        @intrinsic
+        def unpack(typingctx, p):  # type: ignore[no-untyped-def]
+            if not isinstance(p, nt.Integer):
+                raise TypeError(f"an fp16 pair is an integer, got {p}")
+            sig = nt.float32(p)
+
+            def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+                u = context.cast(builder, args[0], sig.args[0], nt.uint32)
+                return widen(builder, builder.lshr(u, ir.Constant(i32, shift)) if shift else u)
+
+            return sig, codegen
+
+        return unpack
+
+    return pack_halves, unpacker(0), unpacker(16)
+
+
+# The on-chip rows' pairs (onchip_pairs). Under the simulator plain Python on numpy scalars (a simulated
+# device-function call takes a per-module lock: kernels.primitives.bf16), on a GPU inline device functions
+# (bf16: integer arithmetic on the fp32 bits) and intrinsics (fp16).
+def _pack_words(lo: Any, hi: Any) -> Any:
+    low = f32_bits(lo) >> uint32(16)  # type: ignore[no-untyped-call]
+    return uint32(low | (f32_bits(hi) & uint32(0xFFFF0000)))  # type: ignore[no-untyped-call]
+
+
+def _word_lo(p: Any) -> Any:
+    return bits_f32(uint32(p) << uint32(16))  # type: ignore[no-untyped-call]
+
+
+def _word_hi(p: Any) -> Any:
+    return bits_f32(uint32(p) & uint32(0xFFFF0000))  # type: ignore[no-untyped-call]
+
+
+if SIMULATED:
+
+    def _pack_halves(lo: Any, hi: Any) -> Any:
+        low = np.uint32(np.float16(np.float32(lo)).view(np.uint16))
+        return low | (np.uint32(np.float16(np.float32(hi)).view(np.uint16)) << np.uint32(16))
+
+    def _half_lo(p: Any) -> Any:
+        return np.float32(np.uint16(np.uint32(p) & np.uint32(0xFFFF)).view(np.float16))
+
+    def _half_hi(p: Any) -> Any:
+        return np.float32(np.uint16(np.uint32(p) >> np.uint32(16)).view(np.float16))
+
+else:
+    _pack_words, _word_lo, _word_hi = (
+        cuda.jit(device=True, inline="always")(f) for f in (_pack_words, _word_lo, _word_hi)
+    )
+    _pack_halves, _half_lo, _half_hi = _half_pair_intrinsics()
+
+
+def onchip_pairs(word: bool) -> tuple[Any, Any, Any]:
+    """(pack, unpack_lo, unpack_hi) of an on-chip row's shared part (kernels.ops.rows.OnChipRows): two
+    columns in one uint32, `pack(lo, hi)` of two fp32 values, `unpack_lo(p)` / `unpack_hi(p)` them back as
+    fp32. bf16 (`word`): the high halves of the two fp32 bit patterns (lo's in the low half; exact for values
+    loaded from bf16); fp16: the two values rounded to fp16 (exact for values loaded from fp16), lo's bits
+    in the low half. Both give back every such value bit for bit (NaN stays NaN)."""
+    return (_pack_words, _word_lo, _word_hi) if word else (_pack_halves, _half_lo, _half_hi)
 
 
 def wide_for(dt: np.dtype, n: int) -> WideRows | None:

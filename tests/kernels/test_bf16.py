@@ -32,6 +32,7 @@ from kernels.ops.rows import (
     WithShared,
     chip_fits,
     for_machine,
+    onchip_pairs,
     row_path_of,
     stream_vector_auto,
     vector_cols,
@@ -301,6 +302,60 @@ def test_onchip_rows_end_where_shared_memory_does(op: str) -> None:
     # the artifact lists the on-chip kernels by name (fp16 and bf16)
     names = {entry[0] for entry in mod.SPEC.ptx_kernels}
     assert {f"{op}_on-chip_float16", f"{op}_on-chip_bfloat16"} <= names
+
+
+def _pairs_kernels(word: bool) -> tuple[Any, Any]:
+    """(pack kernel, unpack kernel): two launches, so that the unpack reads the uint32 back from memory (in
+    one kernel LLVM forwards the packed halves and folds the unpack away)."""
+    pack, unpack_lo, unpack_hi = onchip_pairs(word)
+
+    @cuda.jit
+    def packs(a, b, packed):  # type: ignore[no-untyped-def]
+        i = cuda.grid(1)
+        while i < a.size:
+            packed[i] = pack(a[i], b[i])
+            i += cuda.gridsize(1)
+
+    @cuda.jit
+    def unpacks(packed, ra, rb):  # type: ignore[no-untyped-def]
+        i = cuda.grid(1)
+        while i < packed.size:
+            p = packed[i]
+            ra[i] = unpack_lo(p)
+            rb[i] = unpack_hi(p)
+            i += cuda.gridsize(1)
+
+    return packs, unpacks
+
+
+@needs_device
+@pytest.mark.parametrize("word", [True, False], ids=["bfloat16", "float16"])
+def test_onchip_pairs_give_back_every_value_bit_for_bit(word: bool) -> None:
+    """rows.onchip_pairs, the on-chip rows' shared part: every 16-bit pattern of the dtype (fp16: every
+    finite value, +-0, subnormals, +-inf, NaNs; bf16 the same), widened to fp32 as a load gives it, packed
+    beside another (each value once low, once high) comes back bit for bit, NaN as a NaN; and the uint32
+    holds lo's 16 bits in its low half, hi's in its high half."""
+    words = np.arange(1 << 16, dtype=np.uint32)
+    if word:
+        a = (words << 16).view(np.float32)
+    else:
+        a = words.astype(np.uint16).view(np.float16).astype(np.float32)
+    b = a[::-1].copy()  # 0xffff - w: a NaN beside a finite value, +0 beside a NaN, ...
+    packed = np.zeros(a.size, np.uint32)
+    ra, rb = np.zeros_like(a), np.zeros_like(a)
+    da, db, dp, dra, drb = (cuda.to_device(v) for v in (a, b, packed, ra, rb))
+    packs, unpacks = _pairs_kernels(word)
+    packs[8, 128](da, db, dp)
+    unpacks[8, 128](dp, dra, drb)
+    packed, ra, rb = dp.copy_to_host(), dra.copy_to_host(), drb.copy_to_host()
+    for src, got, half in ((a, ra, packed & 0xFFFF), (b, rb, packed >> 16)):
+        nan = np.isnan(src)
+        assert nan.sum() == (254 if word else 2046)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(got[~nan].view(np.uint32), src[~nan].view(np.uint32))
+        want = (src.view(np.uint32) >> 16) if word else src.astype(np.float16).view(np.uint16)
+        np.testing.assert_array_equal(half[~nan], want[~nan])
+        assert np.all((half[nan] & 0x7FFF) > (0x7F80 if word else 0x7C00))  # a NaN's word is a NaN
 
 
 # Every vector count the kernel can be built with (the committed one is 4), at widths that leave every
