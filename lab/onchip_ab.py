@@ -1,52 +1,64 @@
 # ruff: noqa: E501, B023  (a probe: each closure is called within its own loop iteration)
-"""Probe (GPU only, not shipped): a row op's on-chip kernel (OA_OPS: rmsnorm, layernorm) (kernels.ops.rows.OnChipRows:
-the row's first 16384 columns in registers, the rest in dynamic shared memory, one read) against its 16-byte
-streaming kernel (two reads of the row), interleaved call by call with the bench's method
-(kernels.harness.bench: rotation over SETS copies, a device-side pause before each call, CUDA events), at
-vocabulary widths. OA_PACKED=1 adds, for rmsnorm bf16, lab/onchip/rmsnorm_packed.py (the shared part as
-packed pairs: half the shared loads and stores). softmax's on-chip kernels are A/B'd by lab/softmax_stream_ab.py.
-Prints registers and local memory (spills) of the on-chip kernels, and each output's error against float64.
+"""Probe (GPU only, not shipped): the row ops' on-chip kernels (OA_OPS: rmsnorm, layernorm, softmax)
+(kernels.ops.rows.OnChipRows: the row's first threads x per columns in registers, the rest in dynamic shared
+memory as packed pairs, one read) against their 16-byte streaming kernels (two reads of the row), interleaved
+call by call with the bench's method (kernels.harness.bench: rotation over SETS copies, a device-side pause
+before each call, CUDA events), at vocabulary widths. Variants:
 
-    PYTHONPATH=<numpy 2.4 site>:. OUT=dir python lab/onchip_ab.py
+  stream   the op's make_stream_vec (rows.STREAM_ROWS)
+  chip     the product's on-chip kernel (rows.ONCHIP_ROWS: one block of 1024 threads per SM)
+  chip512  the same kernel built as OnChipRows(threads=512, per=16, vectors=2, smem=112 KB, min_blocks=2): two
+           blocks per SM, so one block's reductions and pass 2 overlap the other's loads; it holds rows of up
+           to 8192 + 57344 = 65536 columns
+
+Each output is checked against float64; registers and local memory (spills) are printed.
+
+    PYTHONPATH=<numpy 2.4 site>:. OUT=dir python lab/onchip_ab.py      (OA_SHAPES=1024x40960,512x65536)
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from numba import cuda
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "onchip"))
+from kernels.harness.bench import SETS, time_interleaved
+from kernels.ops import layernorm, rmsnorm, softmax
+from kernels.ops.rows import WIDTH, OnChipRows
+from kernels.runtime import arrays, device
+from kernels.runtime.arrays import BF16, SIMULATED
+from kernels.runtime.launch import FastCache, dynamic_smem, kernel
 
-from kernels.harness.bench import SETS, time_interleaved  # noqa: E402
-from kernels.ops import layernorm, rmsnorm  # noqa: E402
-from kernels.ops.rows import ONCHIP_ROWS, for_machine  # noqa: E402
-from kernels.runtime import arrays, device  # noqa: E402
-from kernels.runtime.arrays import BF16, SIMULATED  # noqa: E402
-from kernels.runtime.launch import FastCache, dynamic_smem, kernel  # noqa: E402
-
-SHAPES = ((261, 128256), (256, 131072), (512, 65536), (1024, 40960)) if not SIMULATED else ((5, 2568),)
-MODS = {"rmsnorm": rmsnorm, "layernorm": layernorm}
-OPS = os.environ.get("OA_OPS", "rmsnorm").split(",")
-PACKED = os.environ.get("OA_PACKED") == "1"
+SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get("OA_SHAPES", "261x128256,1024x40960,512x65536").split(",")]
+if SIMULATED:
+    SHAPES = [(5, 2568), (5, 2000)]  # the second inside the simulator's chip512 (16 threads: 2048 columns)
+MODS = {"rmsnorm": rmsnorm, "layernorm": layernorm, "softmax": softmax}
+OPS = os.environ.get("OA_OPS", "rmsnorm,layernorm,softmax").split(",")
+C512 = OnChipRows(threads=512, per=16, vectors=2, smem=112 * 1024, min_blocks=2, from_cols=0)
+if SIMULATED:
+    C512 = replace(C512, threads=16, smem=C512.smem // 32)
 
 
-def run(m, name: str, dev_args, out):  # type: ignore[no-untyped-def]
+def run(name: str, dev_args, out):  # type: ignore[no-untyped-def]
     if name == "rmsnorm":
-        m.rmsnorm(dev_args[0], dev_args[1], out, path="vector")
+        rmsnorm.rmsnorm(dev_args[0], dev_args[1], out, path="vector")
+    elif name == "layernorm":
+        layernorm.layernorm(*dev_args, out, path="vector")
     else:
-        m.layernorm(*dev_args, out, path="vector")
+        softmax.softmax(dev_args[0], out, path="vector")
 
 
 def reference(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float32)
     if name == "rmsnorm":
         return rmsnorm.reference(x, w, 1e-6)
-    return layernorm.reference(x, w, b, 1e-5)
+    if name == "layernorm":
+        return layernorm.reference(x, w, b, 1e-5)
+    return softmax.reference(x)
 
 
 def main() -> int:
@@ -54,17 +66,15 @@ def main() -> int:
     copy = device.peaks()["mem_gbs"] if not SIMULATED else 1.0
     out: dict[str, object] = {"device": device.describe().get("name"), "copy_gbs": copy, "rows": []}
     ok = True
-    extra = {}
-    if PACKED:
-        import rmsnorm_packed
-
-        oc = for_machine(ONCHIP_ROWS)
-        pc = replace(oc, vectors=int(os.environ.get("OA_PACKED_VECTORS", 2)))  # 3 spill 24 bytes (ptxas sm_90)
-        extra[("rmsnorm", BF16)] = kernel(rmsnorm_packed.make_onchip_packed(pc, 8, True), rmsnorm._SIGS[BF16], on_load=dynamic_smem(oc.smem))
-    print(f"{'op':9} {'dtype':9} {'shape':12} {'on-chip us':>10} {'stream us':>10} {'x':>6} {'of copy':>14} {'packed us':>9} err")
+    c512 = {
+        (o, dt): kernel(MODS[o].make_onchip(C512, WIDTH[dt], dt == BF16), MODS[o]._SIGS[dt], on_load=dynamic_smem(C512.smem))
+        for o in OPS
+        for dt in (BF16, np.dtype(np.float16))
+    }
+    print(f"{'op':9} {'dtype':9} {'shape':12} {'chip us':>9} {'stream us':>9} {'c512 us':>9}  chip/stream c512/stream  of copy (chip, stream, c512)  err")
     for name, dt, (rows, cols) in [(o, d, sh) for o in OPS for d in (BF16, np.dtype(np.float16)) for sh in SHAPES]:
         m = MODS[name]
-        variants = ("chip", "stream") + (("packed",) if (name, dt) in extra else ())
+        variants = ("chip", "stream") + (("chip512",) if C512.takes(cols) else ())
         xs_h = [(rng.standard_normal((rows, cols)) * 2 + 0.5).astype(dt) for _ in range(SETS)]
         w_h = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
         b_h = (0.5 * rng.standard_normal(cols)).astype(dt)
@@ -77,24 +87,25 @@ def main() -> int:
         def use(p: str) -> None:
             m._FAST = caches[p]
             m._K.chip_k.clear()
+            m._K.chip_shape = replace(saved_shape, from_cols=0)  # on chip at every width it holds, for the A/B
             if p == "chip":
                 m._K.chip_k.update(saved_chip)
-            elif p == "packed":
-                m._K.chip_k[dt] = extra[(name, dt)]
+            elif p == "chip512":
+                m._K.chip_k[dt] = c512[(name, dt)]
+                m._K.chip_shape = C512
 
-        m._K.chip_shape = replace(saved_shape, from_cols=0)  # on chip at every width it holds, for the A/B
         try:
             for p in variants:
                 use(p)
-                k = m._K.pick("vector", dt, True, cols, rows)[0]
-                want = {"chip": saved_chip.get(dt), "stream": m._K.svec_k[dt], "packed": extra.get((name, dt))}[p]
+                k, threads, grid = m._K.pick("vector", dt, True, cols, rows)
+                want = {"chip": saved_chip.get(dt), "stream": m._K.svec_k[dt], "chip512": c512[(name, dt)]}[p]
                 assert getattr(k, "kernel", k) is want, (name, dt, p)
                 for s in range(SETS):
-                    run(m, name, (xs[s], w, b), outs_v[p][s])
+                    run(name, (xs[s], w, b), outs_v[p][s])
 
             def call(p: str, s: int) -> None:
                 use(p)
-                run(m, name, (xs[s], w, b), outs_v[p][s])
+                run(name, (xs[s], w, b), outs_v[p][s])
 
             if SIMULATED:
                 t = [[1.0]] * len(variants)
@@ -113,21 +124,21 @@ def main() -> int:
         ok &= max(errs.values()) < 8e-3
         us = {p: float(np.median(t[i])) for i, p in enumerate(variants)}
         nbytes = 2 * rows * cols * dt.itemsize
-        row = {"op": name, "dtype": dt.name, "rows": rows, "cols": cols, "onchip_us": round(us["chip"], 2), "stream_us": round(us["stream"], 2),
-               "speedup": round(us["stream"] / us["chip"], 3), "onchip_of_copy": round(nbytes / us["chip"] / 1e3 / copy, 3),
-               "stream_of_copy": round(nbytes / us["stream"] / 1e3 / copy, 3), "err": errs}
-        if "packed" in us:
-            row |= {"packed_us": round(us["packed"], 2), "packed_vs_chip": round(us["chip"] / us["packed"], 3)}
+        frac = {p: round(nbytes / us[p] / 1e3 / copy, 3) for p in variants}
+        row = {"op": name, "dtype": dt.name, "rows": rows, "cols": cols, "us": us, "of_copy": frac, "err": errs,
+               "chip_vs_stream": round(us["stream"] / us["chip"], 3),
+               "chip512_vs_stream": round(us["stream"] / us["chip512"], 3) if "chip512" in us else None}
         out["rows"].append(row)  # type: ignore[attr-defined]
-        pk = f"{us['packed']:9.2f}" if "packed" in us else " " * 9
-        print(f"{name:9} {dt.name:9} {rows}x{cols:<7} {us['chip']:10.2f} {us['stream']:10.2f} {us['stream'] / us['chip']:6.3f} {row['onchip_of_copy']:6.3f} / {row['stream_of_copy']:5.3f} {pk} {max(errs.values()):.2e}")
-    kernels = [(f"{o} {d}", k) for o in OPS for d, k in MODS[o]._K.chip_k.items()] + [(f"packed {o} {d}", k) for (o, d), k in extra.items()]
+        c5 = f"{us['chip512']:9.2f}" if "chip512" in us else " " * 9
+        print(f"{name:9} {dt.name:9} {rows}x{cols:<7} {us['chip']:9.2f} {us['stream']:9.2f} {c5}  {row['chip_vs_stream']:11.3f} {row['chip512_vs_stream'] or 0:11.3f}  "
+              + " ".join(f"{frac[p]:.3f}" for p in variants) + f"  {max(errs.values()):.2e}")
+    kernels = [(f"chip {o} {d}", k) for o in OPS for d, k in MODS[o]._K.chip_k.items()] + [(f"chip512 {o} {d}", k) for (o, d), k in c512.items()]
     for label, k in kernels:
         d = k.dispatcher
         try:
-            print(f"on-chip {label}: registers {d.get_regs_per_thread()}, local bytes {d.get_local_mem_per_thread()}")
+            print(f"{label}: registers {d.get_regs_per_thread()}, local bytes {d.get_local_mem_per_thread()}")
         except Exception as e:  # noqa: BLE001
-            print(f"on-chip {label}: no resource figures ({e})")
+            print(f"{label}: no resource figures ({e})")
     Path(os.environ.get("OUT", "."), "onchip_ab.json").write_text(json.dumps(out, indent=1))
     return 0 if ok else 1
 

@@ -7,7 +7,8 @@ CUDA events), each output checked against float64:
           one exp per value, the SFU's in 16-bit)
   push    the same kernel before the fold (lab/softmax_stream/push_kernel.py: a branch and the accurate expf
           per value)
-  chip    on chip with the fold (lab/softmax_stream/onchip_fold.py: one read of the row, rmsnorm's layout)
+  chip    the product's on-chip kernel (kernels/ops/softmax.py make_onchip: one read of the row, rmsnorm's layout;
+          it was lab/softmax_stream/onchip_fold.py, 16-bit words, when first measured)
 
     PYTHONPATH=<numpy 2.4 site>:. OUT=dir python lab/softmax_stream_ab.py      (SA_SHAPES=261x128256,...)
 Under the simulator (NUMBA_ENABLE_CUDASIM=1) it checks the three kernels at a small shape and times nothing.
@@ -26,15 +27,14 @@ from numba import cuda
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "softmax_stream"))
 
-import onchip_fold  # noqa: E402
 import push_kernel  # noqa: E402
 
 from kernels.harness.bench import SETS, time_interleaved  # noqa: E402
 from kernels.ops import softmax as m  # noqa: E402
-from kernels.ops.rows import ONCHIP_ROWS, WIDTH, for_machine  # noqa: E402
+from kernels.ops.rows import WIDTH  # noqa: E402
 from kernels.runtime import arrays, device  # noqa: E402
 from kernels.runtime.arrays import BF16, SIMULATED  # noqa: E402
-from kernels.runtime.launch import FastCache, dynamic_smem, kernel  # noqa: E402
+from kernels.runtime.launch import FastCache, kernel  # noqa: E402
 
 SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get("SA_SHAPES", "261x128256,256x131072,512x65536,1024x40960").split(",")]
 F32_SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get("SA_F32_SHAPES", "4096x8192,2048x16384,261x128256").split(",")]
@@ -49,7 +49,6 @@ def main() -> int:
     copy = device.peaks()["mem_gbs"] if not SIMULATED else 1.0
     out: dict[str, object] = {"device": device.describe().get("name"), "copy_gbs": copy, "rows": []}
     ok = True
-    oc = for_machine(ONCHIP_ROWS)
     built = {
         dt: {
             "push": kernel(push_kernel.make_stream_vec(m._K.svec_shape, WIDTH[dt]), m._SIGS[dt]),
@@ -57,7 +56,7 @@ def main() -> int:
         for dt in (BF16, np.dtype(np.float16), F32)
     }
     for dt in (BF16, np.dtype(np.float16)):  # on chip: 16-bit rows only
-        built[dt]["chip"] = kernel(onchip_fold.make_onchip(oc, WIDTH[dt], dt == BF16), m._SIGS[dt], on_load=dynamic_smem(oc.smem))
+        built[dt]["chip"] = m._K.chip_k[dt]
     saved_svec, saved_chip, saved_shape, saved_fast = dict(m._K.svec_k), dict(m._K.chip_k), m._K.chip_shape, m._FAST
     caches = {p: FastCache() for p in VARIANTS}
 

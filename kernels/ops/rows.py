@@ -550,9 +550,10 @@ class RowKernels:
         ok = aligned and n <= vector_cols(dt)
         streams = path == "vector" or (path == "auto" and stream_vector_auto(self.name, dt, n))
         if aligned and not ok and dt in self.chip_k and streams and self.chip_shape.takes(n) and chip_fits():
-            # one block per SM (its shared memory), striding over the rows
+            # min_blocks blocks per SM (what its shared memory and registers hold), striding over the rows
             shared = (n - self.chip_shape.threads * self.chip_shape.per) * dt.itemsize
-            return WithShared(self.chip_k[dt], shared), self.chip_shape.threads, min(rows, sm_count())
+            grid = min(rows, self.chip_shape.min_blocks * sm_count())
+            return WithShared(self.chip_k[dt], shared), self.chip_shape.threads, grid
         if aligned and not ok and dt in self.svec_k and streams:
             # one block per SM, striding over the rows: launch_bounds' 1 is a floor, and a kernel of <= 32
             # registers would fit 2 per SM, twice the rows between their passes, past what L2 holds

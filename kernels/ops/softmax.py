@@ -57,7 +57,7 @@ from kernels.ops.rows import (
     VectorRows,
     WideRows,
     make_stream_loads,
-    onchip_words,
+    onchip_pairs,
     row_cases,
     row_choice_of,
     row_path_of,
@@ -388,7 +388,8 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
 def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
     """Rows past what registers hold, read once (kernels.ops.rows.OnChipRows; fp16 / bf16 `word`s), the
     layout of rmsnorm's `make_onchip`: pass 1 loads the row's first threads x per columns into registers and
-    streams the rest into the thread's own shared-memory slots, `config.vectors` 16-byte loads in flight,
+    streams the rest into the thread's own shared-memory slots (packed pairs, rows.onchip_pairs),
+    `config.vectors` 16-byte loads in flight,
     folding each step into the thread's (max, sum) as the streaming kernel does (`_fold`: one SFU exp per
     value; a step's missing vectors count as -inf); the block merges them; pass 2 writes exp(v - max) / sum
     from registers and from shared memory. One read of the row where the streaming kernel takes two. The
@@ -402,13 +403,14 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     head = threads * per  # columns held in registers
     nv = per // width
     nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
-    elem, narrow, widen = onchip_words(word)
+    pairs = width // 2
+    pack, unpack_lo, unpack_hi = onchip_pairs(word)
     jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, config.min_blocks)}
 
     @cuda.jit(**jit_kw)
     def k(x, out):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(smem_size, float32)
-        part = cuda.shared.array(0, elem)  # the shared part: nt vectors of `width` words, word-major
+        part = cuda.shared.array(0, uint32)  # the shared part: nt vectors of `pairs` pairs, pair-major
         v = cuda.local.array(per, float32)
         t = cuda.local.array(nvals, float32)
         tid = cuda.threadIdx.x
@@ -432,8 +434,9 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
                 m, s = _fold(m, s, t, nvals, True)
                 for u in range(nvec):
                     if j + u * threads < nt:
-                        for e in range(width):
-                            part[e * nt + j + u * threads] = narrow(t[u * width + e])
+                        for p in range(pairs):
+                            lo, hi = t[u * width + 2 * p], t[u * width + 2 * p + 1]
+                            part[p * nt + j + u * threads] = pack(lo, hi)
                 j += nvec * threads
             mb = bmax(m, sm, base)
             # a thread that saw only -inf has s = 0 and adds 0; an all -inf row is NaN (as streaming)
@@ -447,8 +450,10 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
                 stg_from(orow, col_of(q), t, 0)
             j = tid
             while j < nt:  # this thread's own slots: no other thread reads or writes them
-                for e in range(width):
-                    t[e] = _fast_exp(widen(part[e * nt + j]) - mb) * inv
+                for p in range(pairs):
+                    pw = part[p * nt + j]
+                    t[2 * p] = _fast_exp(unpack_lo(pw) - mb) * inv
+                    t[2 * p + 1] = _fast_exp(unpack_hi(pw) - mb) * inv
                 stg_from(orow, head + j * width, t, 0)
                 j += threads
             row += cuda.gridDim.x
