@@ -614,9 +614,10 @@ class RowCases(TypedDict):
 
 # GPU verify rows (rows, cols) for the WIDE_ROWS shapes, 16-byte aligned in fp16 / bf16: 1024 (32 x 32),
 # 2048 (64 x 32), 5120 (160 x 32), 6008 and 8192 (256 x 32: padding lanes, full), 16384 (512 x 32), 32768
-# (1024 x 32), and past them the 16-byte streaming kernel
-# (STREAM_ROWS) at Llama-3's vocabulary, 128256; fp32 streams from 5120, with that kernel where
-# STREAM_VECTOR_AUTO_FROM allows (8192 and 16384 in rmsnorm / layernorm, 16384 in softmax, 32768, 128256)
+# (1024 x 32), and past them Llama-3's vocabulary, 128256: on chip in fp16 / bf16 on sm_90 (ONCHIP_ROWS, for
+# the ops with a make_onchip), else the 16-byte streaming kernel (STREAM_ROWS); fp32 streams from 5120, with
+# that kernel where STREAM_VECTOR_AUTO_FROM allows (8192 and 16384 in rmsnorm / layernorm, 16384 in softmax,
+# 32768, 128256)
 _WIDE_VERIFY = (
     (257, 1024), (129, 2048), (65, 5120), (41, 6008), (33, 8192), (17, 16384), (9, 32768), (5, 128256)
 )  # fmt: skip
@@ -629,8 +630,8 @@ def row_cases() -> RowCases:
     bench: 16384 x 4096, 537 MB (fp32) / 268 MB (fp16) moved; specials (kernels.registry.poison): rows 0, 2,
     3 hold NaN, +inf, -inf; 136 columns (the vector / fp16 row kernel on a GPU, registers in the simulator),
     601 (registers on a GPU, streaming in the simulator) and on a GPU 5003 (streaming), 8200 (the
-    512 x 32 shape in fp16 / bf16, its padding lanes beside the specials) and 128256 (the 16-byte
-    streaming kernel, STREAM_ROWS)."""
+    512 x 32 shape in fp16 / bf16, its padding lanes beside the specials) and 128256 (on chip in fp16 / bf16
+    where ONCHIP_ROWS runs, else the 16-byte streaming kernel, STREAM_ROWS)."""
     return RowCases(
         sim_cases=_cases([("tiny-odd", 3, 133), ("long-odd", 2, 601)]),
         verify_cases=_cases(
