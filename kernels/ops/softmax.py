@@ -26,8 +26,9 @@ Kernels, one block of 256 threads per row:
     131584, the vocabularies; "auto" and "vector" take it there, on GPUs that let a block opt in to ~226 KB
     of shared memory: rows.chip_fits, sm_90): rmsnorm's on-chip layout (1024 threads x 16 values in
     registers, the rest in the thread's own slots of dynamic shared memory) with the streaming kernel's
-    fold, so the row is read once (on an H100 1.04-1.10x the streaming kernel at 128256 / 131072; 0.94-0.96x
-    at 65536, where the streaming kernel stays).
+    fold, so the row is read once (on an H100, with the shared part as 16-bit words: 1.04-1.10x the streaming
+    kernel at 128256 / 131072, 0.94-0.96x at 65536, where the streaming kernel stays; in packed pairs, as
+    built here, not yet run on a GPU).
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
     L2 hints so that pass 2 re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS). "auto" takes it in the
@@ -280,8 +281,9 @@ def make_rows_blocked(  # type: ignore[no-untyped-def]
     return k
 
 
-# ex2.approx.ftz(x * log2(e)) on a GPU: one FMUL and one MUFU.EX2; the simulator has no libdevice (its exp is
-# the exact one)
+# on a GPU, x * log2(e) then ex2.approx.f32 (no ftz without fastmath: ptxas adds a scale for results under
+# 2^-126, so subnormal outputs are kept; about 5 SASS instructions against the accurate expf's ~10); the
+# simulator has no libdevice (its exp is the exact one)
 _fast_exp = math.exp if SIMULATED else libdevice.fast_expf
 
 
@@ -313,7 +315,7 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
     values into the thread's (max, sum) with one exp per value (`_fold`); the block merges them (max, then
     each thread's sum rescaled to it); pass 2 re-reads the row evict_first (its last use) and writes
     exp(v - max) / sum. 16-bit rows (width 8) take the SFU's exp (libdevice fast_expf) in both passes: with
-    the accurate expf and a branch per value, the kernel issued instructions 62 % of the time at 261 x 128256
+    the accurate expf and a branch per value, the kernel's SM throughput (ncu) was 62 % at 261 x 128256
     bf16 on an H100 (ncu, 2026-12-05) and reached 0.61 of copy; fp32 keeps the accurate exp. No fastmath
     flag: numba-cuda 0.30.4 turns any fastmath setting into all of LLVM's (nnan and ninf with the rest),
     which would let it fold the infinity and NaN tests away."""

@@ -236,12 +236,14 @@ ONCHIP_OPS = {"rmsnorm": rmsnorm, "layernorm": layernorm, "softmax": softmax}
 
 def _onchip_widths(dt: np.dtype, vectors: int, every_tail: bool = False) -> list[int]:
     """Widths the on-chip kernel holds that leave every tail of its shared part (threads x vectors
-    vectors a step): the first past the registers' rows, a step less one vector, a step, a step and one
-    vector, and its longest."""
+    vectors a step): the first past the registers' rows; one and two steps less one vector, exactly, and
+    plus one vector (widths at or under what registers hold drop out: under the simulator the first step's);
+    and its longest."""
     c = for_machine(ONCHIP_ROWS)
     head, w = c.threads * c.per, WIDTH[dt]
     step = c.threads * vectors * w
-    widths = {vector_cols(dt) + w, head + step - w, head + step, head + step + w, c.cols - c.cols % w}
+    widths = {vector_cols(dt) + w, c.cols - c.cols % w}
+    widths |= {head + k * step + d for k in (1, 2) for d in (-w, 0, w)}
     if not verify.SIMULATED:
         widths |= {65536, 128256, 131072}
     held = replace(c, from_cols=0) if every_tail else c
@@ -399,6 +401,7 @@ def test_row_ops_vector_path_keeps_nan_and_inf(op: str, cols: int, dtype: str) -
     x = args[0].copy()
     x[0, 3] = np.nan
     x[1, 7] = np.inf
+    x[1, cols - 9] = np.inf  # in the on-chip kernels' shared part too, past registers
     x[2, cols - 5] = -np.inf  # near the row's end: another thread than thread 0
     x[3, :] = -np.inf  # a row of -inf alone
     out = _call(op, (x, *args[1:]), path="vector").astype(np.float64)
