@@ -27,8 +27,8 @@ Kernels, one block of 256 threads per row, as rmsnorm:
     of shared memory: rows.chip_fits, sm_90): rmsnorm's on-chip layout (1024 threads x 16 values in
     registers, the rest of the row in up to 225 KB of dynamic shared memory packed two columns to a 32-bit
     word, each thread's own slots, so the row is read once) with make_stream_vec's shifted sums and one
-    two-sum reduction. ptxas sm_90: 64 (fp16) / 60 (bf16) registers, no spills, at ONCHIP_ROWS' 2 vectors in
-    flight (3: 64, no spills; 4: 140 bytes of spills). Not timed on a GPU in this layout: it takes rmsnorm's
+    two-sum reduction. ptxas sm_90: 48 (fp16) / 51 (bf16) registers, no spills, at ONCHIP_ROWS' 2 vectors in
+    flight. Not timed on a GPU in this layout: it takes rmsnorm's
     widths and layout on rmsnorm's measurements (rows.ONCHIP_ROWS).
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
@@ -57,7 +57,7 @@ from kernels.ops.rows import (
     VectorRows,
     WideRows,
     make_stream_loads,
-    onchip_pairs,
+    onchip_part,
     row_cases,
     row_choice_of,
     row_path_of,
@@ -598,15 +598,15 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     head = threads * per  # columns held in registers
     nv = per // width
     nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
-    pairs = width // 2  # columns 2p, 2p + 1 of a vector share a uint32 word
-    pack, unpack_lo, unpack_hi = onchip_pairs(word)
+    load_step, keep_step, take = onchip_part(config, width, word)
 
     @cuda.jit(**vec_jit(threads, config.min_blocks, False))
     def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(nsm, float32)
-        part = cuda.shared.array(0, uint32)  # the shared part: nt vectors of `pairs` pairs, pair-major
+        part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
         v = cuda.local.array(per, float32)
         t = cuda.local.array(nvals, float32)
+        tw = cuda.local.array(width, float32)
         tb = cuda.local.array(width, float32)
         tid = cuda.threadIdx.x
         rows = x.shape[0]
@@ -624,21 +624,12 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
             q2 = float32(0.0)
             j = tid
             while j < nt:
-                for u in range(nvec):  # every load of the step in flight before any is used
-                    if j + u * threads < nt:
-                        ldg_into(t, u * width, xr, head + (j + u * threads) * width)
-                for u in range(nvec):
-                    if j + u * threads < nt:
-                        for p in range(pairs):
-                            lo = t[u * width + 2 * p]
-                            hi = t[u * width + 2 * p + 1]
-                            d = lo - shift
-                            s += d
-                            q2 += d * d
-                            d = hi - shift
-                            s += d
-                            q2 += d * d
-                            part[p * nt + j + u * threads] = pack(lo, hi)
+                load_step(t, xr, j, nt, shift)  # a missing vector's shift adds nothing
+                for e in range(nvals):
+                    d = t[e] - shift
+                    s += d
+                    q2 += d * d
+                keep_step(t, part, j, nt)
                 j += nvec * threads
             for e in range(per):  # the register part: whole (takes: n > head), no padding lanes
                 d = v[e] - shift
@@ -661,12 +652,11 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
             j = tid
             while j < nt:  # this thread's own slots: no other thread reads or writes them
                 col = head + j * width
-                ldg_into(t, 0, w, col)
+                ldg_into(tw, 0, w, col)
                 ldg_into(tb, 0, b, col)
-                for p in range(pairs):
-                    pw = part[p * nt + j]
-                    t[2 * p] = (unpack_lo(pw) - mean) * rstd * t[2 * p] + tb[2 * p]
-                    t[2 * p + 1] = (unpack_hi(pw) - mean) * rstd * t[2 * p + 1] + tb[2 * p + 1]
+                take(t, part, j, nt)
+                for e in range(width):
+                    t[e] = (t[e] - mean) * rstd * tw[e] + tb[e]
                 stg_from(orow, col, t, 0)
                 j += threads
             row += cuda.gridDim.x

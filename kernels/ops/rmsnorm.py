@@ -51,7 +51,7 @@ from kernels.ops.rows import (
     VectorRows,
     WideRows,
     make_stream_loads,
-    onchip_pairs,
+    onchip_part,
     row_cases,
     row_choice_of,
     row_path_of,
@@ -325,15 +325,15 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     head = threads * per  # columns held in registers
     nv = per // width
     nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
-    pairs = width // 2  # columns 2p, 2p + 1 of a vector share a uint32 word
-    pack, unpack_lo, unpack_hi = onchip_pairs(word)
+    load_step, keep_step, take = onchip_part(config, width, word)
 
     @cuda.jit(**vec_jit(threads, config.min_blocks, False))
     def k(x, w, out, eps):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(nsm, float32)
-        part = cuda.shared.array(0, uint32)  # the shared part: nt vectors of `pairs` pairs, pair-major
+        part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
         v = cuda.local.array(per, float32)
         t = cuda.local.array(nvals, float32)
+        tw = cuda.local.array(width, float32)
         tid = cuda.threadIdx.x
         rows = x.shape[0]
         n = x.shape[1]
@@ -346,17 +346,10 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
             acc = float32(0.0)
             j = tid
             while j < nt:
-                for u in range(nvec):  # every load of the step in flight before any is used
-                    if j + u * threads < nt:
-                        ldg_into(t, u * width, xr, head + (j + u * threads) * width)
-                for u in range(nvec):
-                    if j + u * threads < nt:
-                        for p in range(pairs):
-                            lo = t[u * width + 2 * p]
-                            hi = t[u * width + 2 * p + 1]
-                            acc += lo * lo
-                            acc += hi * hi
-                            part[p * nt + j + u * threads] = pack(lo, hi)
+                load_step(t, xr, j, nt, float32(0.0))  # a missing vector's zeros add nothing
+                for e in range(nvals):
+                    acc += t[e] * t[e]
+                keep_step(t, part, j, nt)
                 j += nvec * threads
             for e in range(per):
                 acc += v[e] * v[e]
@@ -372,11 +365,10 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
             j = tid
             while j < nt:  # this thread's own slots: no other thread reads or writes them
                 col = head + j * width
-                ldg_into(t, 0, w, col)
-                for p in range(pairs):
-                    pw = part[p * nt + j]
-                    t[2 * p] = unpack_lo(pw) * inv * t[2 * p]
-                    t[2 * p + 1] = unpack_hi(pw) * inv * t[2 * p + 1]
+                ldg_into(tw, 0, w, col)
+                take(t, part, j, nt)
+                for e in range(width):
+                    t[e] = t[e] * inv * tw[e]
                 stg_from(orow, col, t, 0)
                 j += threads
             row += cuda.gridDim.x

@@ -21,7 +21,7 @@ from numba import cuda, float32, uint32
 from kernels.primitives.bf16 import bf16_to_f32, bits_f32, f32_bits, f32_to_bf16
 from kernels.primitives.cache_hints import ldg_hint_into
 from kernels.primitives.reductions import BLOCK, PER, VEC_ROW_JIT
-from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose
+from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose, ldg_into
 from kernels.registry import SPECIALS, Case, Choice
 from kernels.runtime.arrays import BF16, SIMULATED
 from kernels.runtime.launch import Kernel, dynamic_smem, kernel, sm_count, smem_optin
@@ -224,7 +224,8 @@ STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
 # Two 16-byte loads in flight per thread in the shared part, under launch_bounds(1024, 1)'s cap of 64
 # registers: ptxas sm_90 (registers, spill bytes) of rmsnorm fp16 / bf16 at two (56, 0) / (64, 0), three
 # (64, 0) / (64, 24), four (64, 116) / (64, 220); layernorm at two (64, 0) / (60, 0), three (64, 0) / (64, 0),
-# four (64, 140) / (64, 140). Three spill in rmsnorm bf16, and two is what was timed.
+# four (64, 140) / (64, 140). Three spill in rmsnorm bf16, and two is what was timed. (Since the kernels share
+# onchip_part, at two: rmsnorm 48 / 54, layernorm 48 / 51, softmax 62 / 59, no spills.)
 # Measured on an H100 (2026-12-05, lab/onchip_ab.py -> benchmarks/h100/2026-12-05/onchip/, rmsnorm, fp16 and
 # bf16 alike), with the shared part as 16-bit words at three vectors, against the streaming kernel:
 # 1.11-1.12x at 128256 and 131072 columns (0.76 of copy against 0.68), even at 40960 (0.99-1.00x), slower at
@@ -401,6 +402,45 @@ def onchip_pairs(word: bool) -> tuple[Any, Any, Any]:
     loaded from bf16); fp16: the two values rounded to fp16 (exact for values loaded from fp16), lo's bits
     in the low half. Both give back every such value bit for bit (NaN stays NaN)."""
     return (_pack_words, _word_lo, _word_hi) if word else (_pack_halves, _half_lo, _half_hi)
+
+
+def onchip_part(config: OnChipRows, width: int, word: bool) -> tuple[Any, Any, Any]:
+    """The shared part of an on-chip row (each op's `make_onchip`), device functions over the kernel's
+    dynamic shared array `part` (uint32) of the row's nt vectors past its threads x per register columns:
+      load_step(t, xr, j, nt, fill): t[u * width:(u + 1) * width] = vector j + u * threads of the shared part,
+        u < config.vectors, every load issued before any is used; `fill` in the slots of vectors past nt
+      keep_step(t, part, j, nt): those vectors into the thread's own slots, packed pairs (onchip_pairs): pair
+        p of vector i at word p * nt + i: a warp hits 32 consecutive words, and no barrier is needed
+      take(t, part, i, nt): vector i back into t[0:width]"""
+    threads, nvec = config.threads, config.vectors
+    head = config.threads * config.per
+    pairs = width // 2  # columns 2p, 2p + 1 of a vector share a uint32 word
+    pack, unpack_lo, unpack_hi = onchip_pairs(word)
+
+    @cuda.jit(device=True, inline="always")
+    def load_step(t, xr, j, nt, fill):  # type: ignore[no-untyped-def]
+        for u in range(nvec):
+            if j + u * threads < nt:
+                ldg_into(t, u * width, xr, head + (j + u * threads) * width)
+            else:
+                for e in range(width):
+                    t[u * width + e] = fill
+
+    @cuda.jit(device=True, inline="always")
+    def keep_step(t, part, j, nt):  # type: ignore[no-untyped-def]
+        for u in range(nvec):
+            if j + u * threads < nt:
+                for p in range(pairs):
+                    part[p * nt + j + u * threads] = pack(t[u * width + 2 * p], t[u * width + 2 * p + 1])
+
+    @cuda.jit(device=True, inline="always")
+    def take(t, part, i, nt):  # type: ignore[no-untyped-def]
+        for p in range(pairs):
+            pw = part[p * nt + i]
+            t[2 * p] = unpack_lo(pw)
+            t[2 * p + 1] = unpack_hi(pw)
+
+    return load_step, keep_step, take
 
 
 def wide_for(dt: np.dtype, n: int) -> WideRows | None:

@@ -58,7 +58,7 @@ from kernels.ops.rows import (
     VectorRows,
     WideRows,
     make_stream_loads,
-    onchip_pairs,
+    onchip_part,
     row_cases,
     row_choice_of,
     row_path_of,
@@ -77,7 +77,7 @@ from kernels.primitives.reductions import (
     make_block_sum,
     row_slots,
 )
-from kernels.primitives.vector import ldg_into, make_row_io, stg_from, vector_ok
+from kernels.primitives.vector import make_row_io, stg_from, vector_ok
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync
@@ -405,14 +405,13 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     head = threads * per  # columns held in registers
     nv = per // width
     nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
-    pairs = width // 2
-    pack, unpack_lo, unpack_hi = onchip_pairs(word)
+    load_step, keep_step, take = onchip_part(config, width, word)
     jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, config.min_blocks)}
 
     @cuda.jit(**jit_kw)
     def k(x, out):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(smem_size, float32)
-        part = cuda.shared.array(0, uint32)  # the shared part: nt vectors of `pairs` pairs, pair-major
+        part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
         v = cuda.local.array(per, float32)
         t = cuda.local.array(nvals, float32)
         tid = cuda.threadIdx.x
@@ -427,18 +426,9 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
             m, s = _fold(NEG_INF, float32(0.0), v, per, True)
             j = tid
             while j < nt:
-                for u in range(nvec):  # every load of the step in flight before any is used
-                    if j + u * threads < nt:
-                        ldg_into(t, u * width, xr, head + (j + u * threads) * width)
-                    else:
-                        for e in range(width):
-                            t[u * width + e] = NEG_INF
+                load_step(t, xr, j, nt, NEG_INF)  # a missing vector's -inf adds exp(-inf) = 0
                 m, s = _fold(m, s, t, nvals, True)
-                for u in range(nvec):
-                    if j + u * threads < nt:
-                        for p in range(pairs):
-                            lo, hi = t[u * width + 2 * p], t[u * width + 2 * p + 1]
-                            part[p * nt + j + u * threads] = pack(lo, hi)
+                keep_step(t, part, j, nt)
                 j += nvec * threads
             mb = bmax(m, sm, base)
             # a thread that saw only -inf has s = 0 and adds 0; an all -inf row is NaN (as streaming)
@@ -452,10 +442,9 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
                 stg_from(orow, col_of(q), t, 0)
             j = tid
             while j < nt:  # this thread's own slots: no other thread reads or writes them
-                for p in range(pairs):
-                    pw = part[p * nt + j]
-                    t[2 * p] = _fast_exp(unpack_lo(pw) - mb) * inv
-                    t[2 * p + 1] = _fast_exp(unpack_hi(pw) - mb) * inv
+                take(t, part, j, nt)
+                for e in range(width):
+                    t[e] = _fast_exp(t[e] - mb) * inv
                 stg_from(orow, head + j * width, t, 0)
                 j += threads
             row += cuda.gridDim.x
