@@ -8,7 +8,7 @@ CUDA events), each output checked against float64:
   push    the same kernel before the fold (lab/softmax_stream/push_kernel.py: a branch and the accurate expf
           per value)
   chip    the product's on-chip kernel (kernels/ops/softmax.py make_onchip: one read of the row, rmsnorm's layout;
-          it was lab/softmax_stream/onchip_fold.py, 16-bit words, when first measured)
+          it was lab/softmax_stream/onchip_fold.py at 0cea28f, 16-bit words, when first measured)
 
     PYTHONPATH=<numpy 2.4 site>:. OUT=dir python lab/softmax_stream_ab.py      (SA_SHAPES=261x128256,...)
 Under the simulator (NUMBA_ENABLE_CUDASIM=1) it checks the three kernels at a small shape and times nothing.

@@ -395,9 +395,9 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     folding each step into the thread's (max, sum) as the streaming kernel does (`_fold`: one SFU exp per
     value; a step's missing vectors count as -inf); the block merges them; pass 2 writes exp(v - max) / sum
     from registers and from shared memory. One read of the row where the streaming kernel takes two. The
-    first build (a branch and the accurate expf per value, lab/onchip/softmax_onchip.py) ran 0.83-0.88x the
-    streaming kernel of its day: with one block per SM, an SM's exp work does not overlap another row's
-    loads."""
+    first build (a branch and the accurate expf per value; lab/onchip/softmax_onchip.py at b690f6f) ran
+    0.83-0.88x the streaming kernel of its day: with one block per SM, an SM's exp work does not overlap
+    another row's loads."""
     threads, per, nvec = config.threads, config.per, config.vectors
     load_row, col_of = make_row_io(width, threads, per)
     bmax, bsum, half = make_block_max(threads), make_block_sum(threads), row_slots(threads)
