@@ -16,7 +16,9 @@ not in it.
 `--ansistrano DIR` (a checkout of github.com/ansistrano/deploy; not part of this repository) also deploys the
 same artifact to the same nodes with ansistrano's deploy role (`copy_unarchive`, anonymous stats off: no
 traffic leaves loopback), with the same inventory and SSH settings (pipelining, ControlPersist), in the same
-run, and prints the ratio of solfleet's no-verify time to ansistrano's wall time.
+run, and prints the ratio of solfleet's no-verify time to ansistrano's wall time. Beside it, the floor of one
+Ansible task on the same fleet: a one-`ping` play's wall minus that of the same play matching no host (the
+`ping` row), which the deploy path, one task per host, cannot go below.
 Not part of the test suite.
 """
 
@@ -82,20 +84,21 @@ def latest_events(work: Path, seen: set[Path]) -> list[dict[str, object]]:
     return events
 
 
-def deploy_path_s(events: list[dict[str, object]]) -> float | None:
-    """push + unpack + check + activate, the path ansistrano's role covers: the wall time of each runner run
-    that pushed (a batch), minus that run's slowest verify + health; the lease, preflight-health and
-    lease-end runs of the operation are left out. The metric of the 2026-11-29 table (one run per deploy).
-    None when no run pushed (a rollback, a re-deploy that found every host current)."""
+def deploy_path_runs_s(events: list[dict[str, object]]) -> list[float]:
+    """push + unpack + check + activate, the path ansistrano's role covers, per runner run that pushed (the
+    canary, then each batch, in order): its wall time minus its slowest verify + health; the lease,
+    preflight-health and lease-end runs of the operation are left out. Their sum is the metric of the
+    2026-11-29 table (one run per deploy). Empty when no run pushed (a rollback, a re-deploy that found
+    every host current)."""
     by_run: dict[str, list[dict[str, object]]] = {}
     for event in events:
         by_run.setdefault(str(event["_run"]), []).append(event)
     walls = []
-    for run in by_run.values():
+    for run in sorted(by_run.values(), key=lambda evs: min(str(e["created"]) for e in evs)):
         per_phase, wall, verify_health = phase_table(run)
         if per_phase["push"]:
             walls.append(wall - max(verify_health.values(), default=0.0))
-    return sum(walls) if walls else None
+    return walls
 
 
 def phase_table(events: list[dict[str, object]]) -> tuple[dict[str, list[float]], float, dict[str, float]]:
@@ -143,13 +146,19 @@ ANSISTRANO_PLAY = """\
 """
 
 
-def ansistrano(role: Path, work: Path, spec: Path, artifact: Path, base: Path) -> tuple[float, float]:
-    """Wall time and controller CPU of one ansistrano deploy, through the inventory and SSH settings that
-    `solfleet render` writes for this fleet."""
-    rendered = base / "ansistrano-pdd"
-    cli(work, spec, "render", "--out", str(rendered))
-    play = base / "ansistrano-deploy.yml"
-    play.write_text(ANSISTRANO_PLAY.format(role=role.resolve(), artifact=artifact.resolve()))
+PING_PLAY = """\
+- name: "one ansible.builtin.ping per host (benchmark only: the floor of one Ansible task)"
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: ping
+      ansible.builtin.ping:
+"""
+
+
+def playbook(rendered: Path, play: Path) -> tuple[float, float]:
+    """Wall time and controller CPU of one ansible-playbook run of `play`, through the inventory and SSH
+    settings that `solfleet render` wrote to `rendered`."""
     import yaml
 
     env = dict(os.environ) | {
@@ -171,8 +180,26 @@ def ansistrano(role: Path, work: Path, spec: Path, artifact: Path, base: Path) -
     )
     wall, cpu = time.monotonic() - start, children_cpu_s() - cpu0
     if proc.returncode != 0:
-        sys.exit(f"ansistrano deploy failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+        sys.exit(f"{play.name} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
     return wall, cpu
+
+
+def ansistrano(role: Path, work: Path, spec: Path, artifact: Path, base: Path) -> dict[str, float]:
+    """One ansistrano deploy of `artifact` (wall time, controller CPU) and, in the same fleet and run, the
+    floor of one Ansible task: a one-`ping` play's wall minus the wall of the same play on a group with no
+    host (ansible-playbook's own start-up, which the deploy path, timed from a run's first event, leaves
+    out). Medians of three."""
+    rendered = base / "ansistrano-pdd"
+    cli(work, spec, "render", "--out", str(rendered))
+    play = base / "ansistrano-deploy.yml"
+    play.write_text(ANSISTRANO_PLAY.format(role=role.resolve(), artifact=artifact.resolve()))
+    wall, cpu = playbook(rendered, play)
+    ping, nobody = base / "ping.yml", base / "ping-no-host.yml"
+    ping.write_text(PING_PLAY)
+    nobody.write_text(PING_PLAY.replace("hosts: all", "hosts: solfleet_bench_no_such_group"))
+    ping_wall = statistics.median(playbook(rendered, ping)[0] for _ in range(3))
+    startup = statistics.median(playbook(rendered, nobody)[0] for _ in range(3))
+    return {"wall": wall, "cpu": cpu, "ping_wall": ping_wall, "startup_wall": startup}
 
 
 RUNS = (("first", "1.0.0"), ("second", "1.1.0"), ("re-deploy", "1.1.0"), ("rollback", None))
@@ -220,7 +247,8 @@ def bench(
             per_phase, runner_wall, verify_health = phase_table(events)
             no_verify = runner_wall - max(verify_health.values(), default=0.0)
             no_verify_of[label] = no_verify
-            deploy_path = deploy_path_s(events)
+            path_runs = deploy_path_runs_s(events)
+            deploy_path = sum(path_runs) if path_runs else None
             if deploy_path is not None:
                 path_of[label] = deploy_path
             cells = "  ".join(fmt(per_phase[p]) for p in PHASES)
@@ -237,17 +265,25 @@ def bench(
                     "runner_s": round(runner_wall, 2),
                     "no_verify_s": round(no_verify, 2),
                     "deploy_path_s": None if deploy_path is None else round(deploy_path, 2),
+                    "deploy_path_runs_s": [round(w, 2) for w in path_runs],
                     "cpu_per_node_s": round(cpu / n, 3),
                     "phases": {p: per_phase[p] for p in PHASES},
                 }
             )
         if role is not None:
-            wall, cpu = ansistrano(role, work, spec, dist / "solfleet-ops-1.1.0.tar.gz", base / f"a{n}")
+            timed = ansistrano(role, work, spec, dist / "solfleet-ops-1.1.0.tar.gz", base / f"a{n}")
+            wall, cpu = timed["wall"], timed["cpu"]
             ratio = no_verify_of.get("second", float("nan")) / wall
             path_ratio = path_of.get("second", float("nan")) / wall
+            ping_floor = timed["ping_wall"] - timed["startup_wall"]
             rows.append(
                 f"{n:>3} {'ansistrano':<10} {wall:6.1f} {'-':>6} {'-':>9} {'-':>7} {cpu / n:8.2f}  "
                 f"solfleet second / ansistrano: no-verify {ratio:.3f}x, deploy path {path_ratio:.3f}x"
+            )
+            rows.append(
+                f"{n:>3} {'ping':<10} {timed['ping_wall']:6.1f} {'-':>6} {'-':>9} {ping_floor:7.1f} "
+                f"{'-':>8}  one ping {timed['ping_wall']:.2f} s, start-up {timed['startup_wall']:.2f} s; "
+                f"the floor of one task / ansistrano {ping_floor / wall:.3f}x"
             )
             records.append(
                 {
@@ -257,6 +293,9 @@ def bench(
                     "cpu_per_node_s": round(cpu / n, 3),
                     "ratio_solfleet_no_verify": round(ratio, 4),
                     "ratio_solfleet_deploy_path": round(path_ratio, 4),
+                    "ping_wall_s": round(timed["ping_wall"], 2),
+                    "startup_wall_s": round(timed["startup_wall"], 2),
+                    "ratio_ping_floor": round(ping_floor / wall, 4),
                 }
             )
     finally:
