@@ -230,7 +230,7 @@ STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
 # bf16 alike), with the shared part as 16-bit words at three vectors, against the streaming kernel:
 # 1.11-1.12x at 128256 and 131072 columns (0.76 of copy against 0.68), even at 40960 (0.99-1.00x), slower at
 # 65536 (0.94-0.95x): it takes rows from 128256 columns, the narrowest width measured to win. The pairs at two
-# vectors, rmsnorm bf16 only (lab/onchip/rmsnorm_packed.py at d27bf21, lab/onchip_ab.py OA_PACKED=1, an H100,
+# vectors, rmsnorm bf16 only (lab/onchip/rmsnorm_packed.py, lab/onchip_ab.py OA_PACKED=1 at d27bf21; an H100,
 # 2026-12-05): 1.06x the words at 128256 and 131072 (55.2 against 58.5 us, 0.80 of copy against 0.76), 1.05x
 # at 65536, level at 40960; fp16 and layernorm in pairs are not timed. Under the simulator it takes every
 # row past vector_cols (for_machine), so that its tests reach every tail.
