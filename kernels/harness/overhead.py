@@ -8,11 +8,14 @@ Most rows call with the same arrays every time, as a loop over fixed buffers doe
 the launchers replay a CUDA graph (kernels.runtime.launch.Bound, clip_grad_norm's plan). The rows marked "new
 each call" alternate between two arrays (or two max_norm values), so no graph is built and every call takes
 the direct cuLaunchKernel path: the figure for calls whose pointers change (clip: max_norm new on every call).
+Then one row per op x dtype of the registry (`registry_rows`: bf16, the LLM ops and linear included), each
+through the op's registry `launch` at its smallest case.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import itertools
 import time
@@ -162,4 +165,34 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
     ok = np.allclose(out.copy_to_host(), x.copy_to_host() + r.copy_to_host(), rtol=1e-6, atol=1e-6)
     if not ok:
         raise RuntimeError("overhead measurement: residual_add produced wrong values")
+    return res + registry_rows(calls)
+
+
+def registry_rows(calls: int = CALLS, ops: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Every op x dtype of the registry (or of `ops`), at its first simulator case of that dtype (a few
+    hundred elements: the host, not the GPU, sets the time), called through the op's registry `launch`
+    (the op's own function on the case's staged arguments, plus one dict lookup per operand). The same
+    arrays every call, so the launchers replay their graph from the second call on, as in the rows above.
+    The rows above name the calls that matter most; these cover what they leave out (bf16, the LLM ops,
+    linear)."""
+    from kernels.harness.verify import stage
+    from kernels.registry import all_ops
+
+    rng = np.random.default_rng(0)
+    res: list[dict[str, Any]] = []
+    for spec in all_ops().values():
+        if ops is not None and spec.name not in ops:
+            continue
+        for dtype in spec.dtypes:
+            case = next((c for c in spec.sim_cases if c.dtype == dtype), None)
+            if case is None:
+                continue
+            label = f"{spec.name} {dtype}, registry launch ({case.label} {dict(case.params)})"
+            try:
+                args = stage(spec.make_problem(case, rng))
+                res.append({"call": label, **_time(functools.partial(spec.launch, args), calls)})
+            except Exception as e:  # an op that cannot run here (e.g. no tensor cores) must not hide the rest
+                nan = float("nan")
+                err = f"{type(e).__name__}: {e}"[:200]
+                res.append({"call": label, "error": err, "median_us": nan, "p10_us": nan, "p90_us": nan})
     return res
