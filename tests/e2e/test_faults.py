@@ -426,10 +426,15 @@ def test_12_a_broken_kernel_is_stopped_at_the_canary_with_its_reason(ff: Faults,
         "deploy", "--version", "6.0.0", "--artifact", str(broken), "--verify-ops", VERIFY_OPS, "--yes"
     )
     assert result.rc == ExitCode.OPERATION_FAILED, result.output[-3000:]
-    # the op, dtype and case, the error figure, and where the full verify JSON was kept
-    assert "residual_add/float" in result.output and "verify JSON kept at" in result.output, result.output
+    # the node kept the full verify JSON; its first failing case (op / dtype / case, as verify wrote them)
+    # is what the operator must read, with the error figure and where the JSON was kept
     kept = list((ff.root("node01") / "failed").glob("6.0.0.*.verify.json"))
-    assert kept and json.loads(kept[0].read_text())["ok"] is False
+    record = json.loads(kept[0].read_text()) if kept else {}
+    assert record.get("ok") is False, kept
+    failing = [f"{r['op']}/{r['dtype']}/{r['case']}" for r in record["results"] if not r["ok"]]
+    assert failing and all(f.startswith("residual_add/") for f in failing), failing
+    first = failing[0]
+    assert f"{first}: " in result.output and "verify JSON kept at" in result.output, result.output
     assert {n: ff.journal(n) for n in NODES if n != "node01"} == journals
     last = ff.journal("node01")[-1]
     assert (last["event"], last["version"]) == ("failed", "6.0.0") and "residual_add" in last["detail"]
@@ -438,11 +443,11 @@ def test_12_a_broken_kernel_is_stopped_at_the_canary_with_its_reason(ff: Faults,
             "SELECT message FROM host_outcomes WHERE operation_id = ? AND host = 'node01'",
             (last_op(ff)["id"],),
         ).fetchone()
-    assert "residual_add/float" in message
+    assert f"{first}: " in message, message
     # the rollout's own report (report.md in its run dir) names the node and the failing op and dtype
     (report_md,) = ff.work.glob(f"fleets/*/runs/{last_op(ff)['id']}/report.md")
     text = " ".join(report_md.read_text().split())
-    assert "node01" in text and "residual_add/float" in text and "verify" in text, text[-2000:]
+    assert "node01" in text and first in text and "verify" in text, text[-2000:]
     assert_truthful(ff, ExitCode.OK)
 
 
