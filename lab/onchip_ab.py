@@ -6,10 +6,12 @@ call by call with the bench's method (kernels.harness.bench: rotation over SETS 
 before each call, CUDA events), at vocabulary widths. Variants:
 
   stream   the op's make_stream_vec (rows.STREAM_ROWS)
-  chip     the product's on-chip kernel (rows.ONCHIP_ROWS: one block of 1024 threads per SM)
-  chip512  the same kernel built as OnChipRows(threads=512, per=16, vectors=2, smem=112 KB, min_blocks=2): two
-           blocks per SM, so one block's reductions and pass 2 overlap the other's loads; it holds rows of up
-           to 8192 + 57344 = 65536 columns
+  chip     the product's on-chip kernel of rows.ONCHIP_ROWS (one block of 1024 threads per SM), at every width
+           it holds
+  chip512  the product's on-chip kernel of rows.ONCHIP_MID_ROWS (two blocks of 512 threads per SM, so one
+           block's reductions and pass 2 overlap the other's loads; rows of up to 8192 + 57344 = 65536
+           columns), at every width it holds. Until 2026-12-06 a lab build of the same config (this file at
+           be2b985); the product since.
 
 Each output is checked against float64; registers and local memory (spills) are printed.
 
@@ -28,19 +30,15 @@ from numba import cuda
 
 from kernels.harness.bench import SETS, time_interleaved
 from kernels.ops import layernorm, rmsnorm, softmax
-from kernels.ops.rows import WIDTH, OnChipRows
 from kernels.runtime import arrays, device
 from kernels.runtime.arrays import BF16, SIMULATED
-from kernels.runtime.launch import FastCache, dynamic_smem, kernel
+from kernels.runtime.launch import FastCache
 
 SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get("OA_SHAPES", "261x128256,1024x40960,512x65536").split(",")]
 if SIMULATED:
     SHAPES = [(5, 2568), (5, 2000)]  # the second inside the simulator's chip512 (16 threads: 2048 columns)
 MODS = {"rmsnorm": rmsnorm, "layernorm": layernorm, "softmax": softmax}
 OPS = os.environ.get("OA_OPS", "rmsnorm,layernorm,softmax").split(",")
-C512 = OnChipRows(threads=512, per=16, vectors=2, smem=112 * 1024, min_blocks=2, from_cols=0)
-if SIMULATED:
-    C512 = replace(C512, threads=16, smem=C512.smem // 32)
 
 
 def run(name: str, dev_args, out):  # type: ignore[no-untyped-def]
@@ -66,14 +64,11 @@ def main() -> int:
     copy = device.peaks()["mem_gbs"] if not SIMULATED else 1.0
     out: dict[str, object] = {"device": device.describe().get("name"), "copy_gbs": copy, "rows": []}
     ok = True
-    c512 = {
-        (o, dt): kernel(MODS[o].make_onchip(C512, WIDTH[dt], dt == BF16), MODS[o]._SIGS[dt], on_load=dynamic_smem(C512.smem))
-        for o in OPS
-        for dt in (BF16, np.dtype(np.float16))
-    }
+    c512 = {(o, dt): MODS[o]._K.mid_k[dt] for o in OPS for dt in (BF16, np.dtype(np.float16))}
     print(f"{'op':9} {'dtype':9} {'shape':12} {'chip us':>9} {'stream us':>9} {'c512 us':>9}  chip/stream c512/stream  of copy (chip, stream, c512)  err")
     for name, dt, (rows, cols) in [(o, d, sh) for o in OPS for d in (BF16, np.dtype(np.float16)) for sh in SHAPES]:
         m = MODS[name]
+        C512 = replace(m._K.mid_shape, from_cols=0)
         variants = ("chip", "stream") + (("chip512",) if C512.takes(cols) else ())
         xs_h = [(rng.standard_normal((rows, cols)) * 2 + 0.5).astype(dt) for _ in range(SETS)]
         w_h = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
@@ -83,16 +78,18 @@ def main() -> int:
         outs_v = {p: [arrays.to_device(np.zeros((rows, cols), dt)) for _ in range(SETS)] for p in variants}
         caches = {p: FastCache() for p in variants}
         saved, saved_chip, saved_shape = m._FAST, dict(m._K.chip_k), m._K.chip_shape
+        saved_mid, saved_mid_shape = dict(m._K.mid_k), m._K.mid_shape
 
         def use(p: str) -> None:
             m._FAST = caches[p]
             m._K.chip_k.clear()
+            m._K.mid_k.clear()
             m._K.chip_shape = replace(saved_shape, from_cols=0)  # on chip at every width it holds, for the A/B
+            m._K.mid_shape = C512
             if p == "chip":
                 m._K.chip_k.update(saved_chip)
             elif p == "chip512":
-                m._K.chip_k[dt] = c512[(name, dt)]
-                m._K.chip_shape = C512
+                m._K.mid_k.update(saved_mid)
 
         try:
             for p in variants:
@@ -112,9 +109,11 @@ def main() -> int:
             else:
                 t = time_interleaved([(lambda a, p=p: call(p, a["s"]), [{"s": s} for s in range(SETS)], None) for p in variants], 30)
         finally:
-            m._FAST, m._K.chip_shape = saved, saved_shape
+            m._FAST, m._K.chip_shape, m._K.mid_shape = saved, saved_shape, saved_mid_shape
             m._K.chip_k.clear()
             m._K.chip_k.update(saved_chip)
+            m._K.mid_k.clear()
+            m._K.mid_k.update(saved_mid)
         cuda.synchronize()
         ref = reference(name, xs_h[0][:32], w_h, b_h)
         errs = {}

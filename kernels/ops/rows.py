@@ -235,8 +235,21 @@ STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
 # at 65536, level at 40960. The shipped pair builds of all three ops (an H100, 2026-12-06, lab/onchip_ab.py ->
 # benchmarks/h100/2026-12-06/chip512/): 1.08-1.16x streaming at 261 x 128256, fp16 and bf16 alike (rmsnorm
 # 0.77 of copy, layernorm 0.72, softmax 0.78). Under the simulator it takes every
-# row past vector_cols (for_machine), so that its tests reach every tail.
+# row past vector_cols (for_machine) that ONCHIP_MID_ROWS does not, so that its tests reach every tail.
 ONCHIP_ROWS = OnChipRows(threads=1024, per=16, vectors=2, smem=225 * 1024, min_blocks=1, from_cols=128256)
+# Rows of 40960 to 65536 fp16 / bf16 columns, on the same GPUs, instead of STREAM_ROWS: the same kernels
+# (each op's make_onchip) as two blocks of 512 threads per SM, 8192 columns in registers and up to 112 KB of
+# shared memory each (2 x 112 KB and the blocks' static and reserved bytes fit sm_90's 228 KB per SM), so one
+# block's reductions and write pass overlap the other's loads, where one 1024-thread block per SM leaves the
+# SM's loads idle and lost to the streaming kernel (0.92-1.02x). Measured on an H100 (2026-12-06,
+# lab/onchip_ab.py's chip512 -> benchmarks/h100/2026-12-06/chip512/, through the ops' own pick, against the
+# streaming kernel, fp16 and bf16 alike): rmsnorm 1.08x at 1024 x 40960 (0.86 of copy against 0.80),
+# 1.04-1.05x at 512 x 65536 (0.83); layernorm 1.08-1.09x (0.81) and 1.02-1.03x (0.79); softmax 1.18-1.22x
+# (0.82) and 1.06-1.09x (0.82-0.83). It takes rows from 40960 columns, the narrowest width timed. ptxas
+# sm_90: 48-62 registers, no spills (the same kernels as ONCHIP_ROWS').
+ONCHIP_MID_ROWS = OnChipRows(threads=512, per=16, vectors=2, smem=112 * 1024, min_blocks=2, from_cols=40960)
+# narrowest first: RowKernels.pick takes the first shape that holds the row
+ONCHIP_SHAPES: tuple[OnChipRows, ...] = (ONCHIP_MID_ROWS, ONCHIP_ROWS)
 ONCHIP_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 # The dtypes whose "auto" path takes that kernel on a GPU: all three. Measured on the H200 (2026-12-04,
 # lab/wide_rows_ab.py -> benchmarks/h200/stream-vector-ab-2026-12-04.txt) against the scalar streaming
@@ -270,11 +283,12 @@ STREAM_VEC_OPS: set[str] = set()
 ONCHIP_OPS: set[str] = set()
 
 
-def chip_fits() -> bool:
-    """Whether this device lets a block opt in to the on-chip kernels' shared memory (ONCHIP_ROWS.smem and
-    their few hundred static bytes): sm_90's 227 KB does; sm_80's 163 KB and sm_86 / sm_89's 99 KB do not, and
-    there rows past vector_cols stream."""
-    return smem_optin() >= for_machine(ONCHIP_ROWS).smem + ONCHIP_STATIC_BYTES  # type: ignore[union-attr]
+def chip_fits(shape: OnChipRows = ONCHIP_ROWS) -> bool:
+    """Whether this device lets a block opt in to an on-chip shape's shared memory (its smem and the kernels'
+    few hundred static bytes): sm_90's 227 KB holds ONCHIP_ROWS' 225 KB; sm_80's 163 KB and sm_86 / sm_89's
+    99 KB do not, and there those rows stream. (ONCHIP_MID_ROWS' 112 KB fits a block on sm_80 too; its two
+    blocks per SM were measured on sm_90 only, and on a GPU that fits one it is still right, only slower.)"""
+    return smem_optin() >= for_machine(shape).smem + ONCHIP_STATIC_BYTES  # type: ignore[union-attr]
 
 
 ONCHIP_STATIC_BYTES = 1024  # room for the kernels' static shared memory (the block reductions: 256-512 B)
@@ -516,7 +530,7 @@ class RowKernels:
     launchable kernel), `wide` / `wide_k` (the WIDE_ROWS shapes of the WIDE_DTYPES, by (dtype, shape)) and
     `svec` / `svec_k` (the STREAM_ROWS kernel of every dtype with a vector kernel, where the op has one),
     `chip` / `chip_k` (the ONCHIP_ROWS kernel of the ONCHIP_DTYPES, where the op has one; `chip_shape` its
-    config as it runs here).
+    config as it runs here) and `mid` / `mid_k` / `mid_shape` (the same for ONCHIP_MID_ROWS).
     `stream(io)` / `reg(io)` build the streaming / register kernel for a RowIO (one dispatcher per RowIO:
     fp32 and fp16 share NATIVE's), `row_kernel(config, width)` an entry's or a shape's function,
     `make_vec(width)` the vector kernel (None: no vector kernel in any dtype, and no wide shapes),
@@ -566,8 +580,8 @@ class RowKernels:
         if stream_vec:
             STREAM_VEC_OPS.add(name)
         self.svec_k = {dt: kernel(fn, sigs[dt]) for dt, fn in self.svec.items()}
-        oc = for_machine(ONCHIP_ROWS)
-        assert isinstance(oc, OnChipRows)
+        oc, mid = for_machine(ONCHIP_ROWS), for_machine(ONCHIP_MID_ROWS)
+        assert isinstance(oc, OnChipRows) and isinstance(mid, OnChipRows)
         self.chip_shape: OnChipRows = oc
         self.chip = (
             {dt: onchip(oc, WIDTH[dt], dt == BF16) for dt in ONCHIP_DTYPES if dt in sigs} if onchip else {}
@@ -577,6 +591,11 @@ class RowKernels:
         self.chip_k = {
             dt: kernel(fn, sigs[dt], on_load=dynamic_smem(oc.smem)) for dt, fn in self.chip.items()
         }
+        self.mid_shape: OnChipRows = mid
+        self.mid = (
+            {dt: onchip(mid, WIDTH[dt], dt == BF16) for dt in ONCHIP_DTYPES if dt in sigs} if onchip else {}
+        )
+        self.mid_k = {dt: kernel(fn, sigs[dt], on_load=dynamic_smem(mid.smem)) for dt, fn in self.mid.items()}
 
     def pick(
         self, path: str, dt: np.dtype, aligned: bool, n: int, rows: int
@@ -584,18 +603,25 @@ class RowKernels:
         """(kernel, threads per block, grid) for `path`: the vector kernel when `choose` takes it, or on
         "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`), at
         the WIDE_ROWS shape that `wide_for` names where it names one; for aligned rows past vector_cols the
-        on-chip kernel (rows of up to ONCHIP_ROWS.cols in the ONCHIP_DTYPES, where the op has one), else the
+        on-chip kernel of the narrowest ONCHIP_SHAPES shape that takes the row (rows of 40960 to 65536 and of
+        128256 to 131584 columns in the ONCHIP_DTYPES, where the op has one, and the device fits it), else the
         16-byte streaming kernel where the op has one (path "vector", or "auto" where stream_vector_auto
         allows: the STREAM_VECTOR_AUTO dtypes on a GPU, from the STREAM_VECTOR_AUTO_FROM widths); else the
         register kernel for rows that fit a block, the streaming one beyond.
         `aligned`: the operands meet `vector_ok`."""
         ok = aligned and n <= vector_cols(dt)
         streams = path == "vector" or (path == "auto" and stream_vector_auto(self.name, dt, n))
-        if aligned and not ok and dt in self.chip_k and streams and self.chip_shape.takes(n) and chip_fits():
-            # min_blocks blocks per SM (what its shared memory and registers hold), striding over the rows
-            shared = (n - self.chip_shape.threads * self.chip_shape.per) * dt.itemsize
-            grid = min(rows, self.chip_shape.min_blocks * sm_count())
-            return WithShared(self.chip_k[dt], shared), self.chip_shape.threads, grid
+        if aligned and not ok and streams:
+            # the narrowest on-chip shape that holds the row (ONCHIP_SHAPES' order), min_blocks blocks per SM
+            # (what its shared memory and registers hold), striding over the rows
+            for config, held, chips in (
+                (ONCHIP_MID_ROWS, self.mid_shape, self.mid_k),
+                (ONCHIP_ROWS, self.chip_shape, self.chip_k),
+            ):
+                if dt in chips and held.takes(n) and chip_fits(config):
+                    shared = (n - held.threads * held.per) * dt.itemsize
+                    grid = min(rows, held.min_blocks * sm_count())
+                    return WithShared(chips[dt], shared), held.threads, grid
         if aligned and not ok and dt in self.svec_k and streams:
             # one block per SM, striding over the rows: launch_bounds' 1 is a floor, and a kernel of <= 32
             # registers would fit 2 per SM, twice the rows between their passes, past what L2 holds
@@ -640,6 +666,7 @@ class RowKernels:
         out += [(f"{self.name}_{c.label}_{dt.name}", fn, sigs[dt]) for (dt, c), fn in self.wide.items()]
         out += [(f"{self.name}_{StreamRows.label}_{dt.name}", fn, sigs[dt]) for dt, fn in self.svec.items()]
         out += [(f"{self.name}_{OnChipRows.label}_{dt.name}", fn, sigs[dt]) for dt, fn in self.chip.items()]
+        out += [(f"{self.name}_{OnChipRows.label}-mid_{dt.name}", f, sigs[dt]) for dt, f in self.mid.items()]
         return tuple(out)
 
 
@@ -656,12 +683,13 @@ class RowCases(TypedDict):
 
 # GPU verify rows (rows, cols) for the WIDE_ROWS shapes, 16-byte aligned in fp16 / bf16: 1024 (32 x 32),
 # 2048 (64 x 32), 5120 (160 x 32), 6008 and 8192 (256 x 32: padding lanes, full), 16384 (512 x 32), 32768
-# (1024 x 32), and past them Llama-3's vocabulary, 128256: on chip in fp16 / bf16 on sm_90 (ONCHIP_ROWS, for
-# the ops with a make_onchip), else the 16-byte streaming kernel (STREAM_ROWS); fp32 streams from 5120, with
-# that kernel where STREAM_VECTOR_AUTO_FROM allows (8192 and 16384 in rmsnorm / layernorm, 16384 in softmax,
-# 32768, 128256)
+# (1024 x 32), and past them 65536 and Llama-3's vocabulary, 128256: on chip in fp16 / bf16 on sm_90
+# (ONCHIP_MID_ROWS, ONCHIP_ROWS, for the ops with a make_onchip), else the 16-byte streaming kernel
+# (STREAM_ROWS); fp32 streams from 5120, with that kernel where STREAM_VECTOR_AUTO_FROM allows (8192 and 16384
+# in rmsnorm / layernorm, 16384 in softmax, 32768, 65536, 128256)
 _WIDE_VERIFY = (
-    (257, 1024), (129, 2048), (65, 5120), (41, 6008), (33, 8192), (17, 16384), (9, 32768), (5, 128256)
+    (257, 1024), (129, 2048), (65, 5120), (41, 6008), (33, 8192), (17, 16384), (9, 32768), (7, 65536),
+    (5, 128256),
 )  # fmt: skip
 
 
@@ -672,8 +700,8 @@ def row_cases() -> RowCases:
     bench: 16384 x 4096, 537 MB (fp32) / 268 MB (fp16) moved; specials (kernels.registry.poison): rows 0, 2,
     3 hold NaN, +inf, -inf; 136 columns (the vector / fp16 row kernel on a GPU, registers in the simulator),
     601 (registers on a GPU, streaming in the simulator) and on a GPU 5003 (streaming), 8200 (the
-    512 x 32 shape in fp16 / bf16, its padding lanes beside the specials) and 128256 (on chip in fp16 / bf16
-    where ONCHIP_ROWS runs, else the 16-byte streaming kernel, STREAM_ROWS)."""
+    512 x 32 shape in fp16 / bf16, its padding lanes beside the specials), 49152 and 128256 (on chip in fp16 /
+    bf16 where ONCHIP_MID_ROWS / ONCHIP_ROWS run, else the 16-byte streaming kernel, STREAM_ROWS)."""
     return RowCases(
         sim_cases=_cases([("tiny-odd", 3, 133), ("long-odd", 2, 601)]),
         verify_cases=_cases(
@@ -686,7 +714,12 @@ def row_cases() -> RowCases:
             + (
                 []
                 if SIMULATED
-                else [("specials-long", 4, 5003), ("specials-wide", 4, 8200), ("specials-vocab", 4, 128256)]
+                else [
+                    ("specials-long", 4, 5003),
+                    ("specials-wide", 4, 8200),
+                    ("specials-mid", 4, 49152),
+                    ("specials-vocab", 4, 128256),
+                ]
             ),  # fmt: skip
             **{SPECIALS: 1},
         ),
@@ -702,8 +735,8 @@ def row_path_of(op: str) -> Any:
         dt = np.dtype(case.dtype)
         n = case.params["cols"]
         if p == "stream" and op in STREAM_VEC_OPS and _stream_vector(op, dt, n):
-            chip = for_machine(ONCHIP_ROWS)
-            on_chip = isinstance(chip, OnChipRows) and chip.takes(n) and chip_fits()
+            here = [(s, for_machine(s)) for s in ONCHIP_SHAPES]
+            on_chip = any(isinstance(c, OnChipRows) and c.takes(n) and chip_fits(s) for s, c in here)
             if op in ONCHIP_OPS and dt in ONCHIP_DTYPES and on_chip:
                 return OnChipRows.label
             return StreamRows.label

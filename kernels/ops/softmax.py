@@ -23,8 +23,9 @@ Kernels, one block of 256 threads per row:
     shape (32 x 32 up to 1024 x 32 threads x values, rows.wide_for), so rows of up to 32768 columns are read
     once instead of streamed twice.
   - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
-    131584, the vocabularies; "auto" and "vector" take it there, on GPUs that let a block opt in to ~226 KB
-    of shared memory: rows.chip_fits, sm_90): rmsnorm's on-chip layout (1024 threads x 16 values in
+    131584, the vocabularies, and built again as rows.ONCHIP_MID_ROWS for rows of 40960 to 65536: two
+    blocks of 512 threads per SM; "auto" and "vector" take it there, on GPUs that let a block opt in to its
+    shared memory: rows.chip_fits, sm_90): rmsnorm's on-chip layout (1024 threads x 16 values in
     registers, the rest in the thread's own slots of dynamic shared memory) with the streaming kernel's
     fold, so the row is read once (on an H100, with the shared part as 16-bit words: 1.04-1.10x the streaming
     kernel at 128256 / 131072, 0.94-0.96x at 65536, where the streaming kernel stays; in packed pairs, as

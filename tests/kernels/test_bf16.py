@@ -21,6 +21,7 @@ from kernels.ops.gemm import gemm
 from kernels.ops.o_proj import o_proj
 from kernels.ops.residual_add import residual_add
 from kernels.ops.rows import (
+    ONCHIP_MID_ROWS,
     ONCHIP_ROWS,
     STREAM_ROWS,
     STREAM_VECTOR_AUTO,
@@ -173,7 +174,8 @@ def test_row_ops_stream_vector_rounds_the_float64_result(
     op: str, dtype: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mod, dt = ROW_OPS[op], np.dtype(BF16 if dtype == "bfloat16" else dtype)
-    monkeypatch.setattr(mod._K, "chip_k", {})  # the streaming kernel, not the on-chip one (tested below)
+    monkeypatch.setattr(mod._K, "chip_k", {})  # the streaming kernel, not the on-chip ones (tested below)
+    monkeypatch.setattr(mod._K, "mid_k", {})
     cols = STREAM_COLS if dt.itemsize == 2 else STREAM_COLS // 2  # fp32: past 4096 (512 simulated) too
     assert cols > vector_cols(dt) and (cols * dt.itemsize) % 16 == 0
     k, threads, grid = mod._K.pick("vector", dt, True, cols, 2)
@@ -202,9 +204,10 @@ def test_auto_takes_the_stream_vector_kernel_only_where_it_is_listed() -> None:
                 from_ = STREAM_VECTOR_AUTO_FROM.get((name, dt), 0)
                 listed = dt in STREAM_VECTOR_AUTO and long >= from_ and not verify.SIMULATED
                 assert stream_vector_auto(name, dt, long) is listed
+                mid = dt in mod._K.mid_k and mod._K.mid_shape.takes(long) and chip_fits(ONCHIP_MID_ROWS)
                 chip = dt in mod._K.chip_k and mod._K.chip_shape.takes(long) and chip_fits()
                 auto = _unwrap(mod._K.pick("auto", dt, True, long, 4)[0])
-                fast = mod._K.chip_k[dt] if chip else mod._K.svec_k[dt]
+                fast = mod._K.mid_k[dt] if mid else mod._K.chip_k[dt] if chip else mod._K.svec_k[dt]
                 assert auto is (fast if listed else mod._K.plain[dt]), (name, dt, long)
                 assert mod._K.pick("auto", dt, False, long, 4)[0] is mod._K.plain[dt]  # unaligned: scalar
                 assert mod._K.pick("scalar", dt, True, long, 4)[0] is mod._K.plain[dt]
@@ -223,7 +226,8 @@ def test_auto_takes_the_stream_vector_kernel_only_where_it_is_listed() -> None:
                     runs = _unwrap(mod._K.pick("auto", dt, True, n, 4)[0])
                     path = row_path_of(name)(Case("c", {"rows": 4, "cols": n}, dt.name))
                     assert (path == "stream-vector") is (runs is mod._K.svec_k[dt]), (name, dt, n, path)
-                    assert (path == "on-chip") is (runs is mod._K.chip_k.get(dt)), (name, dt, n, path)
+                    on_chip = any(runs is k.get(dt) for k in (mod._K.chip_k, mod._K.mid_k))
+                    assert (path == "on-chip") is on_chip, (name, dt, n, path)
 
 
 def _unwrap(k: Any) -> Any:
@@ -234,12 +238,15 @@ def _unwrap(k: Any) -> Any:
 ONCHIP_OPS = {"rmsnorm": rmsnorm, "layernorm": layernorm, "softmax": softmax}
 
 
-def _onchip_widths(dt: np.dtype, vectors: int, every_tail: bool = False) -> list[int]:
-    """Widths the on-chip kernel holds that leave every tail of its shared part (threads x vectors
-    vectors a step): the first past the registers' rows; one and two steps less one vector, exactly, and
-    plus one vector (widths at or under what registers hold drop out: under the simulator the first step's);
-    and its longest."""
-    c = for_machine(ONCHIP_ROWS)
+def _onchip_widths(
+    dt: np.dtype, vectors: int, every_tail: bool = False, shape: OnChipRows = ONCHIP_ROWS
+) -> list[int]:
+    """Widths an on-chip kernel (of `shape`) holds that leave every tail of its shared part (threads x
+    vectors vectors a step): the first past the registers' rows; one and two steps less one vector, exactly,
+    and plus one vector (widths at or under what registers hold drop out: under the simulator the first
+    step's); and its longest."""
+    c = for_machine(shape)
+    assert isinstance(c, OnChipRows)
     head, w = c.threads * c.per, WIDTH[dt]
     step = c.threads * vectors * w
     widths = {vector_cols(dt) + w, c.cols - c.cols % w}
@@ -253,23 +260,31 @@ def _onchip_widths(dt: np.dtype, vectors: int, every_tail: bool = False) -> list
 @needs_device
 @pytest.mark.parametrize("op", sorted(ONCHIP_OPS))
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_onchip_rows_round_the_float64_result(op: str, dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rows past what registers hold, up to ONCHIP_ROWS.cols (a vocabulary of 128256): the on-chip kernel
-    (the row's head in registers, the rest in the thread's own shared-memory slots), at widths that leave
-    every tail (taken from the first width past the registers here, where "auto" starts at from_cols), over
-    more rows than blocks (a block's second row reuses its slots and the other reduction half), against
-    float64 and against the scalar kernel's result (the same values, fp32 sums in another order)."""
-    if not chip_fits():
+@pytest.mark.parametrize("shape", ["vocabulary", "mid"])
+def test_onchip_rows_round_the_float64_result(
+    op: str, dtype: str, shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows past what registers hold, up to ONCHIP_ROWS.cols (a vocabulary of 128256) or ONCHIP_MID_ROWS.cols
+    (65536, two blocks per SM): the on-chip kernel of that shape (the row's head in registers, the rest in
+    the thread's own shared-memory slots; the other shape's kernels taken away), at widths that leave every
+    tail (taken from the first width past the registers here, where "auto" starts at from_cols), over more
+    rows than blocks (a block's second row reuses its slots and the other reduction half), against float64
+    and against the scalar kernel's result (the same values, fp32 sums in another order)."""
+    config = ONCHIP_ROWS if shape == "vocabulary" else ONCHIP_MID_ROWS
+    if not chip_fits(config):
         pytest.skip("this GPU cannot give a block the on-chip rows' shared memory (they stream here)")
     mod, dt = ONCHIP_OPS[op], np.dtype(BF16 if dtype == "bfloat16" else dtype)
-    monkeypatch.setattr(mod._K, "chip_shape", replace(mod._K.chip_shape, from_cols=0))
+    attr, other = ("chip", "mid") if shape == "vocabulary" else ("mid", "chip")
+    held = replace(getattr(mod._K, f"{attr}_shape"), from_cols=0)
+    monkeypatch.setattr(mod._K, f"{attr}_shape", held)
+    monkeypatch.setattr(mod._K, f"{other}_k", {})
     monkeypatch.setattr(mod, "_FAST", FastCache())
     rows = 2 * sm_count() + 1
-    for cols in _onchip_widths(dt, for_machine(ONCHIP_ROWS).vectors, every_tail=True):
+    for cols in _onchip_widths(dt, held.vectors, every_tail=True, shape=config):
         k, threads, grid = mod._K.pick("vector", dt, True, cols, rows)
-        assert isinstance(k, WithShared) and k.kernel is mod._K.chip_k[dt], cols
-        assert (threads, grid) == (mod._K.chip_shape.threads, sm_count())
-        assert k.shared == (cols - mod._K.chip_shape.threads * mod._K.chip_shape.per) * dt.itemsize
+        assert isinstance(k, WithShared) and k.kernel is getattr(mod._K, f"{attr}_k")[dt], cols
+        assert (threads, grid) == (held.threads, min(rows, held.min_blocks * sm_count()))
+        assert k.shared == (cols - held.threads * held.per) * dt.itemsize
         args, ref = _row_problem(op, rows, cols, seed=cols, dtype=dtype)
         out = _call(op, args, path="vector")
         o = out.astype(np.float64)
@@ -287,23 +302,32 @@ def test_onchip_rows_round_the_float64_result(op: str, dtype: str, monkeypatch: 
 @pytest.mark.parametrize("op", sorted(ONCHIP_OPS))
 def test_onchip_rows_end_where_shared_memory_does(op: str) -> None:
     """One vector past ONCHIP_ROWS.cols, or short of its from_cols (on a GPU: where the streaming kernel
-    was measured faster), the streaming kernel takes the row; fp32 never runs on chip."""
+    was measured faster), the streaming kernel takes the row; the same around ONCHIP_MID_ROWS (a GPU: 40960
+    to 65536); the narrower shape takes a row both hold; fp32 never runs on chip."""
     if not chip_fits():
         pytest.skip("this GPU cannot give a block the on-chip rows' shared memory (they stream here)")
-    mod, c = ONCHIP_OPS[op], for_machine(ONCHIP_ROWS)
-    assert isinstance(c, OnChipRows)
-    longest = c.cols - c.cols % 8
-    assert isinstance(mod._K.pick("vector", BF16, True, longest, 2)[0], WithShared)
-    assert mod._K.pick("vector", BF16, True, longest + 8, 2)[0] is mod._K.svec_k[BF16]
-    if not verify.SIMULATED:
-        assert c.from_cols == 128256 and isinstance(mod._K.pick("auto", BF16, True, 128256, 2)[0], WithShared)
-        assert mod._K.pick("auto", BF16, True, 65536, 2)[0] is mod._K.svec_k[BF16]
+    mod, c, mid = ONCHIP_OPS[op], for_machine(ONCHIP_ROWS), for_machine(ONCHIP_MID_ROWS)
+    assert isinstance(c, OnChipRows) and isinstance(mid, OnChipRows) and mid.cols < c.cols
+
+    def runs(n: int, path: str = "vector") -> Any:
+        return _unwrap(mod._K.pick(path, BF16, True, n, 2)[0])
+
+    longest, mid_longest = c.cols - c.cols % 8, mid.cols - mid.cols % 8
+    assert runs(longest) is mod._K.chip_k[BF16] and runs(longest + 8) is mod._K.svec_k[BF16]
+    assert runs(mid_longest) is mod._K.mid_k[BF16]
+    if verify.SIMULATED:  # every row past vector_cols on chip: the mid shape's, then the vocabulary one's
+        assert runs(mid_longest + 8) is mod._K.chip_k[BF16]
+    else:
+        assert c.from_cols == 128256 and runs(128256, "auto") is mod._K.chip_k[BF16]
+        assert (mid.from_cols, mid.cols) == (40960, 65536) and runs(65536, "auto") is mod._K.mid_k[BF16]
+        assert runs(40960, "auto") is mod._K.mid_k[BF16] and runs(40952, "auto") is mod._K.svec_k[BF16]
+        assert runs(65544, "auto") is mod._K.svec_k[BF16] and runs(128248, "auto") is mod._K.svec_k[BF16]
     f32 = np.dtype(np.float32)
     assert f32 not in mod._K.chip_k
     assert mod._K.pick("vector", f32, True, vector_cols(f32) + 4, 2)[0] is mod._K.svec_k[f32]
     # the artifact lists the on-chip kernels by name (fp16 and bf16)
     names = {entry[0] for entry in mod.SPEC.ptx_kernels}
-    assert {f"{op}_on-chip_float16", f"{op}_on-chip_bfloat16"} <= names
+    assert {f"{op}_on-chip{s}_{dt}" for s in ("", "-mid") for dt in ("float16", "bfloat16")} <= names
 
 
 def _pairs_kernels(word: bool) -> tuple[Any, Any]:
@@ -371,6 +395,7 @@ def test_stream_vector_kernel_covers_every_column_for_any_vector_count(
 ) -> None:
     mod = ROW_OPS[op]
     monkeypatch.setattr(mod._K, "chip_k", {})  # the streaming kernel at every width
+    monkeypatch.setattr(mod._K, "mid_k", {})
     config = StreamRows(STREAM_ROWS.threads // 32, vectors, 1)
     for dtype in ("bfloat16", "float32"):
         dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)

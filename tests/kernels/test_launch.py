@@ -177,16 +177,20 @@ def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
-def test_onchip_rows_launch_and_replay_with_their_shared_memory(stubbed, op):  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("shape", ["mid", "vocabulary"])
+def test_onchip_rows_launch_and_replay_with_their_shared_memory(stubbed, op, shape):  # type: ignore[no-untyped-def]
     """The row ops' on-chip rows ask for (n - head) x itemsize bytes of dynamic shared memory at
     the first launch, and a FastCache replay on new pointers asks for the same (a replay without it would
-    index past the block's shared memory)."""
-    from kernels.ops.rows import ONCHIP_ROWS, for_machine, vector_cols
+    index past the block's shared memory), for each on-chip shape."""
+    from kernels.ops.rows import ONCHIP_MID_ROWS, ONCHIP_ROWS, for_machine, vector_cols
 
     f16 = np.dtype(np.float16)
-    c = for_machine(ONCHIP_ROWS)
-    cols = vector_cols(f16) + 8 * 4  # past the registers' rows: on chip (the simulator's shape)
-    want = (cols - c.threads * c.per) * 2
+    c, mid = for_machine(ONCHIP_ROWS), for_machine(ONCHIP_MID_ROWS)
+    # past the registers' rows: on chip, in the mid shape, or past it in the vocabulary one (the simulator's)
+    cols = vector_cols(f16) + 8 * 4 if shape == "mid" else mid.cols + 8 * 4
+    held = mid if shape == "mid" else c
+    assert held.takes(cols) and (shape == "mid") is mid.takes(cols)
+    want = (cols - held.threads * held.per) * 2
 
     def call(ptr: int) -> None:
         x = _FakeDeviceArray((5, cols), f16, ptr)
@@ -669,7 +673,8 @@ def test_device_facts_and_buffers_are_kept_per_context(two_contexts, monkeypatch
     assert a1[6] == 8 and b[6] == 3
     for i in range(2, 6):  # the same buffer again in A, another one in B
         assert a1[i] is a2[i] and a1[i] is not b[i], i
-    # shared memory per block: rmsnorm's on-chip rows where the device holds them, else its streaming kernel
+    # shared memory per block: rmsnorm's on-chip rows where the device holds them (the simulator's rows past
+    # vector_cols take ONCHIP_MID_ROWS' shape first), else its streaming kernel
     from kernels.ops import rows
     from kernels.runtime.arrays import BF16
 
@@ -677,8 +682,9 @@ def test_device_facts_and_buffers_are_kept_per_context(two_contexts, monkeypatch
     for ctx, fits in ((0xA, True), (0xB, False), (0xA, True)):
         current[0] = ctx
         assert launch.smem_optin() == optin[ctx] and rows.chip_fits() is fits
+        assert rows.chip_fits(rows.ONCHIP_MID_ROWS) is fits
         k = rmsnorm._K.pick("vector", BF16, True, long, 2)[0]
-        want = rmsnorm._K.chip_k[BF16] if fits else rmsnorm._K.svec_k[BF16]
+        want = rmsnorm._K.mid_k[BF16] if fits else rmsnorm._K.svec_k[BF16]
         assert (k.kernel if fits else k) is want
 
 

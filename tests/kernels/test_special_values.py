@@ -84,6 +84,8 @@ def test_cast_past_fp16_range_is_inf() -> None:
         ("stream", "float32"),
         ("on-chip", "bfloat16"),
         ("on-chip", "float16"),
+        ("on-chip-mid", "bfloat16"),
+        ("on-chip-mid", "float16"),
     ],
 )
 def test_softmax_long_rows_keep_nan_inf_and_minus_inf(
@@ -96,17 +98,24 @@ def test_softmax_long_rows_keep_nan_inf_and_minus_inf(
     from dataclasses import replace
 
     from kernels.ops import softmax as mod
-    from kernels.ops.rows import chip_fits, vector_cols
+    from kernels.ops.rows import ONCHIP_MID_ROWS, chip_fits, vector_cols
     from kernels.runtime.arrays import BF16
     from kernels.runtime.launch import FastCache
 
     dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)
     cols = (2568 if verify.SIMULATED else 81928) // (2 if dt.itemsize == 4 else 1)  # steps and a tail
+    if kernel == "on-chip-mid":  # inside ONCHIP_MID_ROWS' rows (2048 simulated, 40960-65536 on a GPU)
+        cols = 2000 if verify.SIMULATED else 49160
     assert cols > vector_cols(dt)
     monkeypatch.setattr(mod, "_FAST", FastCache())
     if kernel == "stream":
         monkeypatch.setattr(mod._K, "chip_k", {})
+        monkeypatch.setattr(mod._K, "mid_k", {})
         assert mod._K.pick("vector", dt, True, cols, 7)[0] is mod._K.svec_k[dt]
+    elif kernel == "on-chip-mid":
+        if not chip_fits(ONCHIP_MID_ROWS):
+            pytest.skip("this GPU cannot give a block the on-chip rows' shared memory (they stream here)")
+        assert getattr(mod._K.pick("vector", dt, True, cols, 7)[0], "kernel", None) is mod._K.mid_k[dt]
     else:
         if not chip_fits():
             pytest.skip("this GPU cannot give a block the on-chip rows' shared memory (they stream here)")
