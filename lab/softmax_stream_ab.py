@@ -58,12 +58,14 @@ def main() -> int:
     for dt in (BF16, np.dtype(np.float16)):  # on chip: 16-bit rows only
         built[dt]["chip"] = m._K.chip_k[dt]
     saved_svec, saved_chip, saved_shape, saved_fast = dict(m._K.svec_k), dict(m._K.chip_k), m._K.chip_shape, m._FAST
+    saved_mid = dict(m._K.mid_k)  # rows.ONCHIP_MID_ROWS: away, so that each variant is the kernel it names
     caches = {p: FastCache() for p in VARIANTS}
 
     def use(p: str, dt: np.dtype) -> None:
         m._FAST = caches[p]
         m._K.svec_k.update(saved_svec)
         m._K.chip_k.clear()
+        m._K.mid_k.clear()
         m._K.chip_shape = replace(saved_shape, from_cols=0)
         if p == "push":
             m._K.svec_k[dt] = built[dt]["push"]
@@ -116,6 +118,7 @@ def main() -> int:
         m._K.svec_k.update(saved_svec)
         m._K.chip_k.clear()
         m._K.chip_k.update(saved_chip)
+        m._K.mid_k.update(saved_mid)
         m._K.chip_shape, m._FAST = saved_shape, saved_fast
     for dt, ks in built.items():
         for p, k in ks.items():

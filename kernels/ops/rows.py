@@ -284,11 +284,14 @@ ONCHIP_OPS: set[str] = set()
 
 
 def chip_fits(shape: OnChipRows = ONCHIP_ROWS) -> bool:
-    """Whether this device lets a block opt in to an on-chip shape's shared memory (its smem and the kernels'
-    few hundred static bytes): sm_90's 227 KB holds ONCHIP_ROWS' 225 KB; sm_80's 163 KB and sm_86 / sm_89's
-    99 KB do not, and there those rows stream. (ONCHIP_MID_ROWS' 112 KB fits a block on sm_80 too; its two
-    blocks per SM were measured on sm_90 only, and on a GPU that fits one it is still right, only slower.)"""
-    return smem_optin() >= for_machine(shape).smem + ONCHIP_STATIC_BYTES  # type: ignore[union-attr]
+    """Whether this device holds an on-chip shape as it was measured: min_blocks blocks of its shared memory
+    (smem and the kernels' few hundred static bytes) within what one block may opt in to, which on these GPUs
+    is an SM's shared memory less 1 KB. sm_90's 227 KB holds ONCHIP_ROWS' 225 KB and ONCHIP_MID_ROWS' two
+    blocks of 112 KB; sm_80's 163 KB and sm_86 / sm_89's 99 KB hold neither, and there those rows stream
+    (ONCHIP_MID_ROWS would fit one block per SM on sm_80, the layout that lost to the streaming kernel)."""
+    held = for_machine(shape)
+    assert isinstance(held, OnChipRows)
+    return smem_optin() >= held.min_blocks * (held.smem + ONCHIP_STATIC_BYTES)
 
 
 ONCHIP_STATIC_BYTES = 1024  # room for the kernels' static shared memory (the block reductions: 256-512 B)

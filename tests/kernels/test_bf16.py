@@ -250,7 +250,8 @@ def _onchip_widths(
     head, w = c.threads * c.per, WIDTH[dt]
     step = c.threads * vectors * w
     widths = {vector_cols(dt) + w, c.cols - c.cols % w}
-    widths |= {head + k * step + d for k in (1, 2) for d in (-w, 0, w)}
+    k0 = max(1, (vector_cols(dt) - head) // step + 1)  # the first whole step past what registers hold
+    widths |= {head + k * step + d for k in (k0, k0 + 1) for d in (-w, 0, w)}
     if not verify.SIMULATED:
         widths |= {65536, 128256, 131072}
     held = replace(c, from_cols=0) if every_tail else c
