@@ -867,3 +867,22 @@ def test_dynamic_smem_raises_the_limit_only_past_the_default(monkeypatch):  # ty
     rc[0] = 1
     with pytest.raises(launch.LaunchError, match=r"max dynamic shared = 201728 B\) failed with CUresult 1"):
         launch.dynamic_smem(197 * 1024)(0xF01)
+
+
+@pytest.mark.parametrize(
+    ("optin", "vocabulary", "mid"),
+    [
+        (232448, True, True),  # sm_90 (H100 / H200): 227 KB a block, two mid blocks fit
+        (166912, False, False),  # sm_80 (A100): one mid block per SM only, the layout that lost: stream
+        (101376, False, False),  # sm_86 / sm_89
+    ],
+)
+def test_chip_fits_asks_for_every_block_a_shape_runs_per_sm(monkeypatch, optin, vocabulary, mid):  # type: ignore[no-untyped-def]
+    """The on-chip shapes as a GPU runs them (not the simulator's): each needs min_blocks blocks of its shared
+    memory within what one block may opt in to (an SM's shared memory less 1 KB on these GPUs)."""
+    from kernels.ops import rows
+
+    monkeypatch.setattr(rows, "SIMULATED", False)  # for_machine: the shapes as on a GPU
+    monkeypatch.setattr(rows, "smem_optin", lambda: optin)
+    assert rows.chip_fits(rows.ONCHIP_ROWS) is vocabulary and rows.chip_fits() is vocabulary
+    assert rows.chip_fits(rows.ONCHIP_MID_ROWS) is mid
