@@ -51,6 +51,7 @@ their own.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,7 @@ from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, re
 from kernels.runtime import arrays, device
 from kernels.runtime import launch as _launch
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, FP8, SIMULATED, HostSync, Operand
-from kernels.runtime.launch import kernel, sm_count
+from kernels.runtime.launch import FastCache, kernel, sm_count
 
 THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.primitives.reductions)
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
@@ -294,6 +295,7 @@ _CAST_VEC_FNS = {
 }
 _CAST_VEC = {key: kernel(fn, _CAST_SIGS[key[0]]) for key, fn in _CAST_VEC_FNS.items()}
 _workspaces: dict[int, Operand] = {}  # by context (kernels.runtime.launch.context): memory is per context
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
 
 def parts(ctx: int | None = None) -> int:
@@ -353,6 +355,11 @@ def cast_fp8(
     (out, scale_out): the caller's arrays, or new ones (numpy when x is numpy): out float8_e4m3fn of x's
     shape, scale_out float32 of shape (1,). `path`: "auto", "scalar" or "vector"
     (kernels.primitives.vector.choose; "vector" needs 16-byte aligned x and out)."""
+    if out is not None and scale_out is not None and workspace is None:
+        bound, ptrs = _FAST.find((x, out, scale_out), path)
+        if bound is not None:
+            bound.launch(ptrs, stream)
+            return out, scale_out
     sync = HostSync()
     xo = arrays.operand("x", x, sync)
     arrays.check_dtype(xo, FLOAT_IO_BF16)
@@ -378,10 +385,44 @@ def cast_fp8(
         per, amax, cast = UNROLL[dt], _AMAX[dt], _CAST[dt]
     grid = max(1, min(g, (n + THREADS * per - 1) // (THREADS * per)))
     # kernel 1 writes partials 0 .. grid - 1; kernel 2 reduces exactly those
-    amax.launch(grid, THREADS, (xo, wo), stream=stream, ctx=ctx)
-    cast.launch(grid, THREADS, (xo, wo, grid, oo, so), stream=stream, ctx=ctx)
+    with _PAIR:  # no other call's amax between this call's two launches (the shared workspace)
+        amax.launch(grid, THREADS, (xo, wo), stream=stream, ctx=ctx)
+        cast.launch(grid, THREADS, (xo, wo, grid, oo, so), stream=stream, ctx=ctx)
+    if workspace is None and xo.host is None and oo.host is None and so.host is None:
+        # the same layout again in this context (FastCache's key: shapes, dtypes, 16-byte alignment, path)
+        # takes the same kernels, grid and workspace (one per context, of parts() words); only x, out and
+        # scale_out are new
+        _FAST.store(
+            (x, out, scale_out),
+            path,
+            _TwoLaunches(
+                amax.bind(grid, THREADS, (xo, wo), ptr_args=(0,)),
+                cast.bind(grid, THREADS, (xo, wo, grid, oo, so), ptr_args=(0, 3, 4)),
+            ),
+        )
     sync.finish()
     return _result(oo, out, xo), _result(so, scale_out, xo)
+
+
+class _TwoLaunches:
+    """The amax and cast launches of one validated cast_fp8 call, replayed with new (x, out, scale_out)
+    pointers: the value cast_fp8 keeps in its FastCache."""
+
+    __slots__ = ("amax", "cast")
+
+    def __init__(self, amax: Any, cast: Any) -> None:
+        self.amax, self.cast = amax, cast
+
+    def launch(self, ptrs: Any, stream: Any = 0) -> None:
+        with _PAIR:
+            self.amax.launch(ptrs[:1], stream)
+            self.cast.launch(ptrs, stream)
+
+
+# Held across one call's two launches: calls from several threads on one stream queue each amax right before
+# its own cast, so no cast reads another call's partials from the shared workspace. (Calls on several
+# streams at once still need a workspace each: the lock orders launches, not the streams' work.)
+_PAIR = threading.Lock()
 
 
 def _result(op: Operand, given: Any, first: Operand) -> Any:

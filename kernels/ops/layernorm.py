@@ -23,7 +23,7 @@ Kernels, one block of 256 threads per row, as rmsnorm:
     WIDE_ROWS shape (32 x 32 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
     32768 columns stay in registers (one read of the row) instead of streaming (two).
   - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
-    131584, the vocabularies, and built again as rows.ONCHIP_MID_ROWS for rows of 40960 to 65536: two
+    131584, the vocabularies, and built again as rows.ONCHIP_MID_ROWS for rows of 32776 to 65536: two
     blocks of 512 threads per SM; "auto" and "vector" take it there, on GPUs that let a block opt in to its
     shared memory: rows.chip_fits, sm_90): rmsnorm's on-chip layout (1024 threads x 16 values in
     registers, the rest of the row in up to 225 KB of dynamic shared memory packed two columns to a 32-bit

@@ -19,7 +19,7 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
     WIDE_ROWS shape (32 x 32 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
     32768 columns stay in registers (one read of the row) instead of streaming (two).
   - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
-    131584, the vocabularies, and built again as rows.ONCHIP_MID_ROWS for rows of 40960 to 65536: two
+    131584, the vocabularies, and built again as rows.ONCHIP_MID_ROWS for rows of 32776 to 65536: two
     blocks of 512 threads per SM; "auto" and "vector" take it there, on GPUs that let a block opt in to its
     shared memory: rows.chip_fits, sm_90): 1024 threads x 16 values in registers and
     the rest of the row in up to 225 KB of dynamic shared memory, packed two columns to a 32-bit word
@@ -313,12 +313,20 @@ def stream_vec_scale(config: StreamRows, width: int):  # type: ignore[no-untyped
 
 
 def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
-    """Rows past what registers hold, read once (kernels.ops.rows.OnChipRows; fp16 / bf16 `word`s): pass 1
-    loads the row's first threads x per columns into registers and streams the rest into the thread's own
-    shared-memory slots (`config.vectors` 16-byte loads in flight), two columns to a uint32
-    (rows.onchip_pairs: 4 shared stores per vector), summing squares as it goes; pass 2 writes x * inv * w
-    from registers and from shared memory (4 shared loads per vector). One read and one write of the row,
-    where the streaming kernel reads it twice."""
+    """Rows past what registers hold, read once (kernels.ops.rows.OnChipRows; fp16 / bf16 `word`s): the
+    block's first row loads its first threads x per columns into registers and streams the rest into the
+    thread's own shared-memory slots (`config.vectors` 16-byte loads in flight), two columns to a uint32
+    (rows.onchip_pairs: 4 shared stores per vector), summing squares as it goes. Then, row after row: the
+    block reduction, and one pass that writes x * inv * w from registers and from each slot and, in the same
+    step, refills the slot with the next row's vector (its loads issued before this row's stores, summing its
+    squares), since no other thread touches the slot. So the write of row r and the load of row r + grid
+    share one pass: where each row was a load pass, a reduction and a write pass in turn (every SM in the
+    same phase at once, DRAM idle while the stores drained and the next loads ramped up), only the block
+    reduction stands between rows. One read and one write of the row, where the streaming kernel reads it
+    twice. Measured against the two-pass form on an H100 (2026-12-06, lab/onchip_prefetch.py's "early" ->
+    benchmarks/h100/2026-12-06/mid-shipped/prefetch.txt, fp16 and bf16): 1.047-1.065x at 261 x 128256
+    (0.80-0.82 of copy against 0.77), 1.02x at 1024 x 128256 and 1024 x 40960, 1.06x at 512 x 65536 (0.84
+    against 0.79). ptxas sm_90: 64 registers, no spills (the two-pass form: 48 / 54)."""
     threads, per, nvec = config.threads, config.per, config.vectors
     load_row, col_of = make_row_io(width, threads, per)
     bsum, slots = make_block_sum(threads), row_slots(threads)
@@ -333,46 +341,67 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
         sm = cuda.shared.array(nsm, float32)
         part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
         v = cuda.local.array(per, float32)
-        t = cuda.local.array(nvals, float32)
+        t = cuda.local.array(nvals, float32)  # the next row's vectors, in flight
         tw = cuda.local.array(width, float32)
+        to = cuda.local.array(width, float32)  # this row's vector on its way out
         tid = cuda.threadIdx.x
         rows = x.shape[0]
         n = x.shape[1]
         nt = (n - head) // width
         row = cuda.blockIdx.x
+        if row >= rows:
+            return
+        # the block's first row: its load pass alone
+        xr = x[row]
+        load_row(v, xr, n, float32(0.0))
+        acc = float32(0.0)
+        j = tid
+        while j < nt:
+            load_step(t, xr, j, nt, float32(0.0))  # a missing vector's zeros add nothing
+            for e in range(nvals):
+                acc += t[e] * t[e]
+            keep_step(t, part, j, nt)
+            j += nvec * threads
+        for e in range(per):
+            acc += v[e] * v[e]
         base = 0
         while row < rows:
-            xr = x[row]
-            load_row(v, xr, n, float32(0.0))
-            acc = float32(0.0)
-            j = tid
-            while j < nt:
-                load_step(t, xr, j, nt, float32(0.0))  # a missing vector's zeros add nothing
-                for e in range(nvals):
-                    acc += t[e] * t[e]
-                keep_step(t, part, j, nt)
-                j += nvec * threads
-            for e in range(per):
-                acc += v[e] * v[e]
             inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
             base = slots - base
+            nxt = row + cuda.gridDim.x
+            more = nxt < rows
+            xn = x[nxt if more else row]
             orow = out[row]
             for q in range(nv):
                 col = col_of(q)
-                ldg_into(t, 0, w, col)
+                ldg_into(tw, 0, w, col)
                 for e in range(width):
-                    t[e] = v[q * width + e] * inv * t[e]
-                stg_from(orow, col, t, 0)
+                    to[e] = v[q * width + e] * inv * tw[e]
+                stg_from(orow, col, to, 0)
+            acc = float32(0.0)
             j = tid
             while j < nt:  # this thread's own slots: no other thread reads or writes them
-                col = head + j * width
-                ldg_into(tw, 0, w, col)
-                take(t, part, j, nt)
-                for e in range(width):
-                    t[e] = t[e] * inv * tw[e]
-                stg_from(orow, col, t, 0)
-                j += threads
-            row += cuda.gridDim.x
+                if more:
+                    load_step(t, xn, j, nt, float32(0.0))  # in flight while this row's vectors go out
+                for u in range(nvec):
+                    i = j + u * threads
+                    if i < nt:
+                        col = head + i * width
+                        ldg_into(tw, 0, w, col)
+                        take(to, part, i, nt)
+                        for e in range(width):
+                            to[e] = to[e] * inv * tw[e]
+                        stg_from(orow, col, to, 0)
+                if more:
+                    for e in range(nvals):
+                        acc += t[e] * t[e]
+                    keep_step(t, part, j, nt)
+                j += nvec * threads
+            if more:
+                load_row(v, xn, n, float32(0.0))
+                for e in range(per):
+                    acc += v[e] * v[e]
+            row = nxt
 
     return k
 

@@ -48,7 +48,7 @@ from kernels.primitives.vector import AUTO_VECTOR, WIDTH, choose, ldg_into, stg_
 from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, HostSync
-from kernels.runtime.launch import kernel
+from kernels.runtime.launch import FastCache, OverlapGuard, kernel
 
 THREADS = BLOCK  # 256 on a GPU, 32 under the simulator (kernels.primitives.reductions)
 F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
@@ -179,6 +179,7 @@ _OVERLAPS: tuple[arrays.Overlap, ...] = (
     (0, 1, False, "x is written while cos is still being read"),
     (0, 2, False, "x is written while sin is still being read"),
 )
+_FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 
 
 def rope(x: Any, cos: Any, sin: Any, *, stream: int = 0, path: str = "auto") -> Any:
@@ -186,6 +187,10 @@ def rope(x: Any, cos: Any, sin: Any, *, stream: int = 0, path: str = "auto") -> 
     (see the module doc). Returns x (a numpy x is copied back). `path`: "auto", "scalar" or "vector"
     (kernels.primitives.vector.choose; "vector" needs 16-byte aligned x, cos, sin and head_dim / 2 elements
     of x a multiple of 16 bytes)."""
+    bound, ptrs = _FAST.find((x, cos, sin), path)
+    if bound is not None:
+        bound.launch(ptrs, stream)
+        return x
     sync = HostSync()
     xo = arrays.operand("x", x, sync, writeback=True)
     arrays.check_dtype(xo, FLOAT_IO_BF16)
@@ -207,10 +212,20 @@ def rope(x: Any, cos: Any, sin: Any, *, stream: int = 0, path: str = "auto") -> 
     w = WIDTH[dt]
     ok = vector_ok((xo.ptr, co.ptr, so.ptr), h * dt.itemsize) and xo.size // (2 * w) < VEC_LIMIT
     if choose(path, dt, ok):
-        grid = max(1, min(MAX_GRID, (xo.size // (2 * w) + THREADS - 1) // THREADS))
-        _VEC[dt].launch(grid, THREADS, (xo, co, so, heads, h), stream=stream)
+        k, grid = _VEC[dt], max(1, min(MAX_GRID, (xo.size // (2 * w) + THREADS - 1) // THREADS))
     else:
-        _KERNELS[dt].launch(max(1, min(MAX_GRID, tokens)), THREADS, (xo, co, so, heads, h), stream=stream)
+        k, grid = _KERNELS[dt], max(1, min(MAX_GRID, tokens))
+    args = (xo, co, so, heads, h)
+    k.launch(grid, THREADS, args, stream=stream)
+    if xo.host is None and co.host is None and so.host is None:
+        # the same layout again (the key: shapes, strides, dtypes, 16-byte alignment, path) takes the same
+        # kernel and grid; only the pointers are new, and the guard checks them against _OVERLAPS
+        spans = (xo.size * dt.itemsize, tokens * h * 4, tokens * h * 4)
+        _FAST.store(
+            (x, cos, sin),
+            path,
+            OverlapGuard(k.bind(grid, THREADS, args), spans, ("x", "cos", "sin"), _OVERLAPS),
+        )
     sync.finish()
     return x
 

@@ -245,9 +245,12 @@ ONCHIP_ROWS = OnChipRows(threads=1024, per=16, vectors=2, smem=225 * 1024, min_b
 # lab/onchip_ab.py's chip512 -> benchmarks/h100/2026-12-06/chip512/, through the ops' own pick, against the
 # streaming kernel, fp16 and bf16 alike): rmsnorm 1.08x at 1024 x 40960 (0.86 of copy against 0.80),
 # 1.04-1.05x at 512 x 65536 (0.83); layernorm 1.08-1.09x (0.81) and 1.02-1.03x (0.79); softmax 1.18-1.22x
-# (0.82) and 1.06-1.09x (0.82-0.83). It takes rows from 40960 columns, the narrowest width timed. ptxas
-# sm_90: 48-62 registers, no spills (the same kernels as ONCHIP_ROWS').
-ONCHIP_MID_ROWS = OnChipRows(threads=512, per=16, vectors=2, smem=112 * 1024, min_blocks=2, from_cols=40960)
+# (0.82) and 1.06-1.09x (0.82-0.83). Below 40960, as shipped (an H100, 2026-12-06, eighth session,
+# lab/onchip_ab.py -> benchmarks/h100/2026-12-06/mid-from/ and mid-shipped/, 1024 rows): 1.01-1.13x at
+# 32776 (the first aligned width past vector_cols), 1.10-1.26x at 33280, 34816 and 36864 (0.78-0.86 of copy
+# against 0.62-0.77 streaming). So it takes every aligned row past what registers hold, from 32776 columns,
+# up to 65536. ptxas sm_90: 48-62 registers, no spills (the same kernels as ONCHIP_ROWS').
+ONCHIP_MID_ROWS = OnChipRows(threads=512, per=16, vectors=2, smem=112 * 1024, min_blocks=2, from_cols=32776)
 # narrowest first: RowKernels.pick takes the first shape that holds the row
 ONCHIP_SHAPES: tuple[OnChipRows, ...] = (ONCHIP_MID_ROWS, ONCHIP_ROWS)
 ONCHIP_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
@@ -606,7 +609,7 @@ class RowKernels:
         """(kernel, threads per block, grid) for `path`: the vector kernel when `choose` takes it, or on
         "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`), at
         the WIDE_ROWS shape that `wide_for` names where it names one; for aligned rows past vector_cols the
-        on-chip kernel of the narrowest ONCHIP_SHAPES shape that takes the row (rows of 40960 to 65536 and of
+        on-chip kernel of the narrowest ONCHIP_SHAPES shape that takes the row (rows of 32776 to 65536 and of
         128256 to 131584 columns in the ONCHIP_DTYPES, where the op has one, and the device fits it), else the
         16-byte streaming kernel where the op has one (path "vector", or "auto" where stream_vector_auto
         allows: the STREAM_VECTOR_AUTO dtypes on a GPU, from the STREAM_VECTOR_AUTO_FROM widths); else the

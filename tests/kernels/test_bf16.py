@@ -303,8 +303,9 @@ def test_onchip_rows_round_the_float64_result(
 @pytest.mark.parametrize("op", sorted(ONCHIP_OPS))
 def test_onchip_rows_end_where_shared_memory_does(op: str) -> None:
     """One vector past ONCHIP_ROWS.cols, or short of its from_cols (on a GPU: where the streaming kernel
-    was measured faster), the streaming kernel takes the row; the same around ONCHIP_MID_ROWS (a GPU: 40960
-    to 65536); the narrower shape takes a row both hold; fp32 never runs on chip."""
+    was measured faster), the streaming kernel takes the row; the same around ONCHIP_MID_ROWS (a GPU: 32776
+    to 65536, every aligned row past what registers hold); the narrower shape takes a row both hold; fp32
+    never runs on chip."""
     if not chip_fits():
         pytest.skip("this GPU cannot give a block the on-chip rows' shared memory (they stream here)")
     mod, c, mid = ONCHIP_OPS[op], for_machine(ONCHIP_ROWS), for_machine(ONCHIP_MID_ROWS)
@@ -320,8 +321,9 @@ def test_onchip_rows_end_where_shared_memory_does(op: str) -> None:
         assert runs(mid_longest + 8) is mod._K.chip_k[BF16]
     else:
         assert c.from_cols == 128256 and runs(128256, "auto") is mod._K.chip_k[BF16]
-        assert (mid.from_cols, mid.cols) == (40960, 65536) and runs(65536, "auto") is mod._K.mid_k[BF16]
-        assert runs(40960, "auto") is mod._K.mid_k[BF16] and runs(40952, "auto") is mod._K.svec_k[BF16]
+        assert (mid.from_cols, mid.cols) == (32776, 65536) and runs(65536, "auto") is mod._K.mid_k[BF16]
+        # no aligned row past the registers' streams short of 65536: from_cols is the first one
+        assert runs(32776, "auto") is mod._K.mid_k[BF16] and mid.from_cols == vector_cols(BF16) + 8
         assert runs(65544, "auto") is mod._K.svec_k[BF16] and runs(128248, "auto") is mod._K.svec_k[BF16]
     f32 = np.dtype(np.float32)
     assert f32 not in mod._K.chip_k

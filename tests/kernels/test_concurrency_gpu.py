@@ -59,6 +59,43 @@ def test_threads_sharing_one_layout_each_get_their_own_sum() -> None:
     assert not errors, errors
 
 
+def test_threads_casting_to_fp8_on_one_stream_each_get_their_own_scale() -> None:
+    """8 threads calling cast_fp8 on the default stream, each on its own arrays of one layout with its own
+    amax: the two launches of a call share the process's workspace, so a call whose cast read another
+    call's amax partials gets the wrong scale. Every call's scale and codes are checked."""
+    from kernels.ops import cast_fp8 as c8
+
+    shape = (16, 4096)
+    n_threads, calls = 8, 40
+    rng = np.random.default_rng(12)
+    hosts = [rng.standard_normal(shape).astype(np.float32) * (1 + 3 * t) for t in range(n_threads)]
+    wants = [c8.reference(h) for h in hosts]
+    errors: list[str] = []
+
+    def work(t: int) -> None:
+        try:
+            x = cuda.to_device(hosts[t])
+            out = cuda.device_array(shape, np.uint8)
+            scale = cuda.device_array(1, np.float32)
+            for i in range(calls):
+                c8.cast_fp8(x, out, scale)
+                got = float(scale.copy_to_host()[0])  # synchronizes the default stream
+                if got != float(wants[t][1]):
+                    errors.append(f"thread {t} call {i}: scale {got}, expected {float(wants[t][1])}")
+                    return
+            if not np.array_equal(out.copy_to_host(), wants[t][0].view(np.uint8)):
+                errors.append(f"thread {t}: codes wrong")
+        except Exception as e:  # noqa: BLE001  (reported below, with the thread)
+            errors.append(f"thread {t}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+
+
 def test_a_callers_own_graph_capture_records_our_launch() -> None:
     """cudaStreamBeginCapture (global mode) on the stream we are given, our op called twice on the same
     arrays inside it (a repeat call: the case that would capture and replay a graph of ours), capture ended:

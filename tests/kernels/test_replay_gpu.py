@@ -194,3 +194,72 @@ def test_clip_grad_norm_table_on_a_non_blocking_stream() -> None:
                 assert err <= 1e-5, f"trial {trial}: scaled rel err {err:.3g}"
     finally:
         lib.cuStreamDestroy_v2(s)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("head_dim", [128, 38], ids=["vector", "scalar"])
+def test_rope_repeat_calls(dtype: str, head_dim: int) -> None:
+    """rope's FastCache replay: the same arrays again (from the third call a graph replay), then new arrays
+    with new data, each call against float64; a replay whose x overlaps cos is refused, not run."""
+    from kernels.ops import rope as op
+    from kernels.runtime import arrays
+
+    dt = np.dtype(arrays.BF16 if dtype == "bfloat16" else dtype)
+    tol = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}[dtype]
+    rng = np.random.default_rng(12)
+    tokens, heads = 9, 4
+    x = arrays.to_device(np.zeros((tokens, heads, head_dim), dt))
+    cos = cuda.device_array((tokens, head_dim // 2), np.float32)
+    sin = cuda.device_array((tokens, head_dim // 2), np.float32)
+    for call in range(2 * CALLS):
+        if call == CALLS:  # new arrays: the replay must follow their pointers
+            x = arrays.to_device(np.zeros((tokens, heads, head_dim), dt))
+            cos = cuda.device_array((tokens, head_dim // 2), np.float32)
+            sin = cuda.device_array((tokens, head_dim // 2), np.float32)
+        xh = rng.standard_normal((tokens, heads, head_dim)).astype(np.float32).astype(dt)
+        ch, sh = op.tables(rng.integers(0, 4096, tokens), head_dim)
+        arrays.words(x).copy_to_device(arrays.host_words(xh))
+        cos.copy_to_device(ch)
+        sin.copy_to_device(sh)
+        assert op.rope(x, cos, sin) is x
+        err = rel(arrays.to_host(x).astype(np.float64), op.reference(xh, ch, sh))
+        assert err <= tol, f"call {call}: rel err {err:.3g}"
+    assert op._FAST.find((x, cos, sin), "auto")[0] is not None  # the calls above took the cached launch
+    # x over cos (a float32 x of cos' own memory, same layout as the cached call): refused on the cached path
+    if dtype == "float32":
+        span = tokens * heads * head_dim
+        pool = cuda.device_array(span + tokens * head_dim, np.float32)
+        xa = pool[:span].reshape(tokens, heads, head_dim)
+        with pytest.raises(ValueError, match="x: must not overlap cos"):
+            op.rope(xa, pool[span - tokens * head_dim // 2 : span].reshape(tokens, head_dim // 2), sin)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_cast_fp8_repeat_calls(dtype: str) -> None:
+    """cast_fp8's FastCache replay (its amax and cast launches): the same arrays again, then new arrays, new
+    data and a new amax every call, codes and scale bit for bit against the reference."""
+    import ml_dtypes
+
+    from kernels.ops import cast_fp8 as op
+    from kernels.runtime import arrays
+
+    dt = np.dtype(arrays.BF16 if dtype == "bfloat16" else dtype)
+    rng = np.random.default_rng(13)
+    shape = (37, 1001)
+    x = arrays.to_device(np.zeros(shape, dt))
+    out = cuda.device_array(shape, np.uint8)
+    scale = cuda.device_array(1, np.float32)
+    for call in range(2 * CALLS):
+        if call == CALLS:
+            x = arrays.to_device(np.zeros(shape, dt))
+            out = cuda.device_array(shape, np.uint8)
+            scale = cuda.device_array(1, np.float32)
+        xh = (rng.standard_normal(shape) * (1.0 + call)).astype(np.float32).astype(dt)
+        arrays.words(x).copy_to_device(arrays.host_words(xh))
+        op.cast_fp8(x, out, scale)
+        want, want_scale = op.reference(xh)
+        assert float(scale.copy_to_host()[0]) == float(want_scale), f"call {call}: scale"
+        got = out.copy_to_host()
+        assert (got == want.view(np.uint8)).all(), f"call {call}: codes differ"
+        assert want.dtype == ml_dtypes.float8_e4m3fn
+    assert op._FAST.find((x, out, scale), "auto")[0] is not None  # the calls above took the cached launch
