@@ -237,7 +237,7 @@ STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
 # 0.77 of copy, layernorm 0.72, softmax 0.78). Under the simulator it takes every
 # row past vector_cols (for_machine) that ONCHIP_MID_ROWS does not, so that its tests reach every tail.
 ONCHIP_ROWS = OnChipRows(threads=1024, per=16, vectors=2, smem=225 * 1024, min_blocks=1, from_cols=128256)
-# Rows of 40960 to 65536 fp16 / bf16 columns, on the same GPUs, instead of STREAM_ROWS: the same kernels
+# Rows of 32776 to 65536 fp16 / bf16 columns, on the same GPUs, instead of STREAM_ROWS: the same kernels
 # (each op's make_onchip) as two blocks of 512 threads per SM, 8192 columns in registers and up to 112 KB of
 # shared memory each (2 x 112 KB and the blocks' static and reserved bytes fit sm_90's 228 KB per SM), so one
 # block's reductions and write pass overlap the other's loads, where one 1024-thread block per SM leaves the

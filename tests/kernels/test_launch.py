@@ -12,7 +12,7 @@ import pytest
 from numba import cuda
 from opcheck import ON_GPU, fake_graph_class, needs_gpu
 
-from kernels.ops import cast, layernorm, residual_add, rmsnorm, softmax
+from kernels.ops import cast, cast_fp8, layernorm, residual_add, rmsnorm, rope, softmax
 from kernels.runtime import arrays, launch
 
 F32 = np.dtype(np.float32)
@@ -165,7 +165,7 @@ def stubbed(monkeypatch):  # type: ignore[no-untyped-def]
         self._ready = True
 
     monkeypatch.setattr(launch.Kernel, "_prepare", prepare)
-    for mod in (rmsnorm, layernorm, softmax, residual_add, cast):
+    for mod in (rmsnorm, layernorm, softmax, residual_add, cast, rope, cast_fp8):
         monkeypatch.setattr(mod, "_FAST", launch.FastCache())
         # kernels an earlier simulator test made ready (dispatcher path, no parameter block) start over
         # (module-level Kernels, dicts of them, and those an op's kernel table such as rows.RowKernels holds)
@@ -298,6 +298,68 @@ def test_launchers_replay_validated_layouts_only(stubbed, opname):  # type: igno
     with pytest.raises(TypeError, match="out: dtype"):  # a bad output is never served from the cache
         call(0x5000000, out_dtype=np.float64)
     assert len(stubbed) == 3
+
+
+def _validating_fails(monkeypatch):  # type: ignore[no-untyped-def]
+    """From here on a call that validates its operands fails the test: what runs is the FastCache replay."""
+
+    def refuse(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError("validated again: the FastCache entry was not used")
+
+    monkeypatch.setattr(arrays, "operand", refuse)
+
+
+def test_rope_replays_validated_layouts_and_guards_overlap(stubbed, monkeypatch):  # type: ignore[no-untyped-def]
+    # in place over x, read from cos / sin: a replay takes the new pointers (x's data slot is the first
+    # array's, parameter 4), and a replay whose x overlaps cos is refused before any launch
+    f32 = np.float32
+
+    def call(px: int, pc: int, tokens: int = 4) -> object:
+        x = _FakeDeviceArray((tokens, 2, 64), f32, px)
+        return rope.rope(
+            x, _FakeDeviceArray((tokens, 32), f32, pc), _FakeDeviceArray((tokens, 32), f32, 0x9000000)
+        )
+
+    call(0x1000000, 0x2000000)  # validated, launched, stored
+    first = stubbed[-1]
+    with monkeypatch.context() as m:
+        _validating_fails(m)
+        call(0x5000000, 0x6000000)  # same layout, new pointers: replayed
+        with pytest.raises(ValueError, match="x: must not overlap cos"):
+            call(0x5000000, 0x5000000 + 256)  # cos inside x, the cached layout: the guard refuses it
+    assert len(stubbed) == 2 and stubbed[-1][:2] == first[:2] and stubbed[-1][2][4] == 0x5000000
+    call(0x5000000, 0x6000000, tokens=6)  # another shape: validated again
+    assert len(stubbed) == 3 and stubbed[-1][2][2] == 6 * 2 * 64
+
+
+def test_cast_fp8_replays_both_launches_with_new_pointers(stubbed, monkeypatch):  # type: ignore[no-untyped-def]
+    # amax (x, workspace) then cast (x, workspace, grid, out, scale): a replay launches both, each with the
+    # new x (parameter 4, the first array's data slot); a call with the caller's own workspace is validated,
+    # never served from the cache
+    f32 = np.float32
+
+    def call(ptr: int, **kw: object) -> object:
+        x = _FakeDeviceArray((4, 256), f32, ptr)
+        out = _FakeDeviceArray((4, 256), np.uint8, ptr + 0x100000)
+        return cast_fp8.cast_fp8(x, out, _FakeDeviceArray((1,), f32, ptr + 0x200000), **kw)
+
+    call(0x1000000)
+    amax, cst = stubbed[-2], stubbed[-1]
+    assert amax[0] != cst[0] and amax[2][4] == cst[2][4] == 0x1000000
+    with monkeypatch.context() as m:
+        _validating_fails(m)
+        call(0x5000000)
+    assert len(stubbed) == 4 and [c[0] for c in stubbed[2:]] == [amax[0], cst[0]]
+    assert [c[2][4] for c in stubbed[2:]] == [0x5000000, 0x5000000]
+    ws = _FakeDeviceArray((cast_fp8.parts(),), np.uint32, 0x7000000)
+    call(0x5000000, workspace=ws)  # validated (both launches), not stored: the next call replays again
+    assert len(stubbed) == 6 and cast_fp8._FAST.find((ws,), "auto")[0] is None
+    call(0x3000000)
+    assert len(stubbed) == 8 and [c[2][4] for c in stubbed[6:]] == [0x3000000, 0x3000000]
+    with pytest.raises(TypeError, match="out: dtype"):
+        x, bad = _FakeDeviceArray((4, 256), f32, 0x5000000), _FakeDeviceArray((4, 256), f32, 0x5100000)
+        cast_fp8.cast_fp8(x, bad, _FakeDeviceArray((1,), f32, 0x5200000))
+    assert len(stubbed) == 8
 
 
 def test_bound_launches_directly_into_a_callers_own_capture(stubbed, monkeypatch):  # type: ignore[no-untyped-def]

@@ -225,13 +225,17 @@ def test_rope_repeat_calls(dtype: str, head_dim: int) -> None:
         err = rel(arrays.to_host(x).astype(np.float64), op.reference(xh, ch, sh))
         assert err <= tol, f"call {call}: rel err {err:.3g}"
     assert op._FAST.find((x, cos, sin), "auto")[0] is not None  # the calls above took the cached launch
-    # x over cos (a float32 x of cos' own memory, same layout as the cached call): refused on the cached path
+    # x over cos (a float32 x of cos' own memory, the cached layout and 16-byte alignment): the cached
+    # entry's guard refuses it
     if dtype == "float32":
-        span = tokens * heads * head_dim
+        span, h = tokens * heads * head_dim, head_dim // 2
         pool = cuda.device_array(span + tokens * head_dim, np.float32)
         xa = pool[:span].reshape(tokens, heads, head_dim)
+        at = (span - tokens * h) // 4 * 4  # inside x, 16-byte aligned
+        cv = pool[at : at + tokens * h].reshape(tokens, h)
+        assert op._FAST.find((xa, cv, sin), "auto")[0] is not None
         with pytest.raises(ValueError, match="x: must not overlap cos"):
-            op.rope(xa, pool[span - tokens * head_dim // 2 : span].reshape(tokens, head_dim // 2), sin)
+            op.rope(xa, cv, sin)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
