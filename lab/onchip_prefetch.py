@@ -12,12 +12,18 @@ reduction stands between rows.
 
 Variants (the shape is the one the product picks for the width: ONCHIP_MID_ROWS at 32776-65536,
 ONCHIP_ROWS at 128256-131584):
-  shipped   the product's kernel (rmsnorm: "early" since the eighth session; layernorm, softmax: two-pass)
-  twopass   rmsnorm's two-pass kernel as shipped until then (load pass, reduction, write pass)
+  shipped   the product's kernel: since the eighth session each op's "early" or "overlap" form below
+            (rmsnorm early, layernorm overlap, softmax early)
+  twopass   the op's kernel as shipped until then (at 17e9d62: load pass, reduction, write pass)
   overlap   per step: write `vectors` vectors of row r from their slots, then load row r + grid's vectors
-            into them (the loads issued after the stores; no register more than the two-pass form)
+            into them (the loads issued after the stores; no register more than the two-pass form).
+            Here for rmsnorm and softmax, whose shipped form is "early"
   early     per step: issue row r + grid's loads first (into registers), then write row r's vectors from
             the slots, then keep the loads in the slots (loads in flight during the stores; 8 more registers)
+
+As run on 2026-12-06 (benchmarks/h100/2026-12-06/mid-shipped/, then overlap/), this file held rmsnorm's
+two-pass kernel as "shipped" and its overlap / early forms; then layernorm's overlap and softmax's overlap /
+early forms against their two-pass kernels (at commits a8b4dee and 8554e4f).
 
     PYTHONPATH=<numpy 2.4 site>:. OUT=dir python lab/onchip_prefetch.py     (OP_SHAPES=261x128256,1024x40960;
     OP_OPS=rmsnorm,layernorm,softmax; OP_DTYPES=bfloat16,float16)
@@ -30,6 +36,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numba import cuda, float32, uint32
@@ -192,22 +199,21 @@ def rms_overlap(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     return k
 
 
-def ln_overlap(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
-    """layernorm's make_onchip with the next row's loads after this row's stores in each step (its
-    statistics as shipped: sums of v - shift and (v - shift)^2, shift the row's first element)."""
+def ln_twopass(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
+    """layernorm's make_onchip as shipped until the eighth session (at 17e9d62)."""
     threads, per, nvec = config.threads, config.per, config.vectors
     load_row, col_of = make_row_io(width, threads, per)
     bsum2, slots = make_block_sum2(threads), row_slots(threads)
-    nsm = 4 * slots
-    head = threads * per
+    nsm = 4 * slots  # two sums, two halves: consecutive rows alternate (reductions)
+    head = threads * per  # columns held in registers
     nv = per // width
-    nvals = nvec * width
+    nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
     load_step, keep_step, take = onchip_part(config, width, word)
 
     @cuda.jit(**vec_jit(threads, config.min_blocks, False))
     def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(nsm, float32)
-        part = cuda.shared.array(0, uint32)
+        part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
         v = cuda.local.array(per, float32)
         t = cuda.local.array(nvals, float32)
         tw = cuda.local.array(width, float32)
@@ -218,37 +224,33 @@ def ln_overlap(config: OnChipRows, width: int, word: bool):  # type: ignore[no-u
         fn = float32(n)
         nt = (n - head) // width
         row = cuda.blockIdx.x
-        if row >= rows:
-            return
-        xr = x[row]
-        ldg_into(tb, 0, xr, 0)
-        shift = tb[0]
-        load_row(v, xr, n, float32(0.0))
-        s = float32(0.0)
-        q2 = float32(0.0)
-        j = tid
-        while j < nt:
-            load_step(t, xr, j, nt, shift)
-            for e in range(nvals):
-                d = t[e] - shift
-                s += d
-                q2 += d * d
-            keep_step(t, part, j, nt)
-            j += nvec * threads
-        for e in range(per):
-            d = v[e] - shift
-            s += d
-            q2 += d * d
         base = 0
         while row < rows:
+            xr = x[row]
+            ldg_into(tb, 0, xr, 0)  # the shift: every thread reads the row's first vector (a broadcast)
+            shift = tb[0]
+            load_row(v, xr, n, float32(0.0))
+            s = float32(0.0)
+            q2 = float32(0.0)
+            j = tid
+            while j < nt:
+                load_step(t, xr, j, nt, shift)  # a missing vector's shift adds nothing
+                for e in range(nvals):
+                    d = t[e] - shift
+                    s += d
+                    q2 += d * d
+                keep_step(t, part, j, nt)
+                j += nvec * threads
+            for e in range(per):  # the register part: whole (takes: n > head), no padding lanes
+                d = v[e] - shift
+                s += d
+                q2 += d * d
             s, q2 = bsum2(s, q2, sm, base)
             base = 2 * slots - base
-            dmean = s / fn
+            dmean = s / fn  # the mean of v - shift
+            # abs, not max(., 0): a GPU max drops a NaN (the streaming kernel's rule, and why)
             rstd = float32(1.0) / math.sqrt(abs(q2 / fn - dmean * dmean) + eps)
             mean = shift + dmean
-            nxt = row + cuda.gridDim.x
-            more = nxt < rows
-            xn = x[nxt if more else row]
             orow = out[row]
             for q in range(nv):
                 col = col_of(q)
@@ -257,124 +259,156 @@ def ln_overlap(config: OnChipRows, width: int, word: bool):  # type: ignore[no-u
                 for e in range(width):
                     t[e] = (v[q * width + e] - mean) * rstd * t[e] + tb[e]
                 stg_from(orow, col, t, 0)
-            ldg_into(tb, 0, xn, 0)
-            shift = tb[0]
+            j = tid
+            while j < nt:  # this thread's own slots: no other thread reads or writes them
+                col = head + j * width
+                ldg_into(tw, 0, w, col)
+                ldg_into(tb, 0, b, col)
+                take(t, part, j, nt)
+                for e in range(width):
+                    t[e] = (t[e] - mean) * rstd * tw[e] + tb[e]
+                stg_from(orow, col, t, 0)
+                j += threads
+            row += cuda.gridDim.x
+
+    return k
+
+
+
+def sm_twopass(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
+    """softmax's make_onchip as shipped until the eighth session (at 17e9d62)."""
+    threads, per, nvec = config.threads, config.per, config.vectors
+    load_row, col_of = make_row_io(width, threads, per)
+    bmax, bsum, half = make_block_max(threads), make_block_sum(threads), row_slots(threads)
+    smem_size = 4 * half  # max and sum slots, two halves each: they alternate between rows
+    head = threads * per  # columns held in registers
+    nv = per // width
+    nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
+    load_step, keep_step, take = onchip_part(config, width, word)
+    jit_kw: dict[str, Any] = {} if SIMULATED else {"launch_bounds": (threads, config.min_blocks)}
+
+    @cuda.jit(**jit_kw)
+    def k(x, out):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(smem_size, float32)
+        part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
+        v = cuda.local.array(per, float32)
+        t = cuda.local.array(nvals, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        nt = (n - head) // width
+        row = cuda.blockIdx.x
+        base = 0
+        while row < rows:
+            xr = x[row]
+            load_row(v, xr, n, NEG_INF)  # the register part is always full (OnChipRows.takes)
+            m, s = _fold(NEG_INF, float32(0.0), v, per, True)
+            j = tid
+            while j < nt:
+                load_step(t, xr, j, nt, NEG_INF)  # a missing vector's -inf adds exp(-inf) = 0
+                m, s = _fold(m, s, t, nvals, True)
+                keep_step(t, part, j, nt)
+                j += nvec * threads
+            mb = bmax(m, sm, base)
+            # a thread that saw only -inf has s = 0 and adds 0; an all -inf row is NaN (as streaming)
+            s = bsum(s * math.exp(m - mb), sm, base + half)
+            base = 2 * half - base
+            inv = float32(1.0) / s
+            orow = out[row]
+            for q in range(nv):
+                for e in range(width):
+                    t[e] = _fast_exp(v[q * width + e] - mb) * inv
+                stg_from(orow, col_of(q), t, 0)
+            j = tid
+            while j < nt:  # this thread's own slots: no other thread reads or writes them
+                take(t, part, j, nt)
+                for e in range(width):
+                    t[e] = _fast_exp(t[e] - mb) * inv
+                stg_from(orow, head + j * width, t, 0)
+                j += threads
+            row += cuda.gridDim.x
+
+    return k
+
+
+
+def sm_overlap(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
+    """softmax's make_onchip (the early form) with the next row's loads after this row's stores."""
+    threads, per, nvec = config.threads, config.per, config.vectors
+    load_row, col_of = make_row_io(width, threads, per)
+    bmax, bsum, half = make_block_max(threads), make_block_sum(threads), row_slots(threads)
+    smem_size = 4 * half
+    head = threads * per
+    nv = per // width
+    nvals = nvec * width
+    load_step, keep_step, take = onchip_part(config, width, word)
+    jit_kw = {} if SIMULATED else {"launch_bounds": (threads, config.min_blocks)}
+
+    @cuda.jit(**jit_kw)
+    def k(x, out):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(smem_size, float32)
+        part = cuda.shared.array(0, uint32)
+        v = cuda.local.array(per, float32)
+        t = cuda.local.array(nvals, float32)
+        to = cuda.local.array(width, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        nt = (n - head) // width
+        row = cuda.blockIdx.x
+        if row >= rows:
+            return
+        xr = x[row]
+        load_row(v, xr, n, NEG_INF)
+        m, s = _fold(NEG_INF, float32(0.0), v, per, True)
+        j = tid
+        while j < nt:
+            load_step(t, xr, j, nt, NEG_INF)
+            m, s = _fold(m, s, t, nvals, True)
+            keep_step(t, part, j, nt)
+            j += nvec * threads
+        base = 0
+        while row < rows:
+            mb = bmax(m, sm, base)
+            s = bsum(s * math.exp(m - mb), sm, base + half)
+            base = 2 * half - base
+            inv = float32(1.0) / s
+            nxt = row + cuda.gridDim.x
+            more = nxt < rows
+            xn = x[nxt if more else row]
+            orow = out[row]
+            for q in range(nv):
+                for e in range(width):
+                    to[e] = _fast_exp(v[q * width + e] - mb) * inv
+                stg_from(orow, col_of(q), to, 0)
+            m = NEG_INF
             s = float32(0.0)
-            q2 = float32(0.0)
             j = tid
             while j < nt:
                 for u in range(nvec):
                     i = j + u * threads
                     if i < nt:
-                        col = head + i * width
-                        ldg_into(tw, 0, w, col)
-                        ldg_into(tb, 0, b, col)
-                        take(t, part, i, nt)
+                        take(to, part, i, nt)
                         for e in range(width):
-                            t[e] = (t[e] - mean) * rstd * tw[e] + tb[e]
-                        stg_from(orow, col, t, 0)
+                            to[e] = _fast_exp(to[e] - mb) * inv
+                        stg_from(orow, head + i * width, to, 0)
                 if more:
-                    load_step(t, xn, j, nt, shift)
-                    for e in range(nvals):
-                        d = t[e] - shift
-                        s += d
-                        q2 += d * d
+                    load_step(t, xn, j, nt, NEG_INF)
+                    m, s = _fold(m, s, t, nvals, True)
                     keep_step(t, part, j, nt)
                 j += nvec * threads
             if more:
-                load_row(v, xn, n, float32(0.0))
-                for e in range(per):
-                    d = v[e] - shift
-                    s += d
-                    q2 += d * d
+                load_row(v, xn, n, NEG_INF)
+                m, s = _fold(m, s, v, per, True)
             row = nxt
 
     return k
 
 
-def sm_variant(early: bool):  # type: ignore[no-untyped-def]
-    def make(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
-        """softmax's make_onchip with the next row's loads in the write pass (before the stores: `early`)."""
-        threads, per, nvec = config.threads, config.per, config.vectors
-        load_row, col_of = make_row_io(width, threads, per)
-        bmax, bsum, half = make_block_max(threads), make_block_sum(threads), row_slots(threads)
-        smem_size = 4 * half
-        head = threads * per
-        nv = per // width
-        nvals = nvec * width
-        load_step, keep_step, take = onchip_part(config, width, word)
-        jit_kw = {} if SIMULATED else {"launch_bounds": (threads, config.min_blocks)}
-
-        @cuda.jit(**jit_kw)
-        def k(x, out):  # type: ignore[no-untyped-def]
-            sm = cuda.shared.array(smem_size, float32)
-            part = cuda.shared.array(0, uint32)
-            v = cuda.local.array(per, float32)
-            t = cuda.local.array(nvals, float32)
-            to = cuda.local.array(width, float32)
-            tid = cuda.threadIdx.x
-            rows = x.shape[0]
-            n = x.shape[1]
-            nt = (n - head) // width
-            row = cuda.blockIdx.x
-            if row >= rows:
-                return
-            xr = x[row]
-            load_row(v, xr, n, NEG_INF)
-            m, s = _fold(NEG_INF, float32(0.0), v, per, True)
-            j = tid
-            while j < nt:
-                load_step(t, xr, j, nt, NEG_INF)
-                m, s = _fold(m, s, t, nvals, True)
-                keep_step(t, part, j, nt)
-                j += nvec * threads
-            base = 0
-            while row < rows:
-                mb = bmax(m, sm, base)
-                s = bsum(s * math.exp(m - mb), sm, base + half)
-                base = 2 * half - base
-                inv = float32(1.0) / s
-                nxt = row + cuda.gridDim.x
-                more = nxt < rows
-                xn = x[nxt if more else row]
-                orow = out[row]
-                for q in range(nv):
-                    for e in range(width):
-                        to[e] = _fast_exp(v[q * width + e] - mb) * inv
-                    stg_from(orow, col_of(q), to, 0)
-                m = NEG_INF
-                s = float32(0.0)
-                j = tid
-                while j < nt:
-                    if early and more:
-                        load_step(t, xn, j, nt, NEG_INF)
-                    for u in range(nvec):
-                        i = j + u * threads
-                        if i < nt:
-                            take(to, part, i, nt)
-                            for e in range(width):
-                                to[e] = _fast_exp(to[e] - mb) * inv
-                            stg_from(orow, head + i * width, to, 0)
-                    if more:
-                        if not early:
-                            load_step(t, xn, j, nt, NEG_INF)
-                        m, s = _fold(m, s, t, nvals, True)
-                        keep_step(t, part, j, nt)
-                    j += nvec * threads
-                if more:
-                    load_row(v, xn, n, NEG_INF)
-                    m, s = _fold(m, s, v, per, True)
-                row = nxt
-
-        return k
-
-    return make
-
-
 BUILDERS = {
     "rmsnorm": {"twopass": rms_twopass, "overlap": rms_overlap},
-    "layernorm": {"overlap": ln_overlap},
-    "softmax": {"overlap": sm_variant(False), "early": sm_variant(True)},
+    "layernorm": {"twopass": ln_twopass},
+    "softmax": {"twopass": sm_twopass, "overlap": sm_overlap},
 }
 SIGS = {op: {dt: MODS[op]._SIGS[dt] for dt in (F16, BF16)} for op in MODS}
 

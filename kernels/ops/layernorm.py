@@ -586,12 +586,17 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
 
 def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
     """Rows past what registers hold, read once (kernels.ops.rows.OnChipRows; fp16 / bf16 `word`s), rmsnorm's
-    `make_onchip` with layernorm's statistics: pass 1 loads the row's first threads x per columns into
-    registers and streams the rest into the thread's own shared-memory slots (`config.vectors` 16-byte loads
-    in flight), two columns to a uint32 (rows.onchip_pairs), summing v - k and (v - k)^2 as it goes, k the
-    row's first element (make_stream_vec's shift: no cancellation for rows far from 0); one two-sum
-    reduction; pass 2 writes (v - mean) * rstd * w + b from registers and from shared memory. One read and
-    one write of the row, where the streaming kernel reads it twice."""
+    `make_onchip` with layernorm's statistics: the block's first row loads its first threads x per columns
+    into registers and streams the rest into the thread's own shared-memory slots (`config.vectors` 16-byte
+    loads in flight), two columns to a uint32 (rows.onchip_pairs), summing v - k and (v - k)^2 as it goes, k
+    the row's first element (make_stream_vec's shift: no cancellation for rows far from 0). Then, row after
+    row: one two-sum reduction, and one pass that writes (v - mean) * rstd * w + b from registers and from
+    each slot and, in the same step, refills the slot with the next row's vector (issued after this row's
+    stores: rmsnorm's `early` order, the loads first, would need 8 more registers than launch_bounds' 64
+    leave here), summing its shifted values. One read and one write of the row, where the streaming kernel
+    reads it twice. Against the two-pass form on an H100 (2026-12-06, lab/onchip_prefetch.py's "overlap",
+    bf16 -> benchmarks/h100/2026-12-06/overlap/): 1.044x at 261 x 128256 (0.76 of copy against 0.73), 1.016x
+    at 512 x 65536 (0.80 against 0.78). ptxas sm_90: 46-48 registers, no spills."""
     threads, per, nvec = config.threads, config.per, config.vectors
     load_row, col_of = make_row_io(width, threads, per)
     bsum2, slots = make_block_sum2(threads), row_slots(threads)
@@ -615,33 +620,39 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
         fn = float32(n)
         nt = (n - head) // width
         row = cuda.blockIdx.x
-        base = 0
-        while row < rows:
-            xr = x[row]
-            ldg_into(tb, 0, xr, 0)  # the shift: every thread reads the row's first vector (a broadcast)
-            shift = tb[0]
-            load_row(v, xr, n, float32(0.0))
-            s = float32(0.0)
-            q2 = float32(0.0)
-            j = tid
-            while j < nt:
-                load_step(t, xr, j, nt, shift)  # a missing vector's shift adds nothing
-                for e in range(nvals):
-                    d = t[e] - shift
-                    s += d
-                    q2 += d * d
-                keep_step(t, part, j, nt)
-                j += nvec * threads
-            for e in range(per):  # the register part: whole (takes: n > head), no padding lanes
-                d = v[e] - shift
+        if row >= rows:
+            return
+        # the block's first row: its load pass alone
+        xr = x[row]
+        ldg_into(tb, 0, xr, 0)  # the shift: every thread reads the row's first vector (a broadcast)
+        shift = tb[0]
+        load_row(v, xr, n, float32(0.0))
+        s = float32(0.0)
+        q2 = float32(0.0)
+        j = tid
+        while j < nt:
+            load_step(t, xr, j, nt, shift)  # a missing vector's shift adds nothing
+            for e in range(nvals):
+                d = t[e] - shift
                 s += d
                 q2 += d * d
+            keep_step(t, part, j, nt)
+            j += nvec * threads
+        for e in range(per):  # the register part: whole (takes: n > head), no padding lanes
+            d = v[e] - shift
+            s += d
+            q2 += d * d
+        base = 0
+        while row < rows:
             s, q2 = bsum2(s, q2, sm, base)
             base = 2 * slots - base
             dmean = s / fn  # the mean of v - shift
             # abs, not max(., 0): a GPU max drops a NaN (the streaming kernel's rule, and why)
             rstd = float32(1.0) / math.sqrt(abs(q2 / fn - dmean * dmean) + eps)
             mean = shift + dmean
+            nxt = row + cuda.gridDim.x
+            more = nxt < rows
+            xn = x[nxt if more else row]
             orow = out[row]
             for q in range(nv):
                 col = col_of(q)
@@ -650,17 +661,37 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
                 for e in range(width):
                     t[e] = (v[q * width + e] - mean) * rstd * t[e] + tb[e]
                 stg_from(orow, col, t, 0)
+            ldg_into(tb, 0, xn, 0)  # the next row's shift (the last row reads its own again: unused)
+            shift = tb[0]
+            s = float32(0.0)
+            q2 = float32(0.0)
             j = tid
             while j < nt:  # this thread's own slots: no other thread reads or writes them
-                col = head + j * width
-                ldg_into(tw, 0, w, col)
-                ldg_into(tb, 0, b, col)
-                take(t, part, j, nt)
-                for e in range(width):
-                    t[e] = (t[e] - mean) * rstd * tw[e] + tb[e]
-                stg_from(orow, col, t, 0)
-                j += threads
-            row += cuda.gridDim.x
+                for u in range(nvec):
+                    i = j + u * threads
+                    if i < nt:
+                        col = head + i * width
+                        ldg_into(tw, 0, w, col)
+                        ldg_into(tb, 0, b, col)
+                        take(t, part, i, nt)
+                        for e in range(width):
+                            t[e] = (t[e] - mean) * rstd * tw[e] + tb[e]
+                        stg_from(orow, col, t, 0)
+                if more:
+                    load_step(t, xn, j, nt, shift)  # into the slots just written out
+                    for e in range(nvals):
+                        d = t[e] - shift
+                        s += d
+                        q2 += d * d
+                    keep_step(t, part, j, nt)
+                j += nvec * threads
+            if more:
+                load_row(v, xn, n, float32(0.0))
+                for e in range(per):
+                    d = v[e] - shift
+                    s += d
+                    q2 += d * d
+            row = nxt
 
     return k
 

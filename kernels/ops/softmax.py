@@ -390,15 +390,19 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
 
 def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
     """Rows past what registers hold, read once (kernels.ops.rows.OnChipRows; fp16 / bf16 `word`s), the
-    layout of rmsnorm's `make_onchip`: pass 1 loads the row's first threads x per columns into registers and
-    streams the rest into the thread's own shared-memory slots (packed pairs, rows.onchip_pairs),
-    `config.vectors` 16-byte loads in flight,
-    folding each step into the thread's (max, sum) as the streaming kernel does (`_fold`: one SFU exp per
-    value; a step's missing vectors count as -inf); the block merges them; pass 2 writes exp(v - max) / sum
-    from registers and from shared memory. One read of the row where the streaming kernel takes two. The
-    first build (a branch and the accurate expf per value; lab/onchip/softmax_onchip.py at b690f6f) ran
-    0.83-0.88x the streaming kernel of its day: with one block per SM, an SM's exp work does not overlap
-    another row's loads."""
+    layout of rmsnorm's `make_onchip`: the block's first row loads its first threads x per columns into
+    registers and streams the rest into the thread's own shared-memory slots (packed pairs,
+    rows.onchip_pairs), `config.vectors` 16-byte loads in flight, folding each step into the thread's (max,
+    sum) as the streaming kernel does (`_fold`: one SFU exp per value; a step's missing vectors count as
+    -inf). Then, row after row: the block merges them, and one pass writes exp(v - max) / sum from registers
+    and from each slot and, in the same step, refills the slot with the next row's vector (its loads issued
+    before this row's stores, rmsnorm's `early` order), folding it. One read of the row where the streaming
+    kernel takes two. The first build (a branch and the accurate expf per value; lab/onchip/softmax_onchip.py
+    at b690f6f) ran 0.83-0.88x the streaming kernel of its day: with one block per SM, an SM's exp work does
+    not overlap another row's loads. Against the two-pass form on an H100 (2026-12-06,
+    lab/onchip_prefetch.py's "early", bf16 -> benchmarks/h100/2026-12-06/overlap/): 1.050x at 261 x 128256
+    (0.83 of copy against 0.79), 1.015x at 512 x 65536 (0.82 against 0.81); the loads after the stores
+    ("overlap") 1.035x / 1.003x. ptxas sm_90: 64 registers, no spills (the two-pass form: 59-62)."""
     threads, per, nvec = config.threads, config.per, config.vectors
     load_row, col_of = make_row_io(width, threads, per)
     bmax, bsum, half = make_block_max(threads), make_block_sum(threads), row_slots(threads)
@@ -414,41 +418,61 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
         sm = cuda.shared.array(smem_size, float32)
         part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
         v = cuda.local.array(per, float32)
-        t = cuda.local.array(nvals, float32)
+        t = cuda.local.array(nvals, float32)  # the next row's vectors, in flight
+        to = cuda.local.array(width, float32)  # this row's vector on its way out
         tid = cuda.threadIdx.x
         rows = x.shape[0]
         n = x.shape[1]
         nt = (n - head) // width
         row = cuda.blockIdx.x
+        if row >= rows:
+            return
+        # the block's first row: its load pass alone
+        xr = x[row]
+        load_row(v, xr, n, NEG_INF)  # the register part is always full (OnChipRows.takes)
+        m, s = _fold(NEG_INF, float32(0.0), v, per, True)
+        j = tid
+        while j < nt:
+            load_step(t, xr, j, nt, NEG_INF)  # a missing vector's -inf adds exp(-inf) = 0
+            m, s = _fold(m, s, t, nvals, True)
+            keep_step(t, part, j, nt)
+            j += nvec * threads
         base = 0
         while row < rows:
-            xr = x[row]
-            load_row(v, xr, n, NEG_INF)  # the register part is always full (OnChipRows.takes)
-            m, s = _fold(NEG_INF, float32(0.0), v, per, True)
-            j = tid
-            while j < nt:
-                load_step(t, xr, j, nt, NEG_INF)  # a missing vector's -inf adds exp(-inf) = 0
-                m, s = _fold(m, s, t, nvals, True)
-                keep_step(t, part, j, nt)
-                j += nvec * threads
             mb = bmax(m, sm, base)
             # a thread that saw only -inf has s = 0 and adds 0; an all -inf row is NaN (as streaming)
             s = bsum(s * math.exp(m - mb), sm, base + half)
             base = 2 * half - base
             inv = float32(1.0) / s
+            nxt = row + cuda.gridDim.x
+            more = nxt < rows
+            xn = x[nxt if more else row]
             orow = out[row]
             for q in range(nv):
                 for e in range(width):
-                    t[e] = _fast_exp(v[q * width + e] - mb) * inv
-                stg_from(orow, col_of(q), t, 0)
+                    to[e] = _fast_exp(v[q * width + e] - mb) * inv
+                stg_from(orow, col_of(q), to, 0)
+            m = NEG_INF
+            s = float32(0.0)
             j = tid
             while j < nt:  # this thread's own slots: no other thread reads or writes them
-                take(t, part, j, nt)
-                for e in range(width):
-                    t[e] = _fast_exp(t[e] - mb) * inv
-                stg_from(orow, head + j * width, t, 0)
-                j += threads
-            row += cuda.gridDim.x
+                if more:
+                    load_step(t, xn, j, nt, NEG_INF)  # in flight while this row's vectors go out
+                for u in range(nvec):
+                    i = j + u * threads
+                    if i < nt:
+                        take(to, part, i, nt)
+                        for e in range(width):
+                            to[e] = _fast_exp(to[e] - mb) * inv
+                        stg_from(orow, head + i * width, to, 0)
+                if more:
+                    m, s = _fold(m, s, t, nvals, True)
+                    keep_step(t, part, j, nt)
+                j += nvec * threads
+            if more:
+                load_row(v, xn, n, NEG_INF)
+                m, s = _fold(m, s, v, per, True)
+            row = nxt
 
     return k
 
