@@ -28,9 +28,9 @@ Kernels, one block of 256 threads per row, as rmsnorm:
     shared memory: rows.chip_fits, sm_90): rmsnorm's on-chip layout (1024 threads x 16 values in
     registers, the rest of the row in up to 225 KB of dynamic shared memory packed two columns to a 32-bit
     word, each thread's own slots, so the row is read once) with make_stream_vec's shifted sums and one
-    two-sum reduction. ptxas sm_90: 48 (fp16) / 51 (bf16) registers, no spills, at ONCHIP_ROWS' 2 vectors in
-    flight. On an H100 (2026-12-06) 1.08x its streaming kernel at 261 x 128256 (0.72 of copy), fp16 and bf16;
-    it takes rmsnorm's widths and layout (rows.ONCHIP_ROWS).
+    two-sum reduction, and the next row loaded in the write pass. ptxas sm_90: 46-48 registers, no spills, at
+    ONCHIP_ROWS' 2 vectors in flight. On an H100 (2026-12-06), bf16 at 261 x 128256: 0.76 of copy (the
+    two-pass form before it: 0.72, 1.08x its streaming kernel); it takes rmsnorm's widths and layout.
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
     L2 hints so that pass 2 re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS). "auto" takes it in the

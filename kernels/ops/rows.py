@@ -225,7 +225,8 @@ STREAM_ROWS = StreamRows(threads=1024, vectors=4, min_blocks=1)
 # registers: ptxas sm_90 (registers, spill bytes) of rmsnorm fp16 / bf16 at two (56, 0) / (64, 0), three
 # (64, 0) / (64, 24), four (64, 116) / (64, 220); layernorm at two (64, 0) / (60, 0), three (64, 0) / (64, 0),
 # four (64, 140) / (64, 140). Three spill in rmsnorm bf16, and two is what was timed. (Since the kernels share
-# onchip_part, at two: rmsnorm 48 / 54, layernorm 48 / 51, softmax 62 / 59, no spills.)
+# onchip_part, at two: rmsnorm 48 / 54, layernorm 48 / 51, softmax 62 / 59, no spills; since the next row
+# loads in the write pass, 2026-12-06: rmsnorm 64, layernorm 46-48, softmax 64, no spills.)
 # Measured on an H100 (2026-12-05, lab/onchip_ab.py -> benchmarks/h100/2026-12-05/onchip/, rmsnorm, fp16 and
 # bf16 alike), with the shared part as 16-bit words at three vectors, against the streaming kernel:
 # 1.11-1.12x at 128256 and 131072 columns (0.76 of copy against 0.68), even at 40960 (0.99-1.00x), slower at
@@ -249,7 +250,7 @@ ONCHIP_ROWS = OnChipRows(threads=1024, per=16, vectors=2, smem=225 * 1024, min_b
 # lab/onchip_ab.py -> benchmarks/h100/2026-12-06/mid-from/ and mid-shipped/, 1024 rows): 1.01-1.13x at
 # 32776 (the first aligned width past vector_cols), 1.10-1.26x at 33280, 34816 and 36864 (0.78-0.86 of copy
 # against 0.62-0.77 streaming). So it takes every aligned row past what registers hold, from 32776 columns,
-# up to 65536. ptxas sm_90: 48-62 registers, no spills (the same kernels as ONCHIP_ROWS').
+# up to 65536. ptxas sm_90: 46-64 registers, no spills (the same kernels as ONCHIP_ROWS').
 ONCHIP_MID_ROWS = OnChipRows(threads=512, per=16, vectors=2, smem=112 * 1024, min_blocks=2, from_cols=32776)
 # narrowest first: RowKernels.pick takes the first shape that holds the row
 ONCHIP_SHAPES: tuple[OnChipRows, ...] = (ONCHIP_MID_ROWS, ONCHIP_ROWS)

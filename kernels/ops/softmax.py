@@ -27,9 +27,9 @@ Kernels, one block of 256 threads per row:
     blocks of 512 threads per SM; "auto" and "vector" take it there, on GPUs that let a block opt in to its
     shared memory: rows.chip_fits, sm_90): rmsnorm's on-chip layout (1024 threads x 16 values in
     registers, the rest in the thread's own slots of dynamic shared memory) with the streaming kernel's
-    fold, so the row is read once (on an H100, with the shared part as 16-bit words: 1.04-1.10x the streaming
-    kernel at 128256 / 131072, 0.94-0.96x at 65536, where the streaming kernel stays; in packed pairs, as
-    built here, not yet run on a GPU).
+    fold, so the row is read once, and the next row loaded in the write pass (on an H100, 2026-12-06, bf16 at
+    261 x 128256: 0.83 of copy; the two-pass form in packed pairs before it: 0.78, 1.10-1.16x its streaming
+    kernel).
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
     L2 hints so that pass 2 re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS). "auto" takes it in the
