@@ -20,13 +20,16 @@ ONCHIP_ROWS at 128256-131584):
             Here for rmsnorm and softmax, whose shipped form is "early"
   early     per step: issue row r + grid's loads first (into registers), then write row r's vectors from
             the slots, then keep the loads in the slots (loads in flight during the stores; 8 more registers)
+  earlyreg  rmsnorm's early form with the next row's register part loaded right after this row's register
+            part is written, not after the shared pass (ninth session: lab/onchip_timeline.py showed 1.4-2.1
+            us per row of block reduction while those loads' latency stood alone before it)
 
 As run on 2026-12-06 (benchmarks/h100/2026-12-06/mid-shipped/, then overlap/), this file held rmsnorm's
 two-pass kernel as "shipped" and its overlap / early forms; then layernorm's overlap and softmax's overlap /
 early forms against their two-pass kernels (at commits a8b4dee and 8554e4f).
 
     PYTHONPATH=<numpy 2.4 site>:. OUT=dir python lab/onchip_prefetch.py     (OP_SHAPES=261x128256,1024x40960;
-    OP_OPS=rmsnorm,layernorm,softmax; OP_DTYPES=bfloat16,float16)
+    OP_OPS=rmsnorm,layernorm,softmax; OP_DTYPES=bfloat16,float16; OP_VARIANTS=earlyreg)
 Under the simulator it runs small shapes for correctness only (no timing).
 """
 
@@ -51,11 +54,17 @@ from kernels.runtime import arrays, device
 from kernels.runtime.arrays import BF16, SIMULATED
 from kernels.runtime.launch import FastCache, dynamic_smem, kernel
 
-SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get("OP_SHAPES", "261x128256,1024x128256,1024x40960,512x65536").split(",")]
+SHAPES = [
+    tuple(map(int, s.split("x")))
+    for s in os.environ.get("OP_SHAPES", "261x128256,1024x128256,1024x40960,512x65536").split(",")
+]
 if SIMULATED:
     SHAPES = [(7, 2568), (9, 1800)]
 OPS = os.environ.get("OP_OPS", "rmsnorm,layernorm,softmax").split(",")
-DTYPES = [np.dtype(np.float16) if d == "float16" else BF16 for d in os.environ.get("OP_DTYPES", "bfloat16,float16").split(",")]
+DTYPES = [
+    np.dtype(np.float16) if d == "float16" else BF16
+    for d in os.environ.get("OP_DTYPES", "bfloat16,float16").split(",")
+]
 MODS = {"rmsnorm": rmsnorm, "layernorm": layernorm, "softmax": softmax}
 WIDTH = 8
 F16 = np.dtype(np.float16)
@@ -199,6 +208,89 @@ def rms_overlap(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     return k
 
 
+def rms_earlyreg(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
+    """rmsnorm as shipped ("early"), but the next row's register part loads right after this row's register
+    part is written (in flight during the shared part's pass) instead of after it, where their latency
+    stood alone before the block reduction (lab/onchip_timeline.py, ninth session)."""
+    threads, per, nvec = config.threads, config.per, config.vectors
+    load_row, col_of = make_row_io(width, threads, per)
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm = 2 * slots
+    head = threads * per
+    nv = per // width
+    nvals = nvec * width
+    load_step, keep_step, take = onchip_part(config, width, word)
+
+    @cuda.jit(**vec_jit(threads, config.min_blocks, False))
+    def k(x, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)
+        part = cuda.shared.array(0, uint32)
+        v = cuda.local.array(per, float32)
+        t = cuda.local.array(nvals, float32)
+        tw = cuda.local.array(width, float32)
+        to = cuda.local.array(width, float32)
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        nt = (n - head) // width
+        row = cuda.blockIdx.x
+        if row >= rows:
+            return
+        xr = x[row]
+        load_row(v, xr, n, float32(0.0))
+        acc = float32(0.0)
+        j = tid
+        while j < nt:
+            load_step(t, xr, j, nt, float32(0.0))
+            for e in range(nvals):
+                acc += t[e] * t[e]
+            keep_step(t, part, j, nt)
+            j += nvec * threads
+        for e in range(per):
+            acc += v[e] * v[e]
+        base = 0
+        while row < rows:
+            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
+            base = slots - base
+            nxt = row + cuda.gridDim.x
+            more = nxt < rows
+            xn = x[nxt if more else row]
+            orow = out[row]
+            for q in range(nv):
+                col = col_of(q)
+                ldg_into(tw, 0, w, col)
+                for e in range(width):
+                    to[e] = v[q * width + e] * inv * tw[e]
+                stg_from(orow, col, to, 0)
+            if more:
+                load_row(v, xn, n, float32(0.0))
+            acc = float32(0.0)
+            j = tid
+            while j < nt:
+                if more:
+                    load_step(t, xn, j, nt, float32(0.0))
+                for u in range(nvec):
+                    i = j + u * threads
+                    if i < nt:
+                        col = head + i * width
+                        ldg_into(tw, 0, w, col)
+                        take(to, part, i, nt)
+                        for e in range(width):
+                            to[e] = to[e] * inv * tw[e]
+                        stg_from(orow, col, to, 0)
+                if more:
+                    for e in range(nvals):
+                        acc += t[e] * t[e]
+                    keep_step(t, part, j, nt)
+                j += nvec * threads
+            if more:
+                for e in range(per):
+                    acc += v[e] * v[e]
+            row = nxt
+
+    return k
+
+
 def ln_twopass(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
     """layernorm's make_onchip as shipped until the eighth session (at 17e9d62)."""
     threads, per, nvec = config.threads, config.per, config.vectors
@@ -274,7 +366,6 @@ def ln_twopass(config: OnChipRows, width: int, word: bool):  # type: ignore[no-u
     return k
 
 
-
 def sm_twopass(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
     """softmax's make_onchip as shipped until the eighth session (at 17e9d62)."""
     threads, per, nvec = config.threads, config.per, config.vectors
@@ -329,7 +420,6 @@ def sm_twopass(config: OnChipRows, width: int, word: bool):  # type: ignore[no-u
             row += cuda.gridDim.x
 
     return k
-
 
 
 def sm_overlap(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
@@ -406,10 +496,15 @@ def sm_overlap(config: OnChipRows, width: int, word: bool):  # type: ignore[no-u
 
 
 BUILDERS = {
-    "rmsnorm": {"twopass": rms_twopass, "overlap": rms_overlap},
+    "rmsnorm": {"twopass": rms_twopass, "overlap": rms_overlap, "earlyreg": rms_earlyreg},
     "layernorm": {"twopass": ln_twopass},
     "softmax": {"twopass": sm_twopass, "overlap": sm_overlap},
 }
+if os.environ.get("OP_VARIANTS"):  # e.g. OP_VARIANTS=earlyreg: only those against the shipped kernel
+    BUILDERS = {
+        op: {v: f for v, f in b.items() if v in os.environ["OP_VARIANTS"].split(",")}
+        for op, b in BUILDERS.items()
+    }
 SIGS = {op: {dt: MODS[op]._SIGS[dt] for dt in (F16, BF16)} for op in MODS}
 
 
@@ -442,7 +537,9 @@ def main() -> int:
             assert isinstance(cfg, OnChipRows)
             for dt in DTYPES:
                 for var, make in BUILDERS[op].items():
-                    built[(op, sk, dt, var)] = kernel(make(cfg, WIDTH, dt == BF16), SIGS[op][dt], on_load=dynamic_smem(cfg.smem))
+                    built[(op, sk, dt, var)] = kernel(
+                        make(cfg, WIDTH, dt == BF16), SIGS[op][dt], on_load=dynamic_smem(cfg.smem)
+                    )
     ok = True
     print(f"{'op':9} {'dtype':9} {'shape':12} {'kernel':5}  us (variants)  vs shipped  of copy  err")
     for op in OPS:
@@ -455,7 +552,9 @@ def main() -> int:
                 b_h = (0.5 * rng.standard_normal(cols)).astype(dt)
                 xs = [arrays.to_device(x) for x in xs_h]
                 w, b = arrays.to_device(w_h), arrays.to_device(b_h)
-                outs = {p: [arrays.to_device(np.zeros((rows, cols), dt)) for _ in range(SETS)] for p in variants}
+                outs = {
+                    p: [arrays.to_device(np.zeros((rows, cols), dt)) for _ in range(SETS)] for p in variants
+                }
                 caches = {p: FastCache() for p in variants}
                 k0, _, _ = m._K.pick("vector", dt, True, cols, rows)
                 kk = getattr(k0, "kernel", k0)
@@ -483,7 +582,13 @@ def main() -> int:
                     if SIMULATED:
                         t = [[1.0]] * len(variants)
                     else:
-                        t = time_interleaved([(lambda a, p=p: call(p, a["s"]), [{"s": s} for s in range(SETS)], None) for p in variants], 30)
+                        t = time_interleaved(
+                            [
+                                (lambda a, p=p: call(p, a["s"]), [{"s": s} for s in range(SETS)], None)
+                                for p in variants
+                            ],
+                            30,
+                        )
                 finally:
                     m._FAST, store[dt] = saved, saved_k
                 cuda.synchronize()
@@ -500,13 +605,33 @@ def main() -> int:
                 nbytes = 2 * rows * cols * dt.itemsize
                 frac = {p: round(nbytes / us[p] / 1e3 / copy, 3) for p in variants}
                 vs = {p: round(us["shipped"] / us[p], 3) for p in variants}
-                out["rows"].append({"op": op, "dtype": dt.name, "rows": rows, "cols": cols, "shape": sk, "us": us, "of_copy": frac, "err": errs, "shipped_over": vs})  # type: ignore[attr-defined]
-                print(f"{op:9} {dt.name:9} {rows}x{cols:<7} {sk:5}  " + " ".join(f"{p} {us[p]:.2f}" for p in variants)
-                      + "  " + " ".join(f"{p} {vs[p]:.3f}" for p in variants[1:]) + "  " + " ".join(f"{frac[p]:.3f}" for p in variants)
-                      + f"  {max(errs.values()):.2e}")
+                out["rows"].append(
+                    {
+                        "op": op,
+                        "dtype": dt.name,
+                        "rows": rows,
+                        "cols": cols,
+                        "shape": sk,
+                        "us": us,
+                        "of_copy": frac,
+                        "err": errs,
+                        "shipped_over": vs,
+                    }
+                )  # type: ignore[attr-defined]
+                print(
+                    f"{op:9} {dt.name:9} {rows}x{cols:<7} {sk:5}  "
+                    + " ".join(f"{p} {us[p]:.2f}" for p in variants)
+                    + "  "
+                    + " ".join(f"{p} {vs[p]:.3f}" for p in variants[1:])
+                    + "  "
+                    + " ".join(f"{frac[p]:.3f}" for p in variants)
+                    + f"  {max(errs.values()):.2e}"
+                )
     for key, kk in built.items():
         try:
-            print(f"{key[0]} {key[1]} {key[2]} {key[3]}: registers {list(kk.dispatcher.get_regs_per_thread().values())}, local bytes {list(kk.dispatcher.get_local_mem_per_thread().values())}")
+            print(
+                f"{key[0]} {key[1]} {key[2]} {key[3]}: registers {list(kk.dispatcher.get_regs_per_thread().values())}, local bytes {list(kk.dispatcher.get_local_mem_per_thread().values())}"
+            )
         except Exception as e:  # noqa: BLE001
             print(f"{key}: no resource figures ({e})")
     Path(os.environ.get("OUT", "."), "onchip_prefetch.json").write_text(json.dumps(out, indent=1))
