@@ -1,0 +1,363 @@
+# ruff: noqa: E501, B023  (a probe: each lambda is timed within its own loop iteration)
+"""Probe (GPU only, sm_90+, not shipped; written in the ninth session and not yet run): a vocabulary row
+split over a cluster of two CTAs, for rmsnorm, against the product's on-chip kernel.
+
+Why (benchmarks/PERF.md, "ninth session"): rmsnorm's on-chip kernel at 128256 columns (one 1024-thread block
+per SM holding a whole row) writes and loads at copy speed, and loses its time at the row boundaries: each
+block reduction waits 1.4-2.1 us for the block's last loads while every SM does the same, so DRAM idles. The
+mid shape (rows of 32776-65536: two 512-thread blocks per SM) gets 0.91 of a copy of its own bytes where the
+vocabulary rows get 0.85-0.89: one block's boundary overlaps the other's stream. A row of 128256 does not fit
+one 512-thread block (the mid shape holds 65536), but half of it does: 64128 columns.
+
+The kernel: the product's rmsnorm `make_onchip` (the eighth session's "early" form) on ONCHIP_MID_ROWS,
+launched as clusters of two CTAs (cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = (2, 1, 1)),
+grid = 2 x SMs. Cluster c takes rows c, c + clusters, ...; CTA rank r (blockIdx.x % 2) holds columns
+[r * n / 2, (r + 1) * n / 2) of each: 8192 in registers, the rest in its 112 KB of shared memory. Each row's
+sum of squares: the block's sum, thread 0 puts it in a shared slot (alternating between two by row, as the
+block reduction's halves do), one cluster barrier (barrier.cluster.arrive.release / wait.acquire), and every
+thread adds the partner's slot through distributed shared memory (mapa + ld.shared::cluster). The slot a
+partner reads is written again two rows later, after the next cluster barrier, which the reader reaches only
+after its read. A last cluster barrier before exit keeps each CTA's shared memory alive for its partner's read.
+Needs n % 16 == 0 (each half a whole number of 16-byte vectors) and n / 2 within ONCHIP_MID_ROWS.cols.
+
+Predicted (from the mid shape's 0.91 of a same-bytes copy, less a cluster barrier per row): 1.03-1.08x the
+shipped kernel at 261 x 128256 and 1024 x 128256.
+
+    PYTHONPATH=<numpy 2.4 site>:. OUT=dir python lab/onchip_cluster.py   (CL_SHAPES=261x128256,1024x128256;
+    CL_DTYPES=bfloat16,float16)
+Offline (no GPU): `python lab/onchip_cluster.py --ptxas` compiles the kernels for sm_90 and prints ptxas's
+registers and spills (this checks the inline PTX too).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from kernels.ops import rmsnorm as rms_mod
+from kernels.ops.rows import ONCHIP_MID_ROWS, OnChipRows, onchip_part, vec_jit
+from kernels.primitives.reductions import make_block_sum, row_slots
+from kernels.primitives.vector import ldg_into, make_row_io, stg_from
+from kernels.runtime.arrays import BF16
+
+SHAPES = [
+    tuple(map(int, s.split("x"))) for s in os.environ.get("CL_SHAPES", "261x128256,1024x128256").split(",")
+]
+DTYPES = [
+    np.dtype(np.float16) if d == "float16" else BF16
+    for d in os.environ.get("CL_DTYPES", "bfloat16,float16").split(",")
+]
+CLUSTER = 2
+
+
+def _intrinsics() -> tuple[Any, Any]:
+    """cluster_sync(): barrier.cluster arrive (release) + wait (acquire), every thread of both CTAs;
+    peer_f32(arr, i, rank): float32 arr[i] of shared array `arr` in cluster CTA `rank` (mapa + ld.shared::cluster)."""
+    from llvmlite import ir
+    from numba.core import types as nt
+    from numba.cuda.extending import intrinsic
+
+    i32, f32 = ir.IntType(32), ir.FloatType()
+
+    @intrinsic
+    def cluster_sync(typingctx):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            f = ir.InlineAsm(
+                ir.FunctionType(ir.VoidType(), []),
+                "barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;",
+                "~{memory}",
+                side_effect=True,
+            )
+            builder.call(f, [])
+            return context.get_dummy_value()
+
+        return nt.void(), codegen
+
+    @intrinsic
+    def peer_f32(typingctx, arr, i, rank):  # type: ignore[no-untyped-def]
+        sig = nt.float32(arr, i, rank)
+
+        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            p = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], nt.intp)])
+            p3 = builder.addrspacecast(p, ir.PointerType(p.type.pointee, 3))
+            r = context.cast(builder, args[2], sig.args[2], nt.uint32)
+            f = ir.InlineAsm(
+                ir.FunctionType(f32, [i32, i32]),
+                "{\n\t.reg .u32 ra;\n\tmapa.shared::cluster.u32 ra, $1, $2;\n\tld.shared::cluster.f32 $0, [ra];\n\t}",
+                "=f,r,r,~{memory}",
+                side_effect=True,
+            )
+            return builder.call(f, [builder.ptrtoint(p3, i32), r])
+
+        return sig, codegen
+
+    return cluster_sync, peer_f32
+
+
+cluster_sync, peer_f32 = _intrinsics()
+
+
+def rms_cluster(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
+    """rmsnorm's make_onchip ("early") over half rows, the two halves of a row in the two CTAs of a cluster."""
+    threads, per, nvec = config.threads, config.per, config.vectors
+    load_row, col_of = make_row_io(width, threads, per)
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm = 2 * slots
+    head = threads * per
+    nv = per // width
+    nvals = nvec * width
+    load_step, keep_step, take = onchip_part(config, width, word)
+
+    @cuda.jit(**vec_jit(threads, config.min_blocks, False))
+    def k(x, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)
+        xs = cuda.shared.array(2, float32)  # this CTA's half-row sums, by row parity (read by the partner)
+        part = cuda.shared.array(0, uint32)
+        v = cuda.local.array(per, float32)
+        t = cuda.local.array(nvals, float32)
+        tw = cuda.local.array(width, float32)
+        to = cuda.local.array(width, float32)
+        tid = cuda.threadIdx.x
+        rank = cuda.blockIdx.x & 1
+        clusters = cuda.gridDim.x >> 1
+        rows = x.shape[0]
+        n = x.shape[1]
+        h = n >> 1  # this CTA's columns of each row
+        c0 = rank * h
+        nt = (h - head) // width
+        row = cuda.blockIdx.x >> 1
+        if row >= rows:  # both CTAs of a cluster leave here together (the same row): no DSMEM touched
+            return
+        xr = x[row, c0 : c0 + h]
+        wr = w[c0 : c0 + h]
+        load_row(v, xr, h, float32(0.0))
+        acc = float32(0.0)
+        j = tid
+        while j < nt:
+            load_step(t, xr, j, nt, float32(0.0))
+            for e in range(nvals):
+                acc += t[e] * t[e]
+            keep_step(t, part, j, nt)
+            j += nvec * threads
+        for e in range(per):
+            acc += v[e] * v[e]
+        base = 0
+        par = 0
+        while row < rows:
+            tot = bsum(acc, sm, base)
+            if tid == 0:
+                xs[par] = tot
+            cluster_sync()  # both halves' sums are in their slots
+            tot += peer_f32(xs, par, rank ^ 1)
+            inv = float32(1.0) / math.sqrt(tot / float32(n) + eps)
+            base = slots - base
+            par ^= 1
+            nxt = row + clusters
+            more = nxt < rows
+            xn = x[nxt if more else row, c0 : c0 + h]
+            orow = out[row, c0 : c0 + h]
+            for q in range(nv):
+                col = col_of(q)
+                ldg_into(tw, 0, wr, col)
+                for e in range(width):
+                    to[e] = v[q * width + e] * inv * tw[e]
+                stg_from(orow, col, to, 0)
+            acc = float32(0.0)
+            j = tid
+            while j < nt:
+                if more:
+                    load_step(t, xn, j, nt, float32(0.0))
+                for u in range(nvec):
+                    i = j + u * threads
+                    if i < nt:
+                        col = head + i * width
+                        ldg_into(tw, 0, wr, col)
+                        take(to, part, i, nt)
+                        for e in range(width):
+                            to[e] = to[e] * inv * tw[e]
+                        stg_from(orow, col, to, 0)
+                if more:
+                    for e in range(nvals):
+                        acc += t[e] * t[e]
+                    keep_step(t, part, j, nt)
+                j += nvec * threads
+            if more:
+                load_row(v, xn, h, float32(0.0))
+                for e in range(per):
+                    acc += v[e] * v[e]
+            row = nxt
+        cluster_sync()  # the partner's last read of xs is done before this CTA's shared memory goes
+
+    return k
+
+
+class _Attr(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [("gx", ctypes.c_uint), ("gy", ctypes.c_uint), ("gz", ctypes.c_uint),
+                ("bx", ctypes.c_uint), ("by", ctypes.c_uint), ("bz", ctypes.c_uint),
+                ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_Attr)), ("nattrs", ctypes.c_uint)]  # fmt: skip
+
+
+def max_clusters(kern: Any, block: int, smem: int) -> int:
+    """cuOccupancyMaxActiveClusters: clusters of CLUSTER CTAs of `block` threads and `smem` dynamic bytes the
+    GPU holds at once (the persistent grid's size: more would run as a second wave)."""
+    from kernels.runtime.launch import LaunchError, _driver
+
+    k = kern.here()
+    attr = _Attr()
+    attr.id = 4
+    attr.value[0], attr.value[1], attr.value[2] = CLUSTER, 1, 1
+    cfg = _Config(CLUSTER, 1, 1, block, 1, 1, smem, None, ctypes.pointer(attr), 1)
+    q = _driver().cuOccupancyMaxActiveClusters
+    q.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p, ctypes.POINTER(_Config)]
+    n = ctypes.c_int()
+    rc = q(ctypes.byref(n), k._func, ctypes.byref(cfg))
+    if rc != 0 or n.value < 1:
+        raise LaunchError(f"cuOccupancyMaxActiveClusters failed (CUresult {rc}, {n.value})")
+    return n.value
+
+
+def cluster_launcher(kern: Any, grid: int, block: int, smem: int) -> Any:
+    """launch(args): `kern` (a kernels.runtime.launch.Kernel) as clusters of CLUSTER CTAs through
+    cuLaunchKernelEx, on the default stream, with the Kernel's own parameter block."""
+    from kernels.runtime.launch import LaunchError, _driver
+
+    k = kern.here()
+    attr = _Attr()
+    attr.id = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value[0], attr.value[1], attr.value[2] = CLUSTER, 1, 1
+    cfg = _Config(grid, 1, 1, block, 1, 1, smem, None, ctypes.pointer(attr), 1)
+    ex = _driver().cuLaunchKernelEx
+    ex.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    assert grid % CLUSTER == 0
+
+    def launch(args: Any) -> None:
+        with k._lock:
+            k.pack(args)
+            rc = ex(ctypes.byref(cfg), k._func, k._params, None)
+        if rc != 0:
+            raise LaunchError(f"cuLaunchKernelEx (clusters of {CLUSTER}) failed with CUresult {rc}")
+
+    return launch
+
+
+def ptxas_report() -> int:
+    from kernels.runtime import ptx
+
+    for dt in (BF16, np.dtype(np.float16)):
+        p = ptx.compile_one(rms_cluster(ONCHIP_MID_ROWS, 8, dt == BF16), rms_mod._SIGS[dt], (9, 0))
+        r = ptx._ptxas(p, (9, 0), False)
+        print(
+            f"rmsnorm cluster {dt.name}: registers {r.get('registers')}, spills {r.get('spill_bytes')}, "
+            f"mapa {p.count('mapa')}, barrier.cluster {p.count('barrier.cluster')}",
+            r.get("ptxas", "") if r.get("registers") is None else "",
+        )
+    return 0
+
+
+def main() -> int:
+    from kernels.harness.bench import SETS, time_interleaved
+    from kernels.runtime import arrays, device
+    from kernels.runtime.arrays import HostSync, operand
+    from kernels.runtime.launch import dynamic_smem, kernel
+
+    rng = np.random.default_rng(0)
+    copy = device.peaks()["mem_gbs"]
+    nsm = device.describe().get("sm_count") or 132
+    cfg = ONCHIP_MID_ROWS
+    report: dict[str, Any] = {"device": device.describe().get("name"), "copy_gbs": copy, "rows": []}
+    ok = True
+    built = {
+        dt: kernel(rms_cluster(cfg, 8, dt == BF16), rms_mod._SIGS[dt], on_load=dynamic_smem(cfg.smem))
+        for dt in DTYPES
+    }
+    for dt in DTYPES:
+        for rows, cols in SHAPES:
+            assert cols % 16 == 0 and cfg.threads * cfg.per < cols // 2 <= cfg.cols, (rows, cols)
+            xs_h = [(rng.standard_normal((rows, cols)) * 2 + 0.5).astype(dt) for _ in range(SETS)]
+            w_h = (1 + 0.5 * rng.standard_normal(cols)).astype(dt)
+            xs = [arrays.to_device(x) for x in xs_h]
+            w = arrays.to_device(w_h)
+            outs = {
+                p: [arrays.to_device(np.zeros((rows, cols), dt)) for _ in range(SETS)]
+                for p in ("shipped", "cluster")
+            }
+            fit = max_clusters(built[dt], cfg.threads, cfg.smem)
+            grid = min(fit, rows) * CLUSTER
+            sync = HostSync()
+            ops = [
+                tuple(operand(nm, a, sync) for nm, a in (("x", xs[s]), ("w", w), ("out", outs["cluster"][s])))
+                + (np.float32(1e-6),)
+                for s in range(SETS)
+            ]
+            go = cluster_launcher(built[dt], grid, cfg.threads, cfg.smem)
+            provs = [
+                (
+                    lambda a: rms_mod.rmsnorm(xs[a["s"]], w, outs["shipped"][a["s"]]),
+                    [{"s": s} for s in range(SETS)],
+                    None,
+                ),
+                (lambda a: go(ops[a["s"]]), [{"s": s} for s in range(SETS)], None),
+            ]
+            for fn, sets, _ in provs:
+                for a in sets:
+                    fn(a)
+            cuda.synchronize()
+            t = time_interleaved(provs, 30)
+            cuda.synchronize()
+            errs = {}
+            for p in ("shipped", "cluster"):
+                worst = 0.0
+                for s in range(SETS):
+                    ref = rms_mod.reference(xs_h[s].astype(np.float32), w_h, 1e-6)
+                    got = arrays.to_host(outs[p][s]).astype(np.float64)
+                    worst = max(worst, float(np.abs(got - ref).max() / np.abs(ref).max()))
+                errs[p] = worst
+            ok &= max(errs.values()) < 8e-3
+            us = {p: float(np.median(t[i])) for i, p in enumerate(("shipped", "cluster"))}
+            nbytes = 2 * rows * cols * dt.itemsize
+            rec = {
+                "dtype": dt.name,
+                "rows": rows,
+                "cols": cols,
+                "grid": grid,
+                "max_active_clusters": fit,
+                "sms": nsm,
+                "us": us,
+                "err": errs,
+                "cluster_over_shipped": us["shipped"] / us["cluster"],
+                "of_copy": {p: nbytes / us[p] / 1e3 / copy for p in us},
+            }
+            report["rows"].append(rec)
+            print(
+                f"rmsnorm {dt.name} {rows}x{cols} ({fit} clusters fit, grid {grid}): shipped {us['shipped']:.2f} us, cluster {us['cluster']:.2f} us "
+                f"({rec['cluster_over_shipped']:.3f}x); of copy {rec['of_copy']['shipped']:.3f} -> {rec['of_copy']['cluster']:.3f}; "
+                f"err {errs['shipped']:.2e} / {errs['cluster']:.2e}",
+                flush=True,
+            )
+    for dt, kk in built.items():
+        try:
+            print(
+                f"cluster {dt.name}: registers {list(kk.dispatcher.get_regs_per_thread().values())}, local bytes {list(kk.dispatcher.get_local_mem_per_thread().values())}"
+            )
+        except Exception as e:  # noqa: BLE001
+            print(f"cluster {dt.name}: no resource figures ({e})")
+    Path(os.environ.get("OUT", "."), "onchip_cluster.json").write_text(json.dumps(report, indent=1))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(ptxas_report() if "--ptxas" in sys.argv else main())
