@@ -30,8 +30,10 @@ nothing overlaps. So the run also times the launch with the SPREAD scheduling po
 kernel of the same shape reports each CTA's SM (%smid) under both policies ("placement").
 
 The check: rows at scales 2^-3 .. 2^3 with the second half of each row 3x the first, and the error taken per
-row (worst row's max |got - ref| / max |ref|, bar 5e-3) against float64 and against the shipped kernel: a
-half that met the wrong sum (its own, or the previous row's) fails it, where uniform data would hide it.
+row (worst row's max |got - ref| / max |ref|) against float64 (bar 5e-3) and against the shipped kernel (bar
+1e-2: two roundings): a half that met the wrong sum (its own, or the previous row's) fails it by far, where
+uniform data would hide it. Two read-only reviews (helpers) found no bug in the kernels, the cluster
+protocol, the inline PTX or the driver structs; their findings in the check and the timing are fixed.
 
     PYTHONPATH=<numpy 2.4 site>:. OUT=dir python lab/onchip_cluster.py   (CL_SHAPES=261x128256,1024x128256;
     CL_DTYPES=bfloat16,float16; CL_OPS=rmsnorm,layernorm,softmax)
@@ -590,20 +592,23 @@ def main() -> int:
                 del z
                 w_h = (1 + 0.5 * rng.standard_normal(cols, dtype=np.float32)).astype(dt)
                 b_h = (0.5 * rng.standard_normal(cols, dtype=np.float32)).astype(dt)
-                f0 = x0.astype(np.float32)
-                if op == "rmsnorm":
-                    ref0 = rms_mod.reference(f0, w_h, 1e-6)
-                elif op == "layernorm":
-                    ref0 = ln_mod.reference(f0, w_h, b_h, 1e-5)
-                else:
-                    ref0 = sm_mod.reference(f0)
-                del f0
-                # the other input sets: the same rows rolled (their references rolled alike), so the host makes
-                # one set and one reference; the check reads every row at 261 rows, every 4th at more
+                # the other input sets: the same rows rolled (set s's row r is x0's row r - 7s), so the host
+                # makes one set; the check reads every row at up to 300 rows, else 256 rows drawn at random
+                # (a stride would see only the clusters it divides: a row's cluster is its position mod the
+                # cluster count), and the float64 reference is computed for the x0 rows those are
                 xs_h = [np.roll(x0, 7 * s, axis=0) for s in range(SETS)]
-                pick = np.arange(rows) if rows <= 300 else np.arange(0, rows, 4)
-                refs = [np.roll(ref0, 7 * s, axis=0)[pick].astype(np.float32) for s in range(SETS)]
-                del ref0
+                pick = np.arange(rows) if rows <= 300 else np.sort(rng.choice(rows, 256, replace=False))
+                src = [(pick - 7 * s) % rows for s in range(SETS)]
+                need = np.unique(np.concatenate(src))
+                f0 = x0[need].astype(np.float32)
+                if op == "rmsnorm":
+                    ref_need = rms_mod.reference(f0, w_h, 1e-6)
+                elif op == "layernorm":
+                    ref_need = ln_mod.reference(f0, w_h, b_h, 1e-5)
+                else:
+                    ref_need = sm_mod.reference(f0)
+                del f0
+                refs = [ref_need[np.searchsorted(need, r)].astype(np.float32) for r in src]
                 xs = [arrays.to_device(x) for x in xs_h]
                 w, b = arrays.to_device(w_h), arrays.to_device(b_h)
                 outs = {p: [arrays.to_device(np.zeros((rows, cols), dt)) for _ in range(SETS)] for p in kinds}
@@ -662,9 +667,10 @@ def main() -> int:
                     p: cluster_launcher(built, grids[p], cfg.threads, smem, spread=p == "spread")
                     for p in kinds[1:]
                 }
-                sets = [{"s": s} for s in range(SETS)]
-                provs = [(shipped, sets, None)] + [
-                    (lambda a, p=p: go[p](ops[p][a["s"]]), sets, None) for p in kinds[1:]
+                # each provider starts on another input set, so no call reads what the call before it just read
+                sets = [[{"s": (s + k) % SETS} for s in range(SETS)] for k in range(len(kinds))]
+                provs = [(shipped, sets[0], None)] + [
+                    (lambda a, p=p: go[p](ops[p][a["s"]]), sets[k], None) for k, p in enumerate(kinds[1:], 1)
                 ]
                 for fn, ss, _ in provs:
                     for a in ss:
@@ -680,7 +686,9 @@ def main() -> int:
                 vs_shipped = {
                     p: max(_row_err(got[p][s], got["shipped"][s]) for s in range(SETS)) for p in kinds[1:]
                 }
-                ok &= max(errs.values()) < 5e-3 and max(vs_shipped.values()) < 5e-3
+                # against float64: one bf16 rounding is up to 2^-8 of a row's max; against the shipped kernel,
+                # whose sums run in another order, two roundings. A half that met the wrong sum errs by ~1
+                ok &= max(errs.values()) < 5e-3 and max(vs_shipped.values()) < 1e-2
                 us = {p: float(np.median(t[i])) for i, p in enumerate(kinds)}
                 nbytes = 2 * rows * cols * dt.itemsize
                 rec = {
@@ -714,7 +722,9 @@ def main() -> int:
                 )
             except Exception as e:  # noqa: BLE001
                 print(f"{op} cluster {dt.name}: no resource figures ({e})")
-    Path(os.environ.get("OUT", "."), "onchip_cluster.json").write_text(json.dumps(report, indent=1))
+    dest = Path(os.environ.get("OUT", "."), "onchip_cluster.json")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(report, indent=1))
     return 0 if ok else 1
 
 
