@@ -63,6 +63,8 @@ from kernels.primitives.reductions import NEG_INF, make_block_max, make_block_su
 from kernels.primitives.vector import ldg_into, make_row_io, stg_from
 from kernels.runtime.arrays import BF16
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # lab/ptx_asm.py
+
 SHAPES = [
     tuple(map(int, s.split("x"))) for s in os.environ.get("CL_SHAPES", "261x128256,1024x128256").split(",")
 ]
@@ -79,43 +81,22 @@ def _intrinsics() -> tuple[Any, Any]:
     from llvmlite import ir
     from numba.core import types as nt
     from numba.cuda.extending import intrinsic
-
-    i32, f32 = ir.IntType(32), ir.FloatType()
-
-    @intrinsic
-    def cluster_sync(typingctx):  # type: ignore[no-untyped-def]
-        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            f = ir.InlineAsm(
-                ir.FunctionType(ir.VoidType(), []),
-                "barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;",
-                "~{memory}",
-                side_effect=True,
-            )
-            builder.call(f, [])
-            return context.get_dummy_value()
-
-        return nt.void(), codegen
+    from ptx_asm import I32, asm, shared_u32, statement
 
     @intrinsic
     def peer_f32(typingctx, arr, i, rank):  # type: ignore[no-untyped-def]
         sig = nt.float32(arr, i, rank)
 
         def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            p = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], nt.intp)])
-            p3 = builder.addrspacecast(p, ir.PointerType(p.type.pointee, 3))
+            a = shared_u32(context, builder, sig.args[0], args[0], sig.args[1], args[1])
             r = context.cast(builder, args[2], sig.args[2], nt.uint32)
-            f = ir.InlineAsm(
-                ir.FunctionType(f32, [i32, i32]),
-                "{\n\t.reg .u32 ra;\n\tmapa.shared::cluster.u32 ra, $1, $2;\n\tld.shared::cluster.f32 $0, [ra];\n\t}",
-                "=f,r,r,~{memory}",
-                side_effect=True,
-            )
-            return builder.call(f, [builder.ptrtoint(p3, i32), r])
+            text = "{\n\t.reg .u32 ra;\n\tmapa.shared::cluster.u32 ra, $1, $2;\n\tld.shared::cluster.f32 $0, [ra];\n\t}"
+            return asm(builder, ir.FloatType(), text, "=f,r,r,~{memory}", [a, r], [I32, I32])
 
         return sig, codegen
 
-    return cluster_sync, peer_f32
+    sync = statement("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;")
+    return sync, peer_f32
 
 
 cluster_sync, peer_f32 = _intrinsics()
@@ -489,28 +470,12 @@ def cluster_launcher(kern: Any, grid: int, block: int, smem: int, spread: bool =
     return launch
 
 
-def _smid() -> Any:
-    from llvmlite import ir
-    from numba.core import types as nt
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def smid(typingctx):  # type: ignore[no-untyped-def]
-        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            f = ir.InlineAsm(
-                ir.FunctionType(ir.IntType(32), []), "mov.u32 $0, %smid;", "=r", side_effect=True
-            )
-            return builder.call(f, [])
-
-        return nt.int32(), codegen
-
-    return smid
-
-
 def make_where(threads: int, min_blocks: int):  # type: ignore[no-untyped-def]
     """A kernel of the cluster kernel's block size, launch bounds and (at launch) shared memory that writes
     each CTA's SM: where the scheduler puts the two halves of a row."""
-    smid = _smid()
+    from ptx_asm import special_register
+
+    smid = special_register("smid", 32)
 
     @cuda.jit(**vec_jit(threads, min_blocks, False))
     def where(out):  # type: ignore[no-untyped-def]

@@ -47,67 +47,36 @@ def _intrinsics() -> tuple[Any, Any, Any, Any]:
     from llvmlite import ir
     from numba.core import types as nt
     from numba.cuda.extending import intrinsic
-
-    i32, i64 = ir.IntType(32), ir.IntType(64)
-
-    def elem(context: Any, builder: Any, aty: Any, arr: Any, ity: Any, idx: Any) -> Any:
-        ary = context.make_array(aty)(context, builder, arr)
-        return builder.gep(ary.data, [context.cast(builder, idx, ity, nt.intp)])
-
-    def asm(builder: Any, text: str, cons: str, args: list[Any], tys: list[Any]) -> None:
-        f = ir.InlineAsm(ir.FunctionType(ir.VoidType(), tys), text, cons, side_effect=True)
-        builder.call(f, args)
+    from ptx_asm import I32, I64, asm, element_ptr, shared_u32, statement
 
     @intrinsic
     def cp16(typingctx, part, w, src, i):  # type: ignore[no-untyped-def]
         sig = nt.void(part, w, src, i)
 
         def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            d = elem(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            s = elem(context, builder, sig.args[2], args[2], sig.args[3], args[3])
-            d3 = builder.addrspacecast(d, ir.PointerType(d.type.pointee, 3))
-            asm(
-                builder,
-                "cp.async.cg.shared.global [$0], [$1], 16;",
-                "r,l,~{memory}",
-                [builder.ptrtoint(d3, i32), builder.ptrtoint(s, i64)],
-                [i32, i64],
-            )
+            d = shared_u32(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            s = element_ptr(context, builder, sig.args[2], args[2], sig.args[3], args[3])
+            text = "cp.async.cg.shared.global [$0], [$1], 16;"
+            asm(builder, ir.VoidType(), text, "r,l,~{memory}", [d, builder.ptrtoint(s, I64)], [I32, I64])
             return context.get_dummy_value()
 
         return sig, codegen
-
-    @intrinsic
-    def commit(typingctx):  # type: ignore[no-untyped-def]
-        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            asm(builder, "cp.async.commit_group;", "~{memory}", [], [])
-            return context.get_dummy_value()
-
-        return nt.void(), codegen
-
-    @intrinsic
-    def wait_all(typingctx):  # type: ignore[no-untyped-def]
-        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            asm(builder, "cp.async.wait_all;", "~{memory}", [], [])
-            return context.get_dummy_value()
-
-        return nt.void(), codegen
 
     @intrinsic
     def lds4(typingctx, part, w):  # type: ignore[no-untyped-def]
         sig = nt.UniTuple(nt.uint32, 4)(part, w)
 
         def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            p = elem(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            vt = ir.VectorType(i32, 4)
+            p = element_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            vt = ir.VectorType(I32, 4)
             p3 = builder.addrspacecast(builder.bitcast(p, ir.PointerType(vt)), ir.PointerType(vt, 3))
             v = builder.load(p3, align=16)
-            vals = [builder.extract_element(v, ir.Constant(i32, k)) for k in range(4)]
+            vals = [builder.extract_element(v, ir.Constant(I32, k)) for k in range(4)]
             return context.make_tuple(builder, sig.return_type, vals)
 
         return sig, codegen
 
-    return cp16, commit, wait_all, lds4
+    return cp16, statement("cp.async.commit_group;"), statement("cp.async.wait_all;"), lds4
 
 
 if SIMULATED:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,9 @@ from kernels.runtime import arrays, device
 from kernels.runtime.arrays import BF16, HostSync
 from kernels.runtime.launch import dynamic_smem, kernel
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ptx_asm import special_register  # noqa: E402
+
 SHAPES = [
     tuple(map(int, s.split("x")))
     for s in os.environ.get("TL_SHAPES", "261x128256,1024x128256,512x65536").split(",")
@@ -44,28 +48,7 @@ MAXR = 12  # rows per block recorded (a shape must give no block more)
 MARKS = 2 + 3 * MAXR
 
 
-def _timer() -> Any:
-    from llvmlite import ir
-    from numba.core import types as nt
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def globaltimer(typingctx):  # type: ignore[no-untyped-def]
-        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            f = ir.InlineAsm(
-                ir.FunctionType(ir.IntType(64), []),
-                "mov.u64 $0, %globaltimer;",
-                "=l,~{memory}",
-                side_effect=True,
-            )
-            return builder.call(f, [])
-
-        return nt.int64(), codegen
-
-    return globaltimer
-
-
-gt = _timer()
+gt = special_register("globaltimer", 64)
 
 
 def make_timed(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
