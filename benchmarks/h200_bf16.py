@@ -217,9 +217,10 @@ def bench_o_proj(
 def bench_linear(
     rng: np.random.Generator, m: int, k: int, n: int, dt: np.dtype, peaks: dict[str, Any], path: str = "auto"
 ) -> None:
-    """linear (x @ W.T with W [N, K], the activation fused) against torch's F.linear then the activation
-    (cuBLAS, then an elementwise kernel), and against our own linear without an activation, all three
-    interleaved: `epilogue_cost` is ours-with-activation / ours-plain - 1 (issue 13: <= 3 %)."""
+    """linear (x @ W.T with W [N, K], the activation or the bias fused) against torch's F.linear then the
+    activation (cuBLAS, then an elementwise kernel) or F.linear with the bias (cuBLAS's own epilogue), and
+    against our own linear without either, all three interleaved: `epilogue_cost` is ours-with-epilogue /
+    ours-plain - 1 (issue 13: <= 3 %)."""
     x = rng.standard_normal((m, k), dtype=np.float32).astype(dt)
     w = (rng.standard_normal((n, k), dtype=np.float32) / np.sqrt(k)).astype(dt)
     dx, dw = arrays.to_device(x), arrays.to_device(w)
@@ -227,30 +228,39 @@ def bench_linear(
     rows = rng.choice(m, 64, replace=False)
     plain = arrays.to_device(np.full((m, n), np.nan, dt))
     f = torch.nn.functional
-    for act, torch_act in (("silu", f.silu), ("gelu_tanh", lambda t: f.gelu(t, approximate="tanh"))):
+    bias = rng.standard_normal(n, dtype=np.float32).astype(dt)
+    dbias, tbias = arrays.to_device(bias), torch_of(bias)
+    cases = (  # (name, our activation, torch's, bias or None)
+        ("silu", "silu", f.silu, None),
+        ("gelu_tanh", "gelu_tanh", lambda t: f.gelu(t, approximate="tanh"), None),
+        ("bias", "none", lambda t: t, bias),
+    )
+    for name, act, torch_act, b in cases:
         dout = arrays.to_device(np.full((m, n), np.nan, dt))
         held: dict[str, torch.Tensor] = {}
+        db, tb = (dbias, tbias) if b is not None else (None, None)
 
-        def theirs(torch_act: Any = torch_act, held: dict[str, torch.Tensor] = held) -> None:
-            held["y"] = torch_act(f.linear(tx, tw))
+        def theirs(torch_act: Any = torch_act, held: dict[str, torch.Tensor] = held, tb: Any = tb) -> None:
+            held["y"] = torch_act(f.linear(tx, tw, tb))
 
         fns = {
-            "ours": lambda a=act, o=dout: linear_op.linear(dx, dw, None, o, activation=a, path=path),
+            "ours": lambda a=act, o=dout, db=db: linear_op.linear(dx, dw, db, o, activation=a, path=path),
             "ref": theirs,
             "plain": lambda: linear_op.linear(dx, dw, None, plain, path=path),
         }
         us = timed(fns)
-        ref = linear_op.reference(x[rows], w, None, act)
+        ref = linear_op.reference(x[rows], w, b, act)
         errs = {"ours": rel(arrays.to_host(dout)[rows], ref), "ref": rel(host_of(held["y"])[rows], ref)}
+        their_name = {"silu": "then F.silu", "gelu_tanh": "then F.gelu(tanh)", "bias": "with its bias"}[name]
         record(
             "linear",
             str(dt),
-            f"{m}x{n}x{k}-{act}",
+            f"{m}x{n}x{k}-{name}",
             linear_op.shape_path(linear_op._resolve(path, dt), n, k),
             us,
-            f"torch F.linear then F.{'silu' if act == 'silu' else 'gelu(tanh)'} (cuBLAS + eager)",
-            2.0 * m * n * k + (4 if act == "silu" else 9) * m * n,
-            (m * k + n * k + m * n) * 2,
+            f"torch F.linear {their_name} (cuBLAS{' + eager' if name != 'bias' else ''})",
+            2.0 * m * n * k + {"silu": 4, "gelu_tanh": 9, "bias": 1}[name] * m * n,
+            (m * k + n * k + m * n + (n if b is not None else 0)) * 2,
             errs,
             1e-3 if dt == F16 else 8e-3,
             peaks.get("fp16_tensor_tflops"),

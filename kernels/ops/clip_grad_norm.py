@@ -928,8 +928,48 @@ class _TableCall:
                 self._graph = None
 
 
+def _tuple_ids_reader() -> Any:
+    """A function giving the ids of a sequence's items as one bytes object, or None where this interpreter
+    cannot be read that way. CPython stores a tuple's item pointers inline, `tuple.__basicsize__` bytes into
+    the object, and an object's id is its address: so the ids of 291 items are one `ctypes.string_at` of a
+    tuple of them (~1 us on the CI machine) instead of `tuple(map(id, ...))`, whose every id is a new int
+    object (~9 us there: most of the plain 291-array clip's host time). Checked here, once, against
+    `map(id)` on a tuple of fresh objects; any mismatch (another interpreter, another tuple layout) keeps
+    the portable form. The tuple the ids are read from is the function's own, made by one C call (`tuple()`),
+    so nothing another thread does to the caller's list can change it while it is read."""
+    if sys.implementation.name != "cpython" or tuple.__itemsize__ != ctypes.sizeof(ctypes.c_void_p):
+        return None
+    at, size, string_at = tuple.__basicsize__, tuple.__itemsize__, ctypes.string_at
+    probe = tuple(object() for _ in range(5))
+    want = b"".join(i.to_bytes(size, sys.byteorder) for i in map(id, probe))
+    if string_at(id(probe) + at, size * len(probe)) != want:  # (reads inside the probe: 5 items past `at`)
+        return None
+
+    def read(seq: Sequence[Any]) -> bytes:
+        t = tuple(seq)
+        return string_at(id(t) + at, size * len(t))
+
+    return read
+
+
+_read_ids = _tuple_ids_reader()
+
+
+_READ_PAST = 12  # items; up to here a tuple of ids costs less than the ctypes call (~0.3 us, CI machine)
+
+
+def item_ids(seq: Sequence[Any]) -> Any:
+    """The ids of `seq`'s items in order, as one hashable value that is equal for equal id sequences (and
+    only for them; the length alone picks the form, so two sequences of one length always get the same
+    form): the key of the lean calls below. Meaningful only while every item lives, which the callers see
+    to (weak references that drop the entry)."""
+    if _read_ids is None or len(seq) <= _READ_PAST:
+        return tuple(map(id, seq))
+    return _read_ids(seq)
+
+
 TABLE_CALLS_MAX = 8  # sets of arrays with a lean table call kept (a training loop needs one)
-_table_calls: dict[tuple[int, ...], tuple[_TableCall, list[Any]]] = {}
+_table_calls: dict[tuple[Any, ...], tuple[_TableCall, list[Any]]] = {}
 
 
 def _table_fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream: Any) -> bool:
@@ -944,7 +984,7 @@ def _table_fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream:
         return False  # the general path names the error
     if not mx > 0.0:  # also NaN; the general path raises the error
         return False
-    key = (_launch.context(), *map(id, grads), id(norm_out))
+    key = (_launch.context(), item_ids(grads), id(norm_out))
     hit = _table_calls.get(key)
     if hit is None:
         objs = (*grads, norm_out)
@@ -955,7 +995,7 @@ def _table_fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream:
             return False
         entry = _TableCall(*fv)
 
-        def drop(_ref: Any, key: tuple[int, ...] = key) -> None:
+        def drop(_ref: Any, key: tuple[Any, ...] = key) -> None:
             gone = _table_calls.pop(key, None)
             if gone is not None:
                 gone[0].close()
@@ -982,8 +1022,8 @@ def _table_fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream:
 # weak references whose callbacks drop it before an id can be reused. No strong reference is kept, so the
 # cache never holds device memory alive.
 _WORDS_MAX = 64
-_words: dict[tuple[int, ...], tuple[np.dtype, list[int], int]] = {}
-_words_refs: dict[tuple[int, ...], list[Any]] = {}
+_words: dict[tuple[Any, ...], tuple[np.dtype, list[int], int]] = {}
+_words_refs: dict[tuple[Any, ...], list[Any]] = {}
 
 
 def _immutable_layout(t: type) -> bool:
@@ -1002,7 +1042,7 @@ def cached_values(grads: Sequence[Any], norm_out: Any) -> tuple[np.dtype, list[i
     t = type(grads)
     if t is not list and t is not tuple:
         return None
-    key = (*map(id, grads), id(norm_out))
+    key = (item_ids(grads), id(norm_out))
     hit = _words.get(key)
     if hit is not None:
         return hit
@@ -1013,7 +1053,7 @@ def cached_values(grads: Sequence[Any], norm_out: Any) -> tuple[np.dtype, list[i
     if not all(_immutable_layout(type(o)) for o in objs):
         return fv
 
-    def drop(_ref: Any, key: tuple[int, ...] = key) -> None:
+    def drop(_ref: Any, key: tuple[Any, ...] = key) -> None:
         _words.pop(key, None)
         _words_refs.pop(key, None)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -334,6 +335,7 @@ def test_fast_plan_replays_a_graph_from_the_second_identical_call(monkeypatch): 
 
     monkeypatch.setattr(launch, "LaunchGraph", FakeGraph)
     no = _FakeDeviceArray((1,), np.float32, 1 << 41)
+    assert arrays.is_device_array(no)  # registers the extractor, as a validating call would (run alone)
     fvs = [
         op.fast_values([_FakeDeviceArray((1000 * (i + 1),), dt, (1 << 40) + (i << 20))], no) for i in range(3)
     ]
@@ -455,6 +457,31 @@ def test_fast_values_declines_what_the_general_path_must_check():  # type: ignor
     assert op.fast_values([ok], np.zeros(1, np.float32)) is None
 
 
+def test_item_ids_key_is_the_ids_in_order(monkeypatch):  # type: ignore[no-untyped-def]
+    # the lean calls' key: equal exactly when the same objects come in the same order, list or tuple alike,
+    # in the one-read form (CPython) and in the portable tuple of ids it falls back to elsewhere
+    import sys
+
+    if sys.implementation.name == "cpython":
+        assert op._read_ids is not None  # the fast form is the one in use here
+    for reader, n in itertools.product((op._read_ids, None), (300, op._READ_PAST + 1, op._READ_PAST, 2)):
+        monkeypatch.setattr(op, "_read_ids", reader)
+        objs = [object() for _ in range(n)]
+        key = op.item_ids(objs)
+        assert op.item_ids(tuple(objs)) == key and hash(op.item_ids(list(objs))) == hash(key)
+        others = {
+            "one item replaced": [*objs[: n // 2], object(), *objs[n // 2 + 1 :]],
+            "two swapped": [objs[1], objs[0], *objs[2:]],
+            "one more": [*objs, objs[0]],
+            "one fewer": objs[:-1],
+            "empty": [],
+        }
+        for why, seq in others.items():
+            assert op.item_ids(seq) != key, (why, n)
+        if reader is not None and n > op._READ_PAST:
+            assert key == b"".join(id(o).to_bytes(8, sys.byteorder) for o in objs)
+
+
 def test_cached_values_live_only_as_long_as_the_arrays():  # type: ignore[no-untyped-def]
     import gc
 
@@ -464,7 +491,7 @@ def test_cached_values_live_only_as_long_as_the_arrays():  # type: ignore[no-unt
     assert arrays.is_device_array(a)
     first = op.cached_values([a], no)
     assert first is not None and op.cached_values((a,), no) is first  # a hit: the same object back
-    key = (id(a), id(no))
+    key = (op.item_ids([a]), id(no))
     assert key in op._words
     del a
     gc.collect()
