@@ -124,7 +124,7 @@ def _bench(args: argparse.Namespace) -> int:
 
         if SIMULATED:
             raise bench.SimulatorRefused(bench.REFUSAL)
-        rows = overhead.measure()
+        rows = overhead.measure(ops=tuple(s.name for s in ops) if args.ops else None)  # --ops: theirs only
         table = "\n".join(f"{r['call']:<42}{r['median_us']:>8.2f} us  (p10 {r['p10_us']:.2f}, "
                           f"p90 {r['p90_us']:.2f})" for r in rows)  # fmt: skip
         _emit({"overhead": rows}, args.json, table)

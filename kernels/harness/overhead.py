@@ -63,7 +63,8 @@ def _time(fn: Callable[[], Any], calls: int) -> dict[str, float]:
     }
 
 
-def measure(calls: int = CALLS) -> list[dict[str, Any]]:
+def measure(calls: int = CALLS, ops: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """The named calls below, then `registry_rows` (of `ops` only, when given)."""
     from kernels.ops import cast, clip_grad_norm, gemm, layernorm, o_proj, residual_add, rmsnorm, softmax
 
     rng = np.random.default_rng()
@@ -165,7 +166,7 @@ def measure(calls: int = CALLS) -> list[dict[str, Any]]:
     ok = np.allclose(out.copy_to_host(), x.copy_to_host() + r.copy_to_host(), rtol=1e-6, atol=1e-6)
     if not ok:
         raise RuntimeError("overhead measurement: residual_add produced wrong values")
-    return res + registry_rows(calls)
+    return res + registry_rows(calls, ops)
 
 
 def registry_rows(calls: int = CALLS, ops: tuple[str, ...] | None = None) -> list[dict[str, Any]]:

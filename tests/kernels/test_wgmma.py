@@ -124,7 +124,8 @@ def test_artifact_lists_sm90a_kernels_as_arch_specific():  # type: ignore[no-unt
 
 
 BUILD = """
-import json, re, shutil, subprocess, tempfile
+import json, re, shutil, subprocess, tempfile, warnings
+warnings.filterwarnings("error", message="NVRTC log messages")  # a warning of the CUDA C fails the build
 from pathlib import Path
 from numba import cuda
 from numba.cuda.cudadrv import driver

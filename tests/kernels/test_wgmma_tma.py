@@ -65,11 +65,13 @@ def test_both_tiles_splice_one_copy_of_the_wrappers_and_the_activation() -> None
         start = text.index("float wg_x_sigmoid(")
         body = text[start : text.index("\n}\n", start)]
         assert "rcp.approx.f32 %0" in body and "/" not in body  # no IEEE division
-        for helper in ("float wg_to_f32(", "u32 wg_pack(", "void wg_store2(", "u64 wg_desc(", "u32 wg_smem("):
+        helpers = ("float wg_to_f32(", "u32 wg_pack(", "void wg_put2(", "void wg_store2(", "u64 wg_desc(")
+        for helper in (*helpers, "u32 wg_smem("):
             assert text.count(helper) == 1, helper  # one definition, shared
         assert text.count("wg_act<ACT>(") == 2  # the shared store applies the activation to both columns
-    # each tile hands the shared store its own type, output, residual and activation
-    assert tma.count("wg_store2<WS_DT, WS_OUT, WS_RES, WS_ACT>(") == 1
+    # each tile hands the shared store its own type, output and activation (the cp.async tile's also reads
+    # R there; the TMA tile reads a chunk's R words before its stores and adds them itself)
+    assert tma.count("wg_put2<WS_DT, WS_OUT, WS_ACT>(") == 1 and "wg_store2<WS_" not in tma
     assert cp.count("wg_store2<WG_DT, WG_OUT, WG_RES, WG_ACT>(") == 1
 
 
@@ -283,6 +285,27 @@ def test_o_proj_and_gemm_with_a_bias_take_the_tma_tile(dt: np.dtype, mnk: tuple[
     g.run_matmul(ops[0], ops[1], ops[2], None, ops[3], TMA)
     assert len(table) == before + 2  # its own key: its own maps
     assert _rel(c.copy_to_host(), ab) <= 1e-5
+
+
+@needs_cc90
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", [BF16, F16], ids=str)
+@pytest.mark.parametrize("mnk", SHAPES, ids=str)
+def test_o_proj_in_place_on_the_tma_tile(dt: np.dtype, mnk: tuple[int, int, int]) -> None:
+    """out is the residual itself (an in-place residual add, with a bias): the epilogue reads a chunk's bias
+    and R words before it stores any of them, so every element must still be its own R plus its product."""
+    m, n, k = mnk
+    rng = np.random.default_rng(3 * m + n + k)
+    a, b, r, bias = (_host(shape, dt, rng) for shape in ((m, k), (k, n), (m, n), (n,)))
+    want = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64) + r.astype(np.float64)
+    da, db, dr, dbias = (arrays.to_device(x) for x in (a, b, r, bias))
+    table = wgmma_tma.table()
+    assert o_proj(da, db, dr, dbias, out=dr, path=TMA) is dr
+    key, ptr = wgmma.key_of(dt, True, True, True), (lambda x: arrays.operand("x", x).ptr)
+    assert (key, ptr(da), ptr(db), m, n, k) in table._slots  # these operands' maps exist: the TMA tile ran
+    got = arrays.to_host(dr).astype(np.float64)
+    assert np.isfinite(got).all()
+    assert _rel(got, want) <= (2.0**-8 if dt == BF16 else 2.0**-10)
 
 
 def _linear_problem(dt: np.dtype, m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, ...]:

@@ -52,15 +52,10 @@ __device__ __forceinline__ float wg_act(float x) {
     return x;
 }
 
-// columns (at, at + 1) of C, from their accumulators x, y (a bias already added): + R, the activation, one
-// rounding, one 8-byte (fp32) or 4-byte (16-bit) store; `at` even, so the 4-byte reads and stores are aligned
-template <int DT, int OUT, int RES, int ACT>
-__device__ __forceinline__ void wg_store2(long long c, long long res, long long at, float x, float y) {
-    if (RES) {
-        const u32 rw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(res) + at);
-        x += wg_to_f32<DT>((u16)(rw & 0xFFFF));
-        y += wg_to_f32<DT>((u16)(rw >> 16));
-    }
+// columns (at, at + 1) of C from x, y (bias and R already added): the activation, one rounding, one 8-byte
+// (fp32) or 4-byte (16-bit) store; `at` even, so the stores are aligned
+template <int DT, int OUT, int ACT>
+__device__ __forceinline__ void wg_put2(long long c, long long at, float x, float y) {
     x = wg_act<ACT>(x);
     y = wg_act<ACT>(y);
     if (OUT == 0) {
@@ -71,4 +66,16 @@ __device__ __forceinline__ void wg_store2(long long c, long long res, long long 
     } else {
         *reinterpret_cast<u32*>(reinterpret_cast<u16*>(c) + at) = wg_pack<DT>(x, y);
     }
+}
+
+// columns (at, at + 1) of C, from their accumulators x, y (a bias already added): + R (one aligned 4-byte
+// read), then wg_put2
+template <int DT, int OUT, int RES, int ACT>
+__device__ __forceinline__ void wg_store2(long long c, long long res, long long at, float x, float y) {
+    if (RES) {
+        const u32 rw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(res) + at);
+        x += wg_to_f32<DT>((u16)(rw & 0xFFFF));
+        y += wg_to_f32<DT>((u16)(rw >> 16));
+    }
+    wg_put2<DT, OUT, ACT>(c, at, x, y);
 }

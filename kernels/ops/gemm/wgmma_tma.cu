@@ -95,6 +95,9 @@ typedef unsigned long long u64;
 #ifndef WS_NAME
 #define WS_NAME ws_gemm
 #endif
+#ifndef WS_EPI_J
+#define WS_EPI_J 16  // epilogue column groups (8 columns of the tile each) whose bias / R words are read at once
+#endif
 
 #define WS_BM 128
 #define WS_BK 64
@@ -370,29 +373,64 @@ extern "C" __device__ int WS_NAME(int* ret, long long tmaps, long long c, long l
             ws_cluster_arrive();
 #endif
 
-            // epilogue straight from the accumulators (layout as in lab/wgmma)
+            // epilogue straight from the accumulators (layout as in lab/wgmma). Each chunk of WS_EPI_J column
+            // groups reads all its bias and R words before it stores anything: the compiler cannot move a load
+            // above a store that may alias it, so a read per store made every R read wait a full memory
+            // latency (64 in a row per tile: o_proj 0.83x cuBLAS, 2026-12-05). Exact aliasing (C is R, in
+            // place) stays right: every element is read and written by this one thread, read first.
             const int row0 = m0 + cw * 64 + warp * 16 + (lane >> 2);
             const int colb = n0 + 2 * (lane & 3);
 #pragma unroll
-            for (int j = 0; j < WS_BN / 8; ++j) {
-                const int col = colb + 8 * j;
-                if (col >= N) continue;  // N % 8 == 0: col < N implies col + 1 < N
+            for (int j0 = 0; j0 < WS_BN / 8; j0 += WS_EPI_J) {
 #if WS_BIAS
-                // columns col, col + 1 (col even: a 4-byte aligned word), read once for both rows
-                const u32 bw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(bias) + col);
-                const float bx = wg_to_f32<WS_DT>((u16)(bw & 0xFFFF)), by = wg_to_f32<WS_DT>((u16)(bw >> 16));
+                u32 bw[WS_EPI_J];  // columns col, col + 1 (col even: a 4-byte aligned word), one for both rows
+#endif
+#if WS_RES
+                u32 rw[WS_EPI_J][2];
+#endif
+#if WS_BIAS || WS_RES
+#pragma unroll
+                for (int jj = 0; jj < WS_EPI_J; ++jj) {
+                    const int col = colb + 8 * (j0 + jj);
+                    const bool in_n = col < N;  // N % 8 == 0: col < N implies col + 1 < N
+#if WS_BIAS
+                    bw[jj] = in_n ? *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(bias) + col) : 0u;
+#endif
+#if WS_RES
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = row0 + 8 * h;
+                        rw[jj][h] = (in_n && row < M)
+                            ? *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(res) + (long long)row * N + col)
+                            : 0u;
+                    }
+#endif
+                }
 #endif
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = row0 + 8 * h;
-                    if (row >= M) continue;
-                    float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
-                    const long long at = (long long)row * N + col;
+                for (int jj = 0; jj < WS_EPI_J; ++jj) {
+                    const int j = j0 + jj;
+                    const int col = colb + 8 * j;
+                    if (col >= N) continue;
 #if WS_BIAS
-                    x += bx;
-                    y += by;
+                    const float bx = wg_to_f32<WS_DT>((u16)(bw[jj] & 0xFFFF));
+                    const float by = wg_to_f32<WS_DT>((u16)(bw[jj] >> 16));
 #endif
-                    wg_store2<WS_DT, WS_OUT, WS_RES, WS_ACT>(c, res, at, x, y);
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = row0 + 8 * h;
+                        if (row >= M) continue;
+                        float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
+#if WS_BIAS
+                        x += bx;
+                        y += by;
+#endif
+#if WS_RES
+                        x += wg_to_f32<WS_DT>((u16)(rw[jj][h] & 0xFFFF));
+                        y += wg_to_f32<WS_DT>((u16)(rw[jj][h] >> 16));
+#endif
+                        wg_put2<WS_DT, WS_OUT, WS_ACT>(c, (long long)row * N + col, x, y);
+                    }
                 }
             }
         }
