@@ -10,9 +10,10 @@ code, so cc 9.0 only, as wgmma.py; `auto`'s tile for gemm, o_proj and linear the
 
 Measured (benchmarks/h100/README.md; an H100 80GB HBM3, 2026-12-05, medians interleaved with cuBLAS through
 torch, every timed output checked against float64): 0.953x cuBLAS at 4096^3 (708 TF, bf16 in, fp32 out),
-0.940x at 8192 x 2560 x 2560, fp16 0.954x; 0.83-0.84x for o_proj [16, 512, 2560] x [2560, 2560] with the
-residual; linear (NT, SiLU / GELU) 0.96-0.98x torch's F.linear + activation; the cp.async tile 0.62-0.69x
-in the same runs.
+0.940x at 8192 x 2560 x 2560, fp16 0.954x; linear (NT, SiLU / GELU) 0.96-0.98x torch's F.linear +
+activation; the cp.async tile 0.62-0.69x in the same runs. o_proj [16, 512, 2560] x [2560, 2560] with the
+residual 1.004-1.012x cuBLAS's addmm (2026-12-06, `benchmarks/h100/2026-12-06/tenth/`) since the epilogue
+reads each chunk's bias and R words before storing any (WS_EPI_J in wgmma_tma.cu); 0.83-0.84x before.
 
 Tensor maps. TMA reads A and B through two CUtensorMaps (128 bytes each) that name their base addresses.
 numba cannot pass a __grid_constant__ map, so the kernel takes the address of a 256-byte device buffer
