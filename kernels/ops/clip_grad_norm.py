@@ -935,8 +935,8 @@ def _tuple_ids_reader() -> Any:
     tuple of them (~1 us on the CI machine) instead of `tuple(map(id, ...))`, whose every id is a new int
     object (~9 us there: most of the plain 291-array clip's host time). Checked here, once, against
     `map(id)` on a tuple of fresh objects; any mismatch (another interpreter, another tuple layout) keeps
-    the portable form. The tuple the ids are read from is the function's own, made by one C call (`tuple()`),
-    so nothing another thread does to the caller's list can change it while it is read."""
+    the portable form. It reads a tuple (the callers' snapshot, see `item_ids`), whose length and items
+    cannot change while it is read, and only its own `len` item pointers."""
     if sys.implementation.name != "cpython" or tuple.__itemsize__ != ctypes.sizeof(ctypes.c_void_p):
         return None
     at, size, string_at = tuple.__basicsize__, tuple.__itemsize__, ctypes.string_at
@@ -945,8 +945,7 @@ def _tuple_ids_reader() -> Any:
     if string_at(id(probe) + at, size * len(probe)) != want:  # (reads inside the probe: 5 items past `at`)
         return None
 
-    def read(seq: Sequence[Any]) -> bytes:
-        t = tuple(seq)
+    def read(t: tuple[Any, ...]) -> bytes:
         return string_at(id(t) + at, size * len(t))
 
     return read
@@ -962,10 +961,13 @@ def item_ids(seq: Sequence[Any]) -> Any:
     """The ids of `seq`'s items in order, as one hashable value that is equal for equal id sequences (and
     only for them; the length alone picks the form, so two sequences of one length always get the same
     form): the key of the lean calls below. Meaningful only while every item lives, which the callers see
-    to (weak references that drop the entry)."""
-    if _read_ids is None or len(seq) <= _READ_PAST:
-        return tuple(map(id, seq))
-    return _read_ids(seq)
+    to (weak references that drop the entry). Read from one snapshot, `tuple(seq)` (one C call; `seq`
+    itself when it is a tuple), so a list that another thread changes meanwhile gives the ids of one of its
+    states, never a mix; callers that also read the items pass that snapshot (`_table_fast_call`)."""
+    t = seq if type(seq) is tuple else tuple(seq)
+    if _read_ids is None or len(t) <= _READ_PAST:
+        return tuple(map(id, t))
+    return _read_ids(t)
 
 
 TABLE_CALLS_MAX = 8  # sets of arrays with a lean table call kept (a training loop needs one)
@@ -984,6 +986,9 @@ def _table_fast_call(grads: Sequence[Any], max_norm: Any, norm_out: Any, stream:
         return False  # the general path names the error
     if not mx > 0.0:  # also NaN; the general path raises the error
         return False
+    # one snapshot of the list for the key, the weak references and the values alike: a list another thread
+    # changes meanwhile must not file one set's pointers under another set's ids
+    grads = grads if t is tuple else tuple(grads)
     key = (_launch.context(), item_ids(grads), id(norm_out))
     hit = _table_calls.get(key)
     if hit is None:
@@ -1042,6 +1047,7 @@ def cached_values(grads: Sequence[Any], norm_out: Any) -> tuple[np.dtype, list[i
     t = type(grads)
     if t is not list and t is not tuple:
         return None
+    grads = grads if t is tuple else tuple(grads)  # one snapshot for key and values (`_table_fast_call`)
     key = (item_ids(grads), id(norm_out))
     hit = _words.get(key)
     if hit is not None:

@@ -479,7 +479,7 @@ def test_item_ids_key_is_the_ids_in_order(monkeypatch):  # type: ignore[no-untyp
         for why, seq in others.items():
             assert op.item_ids(seq) != key, (why, n)
         if reader is not None and n > op._READ_PAST:
-            assert key == b"".join(id(o).to_bytes(8, sys.byteorder) for o in objs)
+            assert key == b"".join(id(o).to_bytes(tuple.__itemsize__, sys.byteorder) for o in objs)
 
 
 def test_cached_values_live_only_as_long_as_the_arrays():  # type: ignore[no-untyped-def]

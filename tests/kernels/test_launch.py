@@ -5,7 +5,10 @@ same `Kernel.launch` goes through the dispatcher (covered by every op test)."""
 from __future__ import annotations
 
 import ctypes
+import gc
+import sys
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -895,15 +898,25 @@ def test_clip_bounds_its_lean_table_calls_per_context(two_contexts, monkeypatch)
         monkeypatch.setattr(clip, name, {})
     norm = _FakeDeviceArray((1,), np.float32, 0x7000000)
 
+    count = max(clip.SLOTS, clip._READ_PAST) + 1  # past two_pass's slots and in item_ids' one-read form
+
     def grads(base: int) -> list[_FakeDeviceArray]:
-        return [_FakeDeviceArray((64,), np.float32, base + 0x10000 * i) for i in range(clip.SLOTS + 1)]
+        return [_FakeDeviceArray((64,), np.float32, base + 0x10000 * i) for i in range(count)]
+
+    def ids(objs: list[_FakeDeviceArray]) -> Any:  # the key's ids, built here without item_ids
+        if clip._read_ids is None:
+            return tuple(map(id, objs))
+        return b"".join(id(o).to_bytes(tuple.__itemsize__, sys.byteorder) for o in objs)
 
     sets = {"a1": grads(0x1000000), "b1": grads(0x2000000), "a2": grads(0x3000000)}
     for name, ctx in (("a1", 0xA), ("b1", 0xB), ("a2", 0xA)):
         current[0] = ctx
         assert clip.clip_grad_norm(sets[name], 1.0, norm_out=norm, path="table") is norm
     kept = {(k[0], k[1]) for k in clip._table_calls}
-    assert kept == {(0xB, clip.item_ids(sets["b1"])), (0xA, clip.item_ids(sets["a2"]))}
+    assert kept == {(0xB, ids(sets["b1"])), (0xA, ids(sets["a2"]))}
+    del sets["b1"]  # its arrays die: their entry goes with them (weak references), before any id is reused
+    gc.collect()
+    assert {(k[0], k[1]) for k in clip._table_calls} == {(0xA, ids(sets["a2"]))}
 
 
 def test_dynamic_smem_raises_the_limit_only_past_the_default(monkeypatch):  # type: ignore[no-untyped-def]

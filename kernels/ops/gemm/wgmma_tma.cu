@@ -109,6 +109,7 @@ typedef unsigned long long u64;
 #define WS_ACC (WS_BN / 2)
 
 static_assert(WS_BN == 128 || WS_BN == 256, "WS_BN: 128 or 256");
+static_assert((WS_BN / 8) % WS_EPI_J == 0, "WS_EPI_J must divide the tile's WS_BN / 8 column groups");
 static_assert(WS_STAGES >= 2, "WS_STAGES >= 2");
 static_assert(WS_STAGE_BYTES % 1024 == 0, "stages keep the 1024-byte alignment of the swizzle");
 static_assert(WS_PROD_REGS % 8 == 0 && WS_CONS_REGS % 8 == 0, "setmaxnreg counts are multiples of 8");
