@@ -34,8 +34,10 @@ from typing import Any
 import numpy as np
 
 from kernels.ops.gemm import (
+    GEMM_OVERLAPS,
     WGMMA_PATHS,
     _placeholder_1d,
+    guarded,
     portable,
     resolved_on_device,
     run_hopper,
@@ -151,6 +153,9 @@ def linear(
         arrays.check_contiguous(bo)
     resolved = _resolve(path, xo.dtype)
     oo = arrays.output("out", out, sync, (*xo.shape[:-1], n), xo.dtype)
+    ops = (xo, wo, oo) if bo is None else (xo, wo, oo, bo)
+    rules = _OVERLAPS if bo is None else _OVERLAPS_BIAS
+    arrays.check_overlaps(ops, rules)
     m = xo.size // k
     x2, o2 = xo.reshaped((m, k)), oo.reshaped((m, n))
     addrs = (x2.ptr, wo.ptr, o2.ptr) + ((bo.ptr,) if bo is not None else ())
@@ -163,7 +168,7 @@ def linear(
         hop = run_hopper(a=x2.ptr, b=wo.ptr, bias=bo.ptr if bo else 0, res=0, out=o2.ptr, m=m, n=n, k=k,
                          key=key, path=resolved, stream=stream, replay=keep)  # fmt: skip
         if hop is not None:
-            _FAST.store(objs, (activation, path), hop)
+            _FAST.store(objs, (activation, path), guarded(hop, ops, rules))
     else:
         kern = _portable(bo is not None, activation, xo.dtype)
         pt = portable.PT
@@ -179,7 +184,7 @@ def linear(
                 if bo is not None
                 else _Replay(lambda p, s=0: go((p[0], p[1], ph, p[2]), s))
             )
-            _FAST.store(objs, (activation, path), rep)
+            _FAST.store(objs, (activation, path), guarded(rep, ops, rules))
     return arrays.finish(sync, oo, out, xo)
 
 
@@ -192,6 +197,10 @@ class _Replay:
         self.launch = fn
 
 
+# aliasing, over the operands (x, weight, out[, bias]) in the FastCache key's order: out overlaps none of
+# them (kernels.runtime.arrays.Overlap; gemm's rules, the bias read by every tile)
+_OVERLAPS: tuple[arrays.Overlap, ...] = GEMM_OVERLAPS
+_OVERLAPS_BIAS: tuple[arrays.Overlap, ...] = (*GEMM_OVERLAPS, (2, 3, False, "every tile reads the bias"))
 _FAST = FastCache()  # validated linear launches by operand layout, activation and path
 
 

@@ -69,6 +69,9 @@ def o_proj(
         arrays.check_contiguous(bo)
     resolved = _gemm.resolve_path(path, ao.dtype)
     oo = arrays.output("out", out, sync, ro.shape, ao.dtype)
+    ops = (ao, wo, oo, ro) if bo is None else (ao, wo, oo, ro, bo)
+    rules = _OVERLAPS if bo is None else _OVERLAPS_BIAS
+    arrays.check_overlaps(ops, rules)
     m = ao.size // ao.shape[-1]
     device = out is not None and not SIMULATED and all(x.host is None for x in (ao, wo, ro, oo))
     keep = device and (bo is None or bo.host is None)
@@ -77,10 +80,20 @@ def o_proj(
         replay=keep,
     )  # fmt: skip
     if rep is not None:
-        _FAST.store((attn, w, out, residual) if bias is None else (attn, w, out, residual, bias), path, rep)
+        objs = (attn, w, out, residual) if bias is None else (attn, w, out, residual, bias)
+        _FAST.store(objs, path, _gemm.guarded(rep, ops, rules))
     return arrays.finish(sync, oo, out, ao)
 
 
+# aliasing, over the operands (attn, w, out, residual[, bias]) in the FastCache key's order
+# (kernels.runtime.arrays.Overlap): out overlaps no input of the product (other tiles still read them), but
+# may be residual itself: each element of residual is read by the one thread that writes that element of
+# out, before it writes it (an in-place residual add)
+_OVERLAPS: tuple[arrays.Overlap, ...] = (
+    *_gemm.GEMM_OVERLAPS,
+    (2, 3, True, "each element of residual is read by the thread that writes it, first"),
+)
+_OVERLAPS_BIAS: tuple[arrays.Overlap, ...] = (*_OVERLAPS, (2, 4, False, "every tile reads the bias"))
 _FAST = FastCache()  # validated o_proj launches by operand layout and path (kernels.runtime.launch.FastCache)
 
 

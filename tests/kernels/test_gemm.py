@@ -200,6 +200,23 @@ def test_bad_out_and_path() -> None:
         g.gemm(_mat((4, 3)), _mat((3, 2)), path="simt2")
 
 
+@needs_device
+def test_out_overlapping_an_input_is_refused() -> None:
+    # every tile reads a and b while other tiles write C: C over either of them is refused before a launch,
+    # the buffer untouched
+    buf = np.arange(64, dtype=np.float32)
+    before = buf.copy()
+    a, b = buf[:12].reshape(4, 3), buf[20:26].reshape(3, 2)
+    with pytest.raises(ValueError, match=r"out: must not overlap a \(other tiles still read it while"):
+        g.gemm(a, _mat((3, 2)), buf[4:12].reshape(4, 2))
+    with pytest.raises(ValueError, match=r"out: must not overlap b "):
+        g.gemm(_mat((4, 3)), b, buf[18:26].reshape(4, 2))
+    np.testing.assert_array_equal(buf, before)
+    out = buf[32:40].reshape(4, 2)  # the same buffer, apart: fine
+    g.gemm(a, b, out)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-6)
+
+
 # --- real GPU: every path at verify and bench shapes ------------------------------------------------------
 
 

@@ -449,16 +449,72 @@ def test_linear_replays_its_portable_launch_with_each_calls_pointers(stubbed, mo
         lin, "_portable", functools.cache(lin._portable.__wrapped__)
     )  # kernels of this test only
 
-    def call(base: int) -> None:
+    def call(base: int, out_at: int = 0x3000) -> None:
         x = _FakeDeviceArray((4, 16), f16, base)
         w = _FakeDeviceArray((8, 16), f16, base + 0x1000)
         b = _FakeDeviceArray((8,), f16, base + 0x2000)
-        o = _FakeDeviceArray((4, 8), f16, base + 0x3000)
+        o = _FakeDeviceArray((4, 8), f16, base + out_at)
         lin.linear(x, w, b, o, activation="silu")
 
     call(0x100000)  # validated and launched, its replay stored
-    call(0x500000)  # the same layout: replayed with new pointers
+    with monkeypatch.context() as m:
+        _validating_fails(m)
+        call(0x500000)  # the same layout: replayed with new pointers
+        # the same layout with out inside x, w or the bias: the replay's guard refuses it, launching nothing
+        for at, name in ((0x10, "x"), (0x10F0, "weight"), (0x2000, "bias")):
+            with pytest.raises(ValueError, match=f"out: must not overlap {name} "):
+                call(0x500000, out_at=at)
     assert seen == [[0x100000, 0x101000, 0x102000, 0x103000], [0x500000, 0x501000, 0x502000, 0x503000]]
+
+
+def test_gemm_and_o_proj_replays_refuse_an_out_over_an_input(stubbed, monkeypatch):  # type: ignore[no-untyped-def]
+    # FastCache keys by layout, not address: a replay with new pointers is held to the aliasing rules the
+    # validating call checked. out over a / b (gemm), attn / w / bias (o_proj) or part of the residual is
+    # refused with nothing launched; o_proj in place over the residual itself replays
+    import functools
+
+    from kernels.ops import gemm as g
+    from kernels.ops import o_proj as op
+
+    f16 = np.dtype(np.float16)
+    for mod in (g, op):
+        monkeypatch.setattr(mod, "SIMULATED", False)  # the device paths that store a replay
+    monkeypatch.setattr(g, "_FAST_GEMM", launch.FastCache())
+    monkeypatch.setattr(op, "_FAST", launch.FastCache())
+    monkeypatch.setitem(g._RESOLVED, (launch.context(), "auto", f16), "portable")
+    monkeypatch.setattr(g, "_portable", functools.cache(g._portable.__wrapped__))  # kernels of this test only
+
+    def arr(shape: tuple[int, ...], at: int, dt: np.dtype = f16) -> _FakeDeviceArray:
+        return _FakeDeviceArray(shape, dt, at)
+
+    def gemm(base: int, out_at: int = 0x3000) -> None:
+        g.gemm(arr((4, 16), base), arr((16, 8), base + 0x1000), arr((4, 8), base + out_at, np.float32))
+
+    def o_proj(base: int, out_at: int = 0x3000) -> None:
+        a, w = arr((4, 16), base), arr((16, 8), base + 0x1000)
+        op.o_proj(a, w, arr((4, 8), base + 0x2000), arr((8,), base + 0x2800), out=arr((4, 8), base + out_at))
+
+    gemm(0x100000)
+    o_proj(0x100000)  # both validated and launched, their replays stored
+    launched = len(stubbed)
+    with monkeypatch.context() as m:
+        _validating_fails(m)
+        gemm(0x500000)
+        o_proj(0x500000)
+        o_proj(0x500000, out_at=0x2000)  # out is the residual itself: allowed
+        assert len(stubbed) == launched + 3
+        refused = [
+            (gemm, 0x10, "out: must not overlap a "),
+            (gemm, 0x1010, "out: must not overlap b "),
+            (o_proj, 0x10, "out: must not overlap attn "),
+            (o_proj, 0x1010, "out: must not overlap w "),
+            (o_proj, 0x2010, "out: must be residual itself or not overlap it "),
+            (o_proj, 0x2800, "out: must not overlap bias "),
+        ]
+        for call, at, match in refused:
+            with pytest.raises(ValueError, match=match):
+                call(0x500000, out_at=at)
+    assert len(stubbed) == launched + 3
 
 
 # --- per-context state: a node with two GPUs (two CUDA contexts) in one process, the driver stubbed ---------

@@ -96,6 +96,21 @@ def test_bad_input_is_refused_naming_what_is_allowed(call, match) -> None:  # ty
         call(x, w, b)
 
 
+def test_out_overlapping_an_input_is_refused() -> None:
+    # out over x, weight or the bias (read by every tile while others write) is refused before a launch
+    x, w, b = _problem(F16, 4, 24, 16)
+    buf = np.zeros(512, F16)
+    cases = [
+        (buf[:96].reshape(4, 24), w, b, buf[32:96], "out: must not overlap x "),
+        (x, buf[:384].reshape(16, 24), b, buf[300:364], "out: must not overlap weight "),
+        (x, w, buf[400:416], buf[410:474], "out: must not overlap bias "),
+    ]
+    for xx, ww, bb, out, match in cases:
+        with pytest.raises(ValueError, match=match):
+            lin.linear(xx, ww, bb, out.reshape(4, 16))
+    assert not buf.any()
+
+
 @pytest.mark.parametrize(
     ("cc", "want"),
     [

@@ -98,6 +98,32 @@ def test_validation_errors(kw: dict[str, Any], exc: type[Exception], match: str)
         op.o_proj(args["attn"], args["w"], args["residual"], args["bias"], args.get("out"))
 
 
+@needs_device
+def test_out_may_be_the_residual_itself_and_overlap_nothing_else() -> None:
+    # in place over the residual (each element read by the thread that writes it, first) is right; out
+    # over the product's inputs or the bias, or over part of the residual, is refused before a launch
+    rng = np.random.default_rng(3)
+    attn = rng.standard_normal((2, 4, 5)).astype(np.float32)
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    bias = rng.standard_normal(3).astype(np.float32)
+    res = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    want = attn.astype(np.float64) @ w + bias + res
+    assert op.o_proj(attn, w, res, bias, out=res) is res
+    np.testing.assert_allclose(res, want, rtol=1e-5, atol=1e-5)
+    buf = np.zeros(64, np.float32)
+    cases = [
+        (buf[:40].reshape(2, 4, 5), w, buf[:24], bias, "out: must not overlap attn "),
+        (attn, buf[:15].reshape(5, 3), buf[12:36], bias, "out: must not overlap w "),
+        (attn, w, buf[:24], buf[20:23], "out: must not overlap bias "),
+        (attn, w, buf[3:27], None, r"out: must be residual itself or not overlap it \(each element"),
+    ]
+    for a, ww, out, b, match in cases:
+        r = buf[:24].reshape(2, 4, 3) if "residual" in match else _t((2, 4, 3))
+        with pytest.raises(ValueError, match=match):
+            op.o_proj(a, ww, r, b, out=out.reshape(2, 4, 3))
+    assert not buf.any()  # nothing was written
+
+
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize(

@@ -44,7 +44,7 @@ from kernels.runtime import arrays
 from kernels.runtime import launch as _launch
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync, Operand
 from kernels.runtime.device import compute_capability
-from kernels.runtime.launch import FastCache, kernel
+from kernels.runtime.launch import FastCache, OverlapGuard, Replayable, kernel
 
 PATHS = ("auto", "portable", "simt", "mma", "wgmma", "wgmma_tma")
 WGMMA_PATHS = ("wgmma", "wgmma_tma")  # Hopper's tensor-core tiles, cc 9.0 only
@@ -337,13 +337,25 @@ def gemm(a: Any, b: Any, out: Any = None, *, path: str = "auto", stream: int = 0
     check_matmul_operands(ao, bo)
     resolved = resolve_path(path, ao.dtype)
     oo = arrays.output("out", out, sync, (ao.shape[0], bo.shape[1]), F32)
+    arrays.check_overlaps((ao, bo, oo), GEMM_OVERLAPS)
     keep = out is not None and ao.host is None and bo.host is None and oo.host is None and not SIMULATED
     rep = run_matmul(ao, bo, None, None, oo, resolved, stream, replay=keep)
     if rep is not None:
-        _FAST_GEMM.store((a, b, out), path, rep)
+        _FAST_GEMM.store((a, b, out), path, guarded(rep, (ao, bo, oo), GEMM_OVERLAPS))
     return arrays.finish(sync, oo, out, ao)
 
 
+def guarded(rep: Replayable, ops: tuple[Operand, ...], rules: tuple[arrays.Overlap, ...]) -> OverlapGuard:
+    """A FastCache entry of gemm, o_proj or linear: `rep` behind the aliasing rules the validating call
+    checked (`ops` in the FastCache key's order), so a replay with new pointers is held to them too."""
+    spans = [op.size * op.dtype.itemsize for op in ops]
+    return OverlapGuard(rep, spans, [op.name for op in ops], rules)
+
+
+# aliasing, over gemm's operands (a, b, out): every tile reads a row band of a and a column band of b while
+# other tiles write C, so C may overlap neither (kernels.runtime.arrays.Overlap)
+_TILES_READ = "other tiles still read it while this one writes"
+GEMM_OVERLAPS: tuple[arrays.Overlap, ...] = ((2, 0, False, _TILES_READ), (2, 1, False, _TILES_READ))
 _FAST_GEMM = FastCache()  # validated gemm launches by operand layout and path
 
 
