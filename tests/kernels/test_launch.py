@@ -490,31 +490,37 @@ def test_gemm_and_o_proj_replays_refuse_an_out_over_an_input(stubbed, monkeypatc
     def gemm(base: int, out_at: int = 0x3000) -> None:
         g.gemm(arr((4, 16), base), arr((16, 8), base + 0x1000), arr((4, 8), base + out_at, np.float32))
 
-    def o_proj(base: int, out_at: int = 0x3000) -> None:
-        a, w = arr((4, 16), base), arr((16, 8), base + 0x1000)
-        op.o_proj(a, w, arr((4, 8), base + 0x2000), arr((8,), base + 0x2800), out=arr((4, 8), base + out_at))
+    def o_proj(base: int, out_at: int = 0x3000, bias: bool = True) -> None:
+        a, w, r = arr((4, 16), base), arr((16, 8), base + 0x1000), arr((4, 8), base + 0x2000)
+        op.o_proj(a, w, r, arr((8,), base + 0x2800) if bias else None, out=arr((4, 8), base + out_at))
 
-    gemm(0x100000)
-    o_proj(0x100000)  # both validated and launched, their replays stored
+    def o_proj_nobias(base: int, out_at: int = 0x3000) -> None:
+        o_proj(base, out_at, bias=False)
+
+    for call in (gemm, o_proj, o_proj_nobias):
+        call(0x100000)  # validated and launched, its replay stored
     launched = len(stubbed)
     with monkeypatch.context() as m:
         _validating_fails(m)
-        gemm(0x500000)
-        o_proj(0x500000)
+        for call in (gemm, o_proj, o_proj_nobias):
+            call(0x500000)
         o_proj(0x500000, out_at=0x2000)  # out is the residual itself: allowed
-        assert len(stubbed) == launched + 3
+        assert len(stubbed) == launched + 4
         refused = [
             (gemm, 0x10, "out: must not overlap a "),
             (gemm, 0x1010, "out: must not overlap b "),
+            (gemm, 0x1000 - 0x80 + 0x10, "out: must not overlap b "),  # out (128 bytes) ending inside b
             (o_proj, 0x10, "out: must not overlap attn "),
             (o_proj, 0x1010, "out: must not overlap w "),
             (o_proj, 0x2010, "out: must be residual itself or not overlap it "),
-            (o_proj, 0x2800, "out: must not overlap bias "),
+            (o_proj, 0x2800 - 0x40 + 0x10, "out: must not overlap bias "),  # out (64 bytes) ending in bias
+            (o_proj_nobias, 0x10, "out: must not overlap attn "),
+            (o_proj_nobias, 0x2000 - 0x40 + 0x10, "out: must be residual itself or not overlap it "),
         ]
         for call, at, match in refused:
             with pytest.raises(ValueError, match=match):
                 call(0x500000, out_at=at)
-    assert len(stubbed) == launched + 3
+    assert len(stubbed) == launched + 4
 
 
 # --- per-context state: a node with two GPUs (two CUDA contexts) in one process, the driver stubbed ---------

@@ -104,6 +104,7 @@ def test_out_overlapping_an_input_is_refused() -> None:
         (buf[:96].reshape(4, 24), w, b, buf[32:96], "out: must not overlap x "),
         (x, buf[:384].reshape(16, 24), b, buf[300:364], "out: must not overlap weight "),
         (x, w, buf[400:416], buf[410:474], "out: must not overlap bias "),
+        (buf[:96].reshape(4, 24), w, None, buf[64:128], "out: must not overlap x "),  # without a bias
     ]
     for xx, ww, bb, out, match in cases:
         with pytest.raises(ValueError, match=match):

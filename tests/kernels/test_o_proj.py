@@ -108,7 +108,11 @@ def test_out_may_be_the_residual_itself_and_overlap_nothing_else() -> None:
     bias = rng.standard_normal(3).astype(np.float32)
     res = rng.standard_normal((2, 4, 3)).astype(np.float32)
     want = attn.astype(np.float64) @ w + bias + res
-    assert op.o_proj(attn, w, res, bias, out=res) is res
+    dres = cuda.to_device(res)  # device arrays: the kernel itself runs in place over the residual
+    dattn, dw, dbias = (cuda.to_device(v) for v in (attn, w, bias))
+    assert op.o_proj(dattn, dw, dres, dbias, out=dres) is dres
+    np.testing.assert_allclose(dres.copy_to_host(), want, rtol=1e-5, atol=1e-5)
+    assert op.o_proj(attn, w, res, bias, out=res) is res  # numpy: the same rule, the result copied back
     np.testing.assert_allclose(res, want, rtol=1e-5, atol=1e-5)
     buf = np.zeros(64, np.float32)
     cases = [
