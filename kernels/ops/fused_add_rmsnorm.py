@@ -344,10 +344,7 @@ def fused_add_rmsnorm(
     args = (xr, arrays.as_rows(ro), wo, arrays.as_rows(oo), e)
     k.launch(grid, block, args, stream=stream)
     if out is not None and all(o.host is None for o in (xo, ro, wo, oo)):
-        span, names = xo.size * xo.dtype.itemsize, ("x", "residual", "weight", "out")
-        guard = OverlapGuard(
-            k.bind(grid, block, args), (span, span, n * xo.dtype.itemsize, span), names, _OVERLAPS
-        )
+        guard = OverlapGuard.over(k.bind(grid, block, args), (xo, ro, wo, oo), _OVERLAPS)
         _FAST.store((x, residual, weight, out), (eps, path), guard)
     return arrays.finish(sync, oo, out, xo)
 

@@ -37,7 +37,6 @@ from kernels.ops.gemm import (
     GEMM_OVERLAPS,
     WGMMA_PATHS,
     _placeholder_1d,
-    guarded,
     portable,
     resolved_on_device,
     run_hopper,
@@ -49,7 +48,7 @@ from kernels.registry import SPECIALS, Case, Choice, OpSpec, Problem, poison, re
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, SIMULATED, HostSync
 from kernels.runtime.device import compute_capability
-from kernels.runtime.launch import FastCache, kernel
+from kernels.runtime.launch import FastCache, OverlapGuard, kernel
 
 PATHS = ("auto", "portable", "wgmma", "wgmma_tma")
 ACTIVATIONS = wgmma.ACTIVATIONS  # "none", "silu", "gelu_tanh"
@@ -168,7 +167,7 @@ def linear(
         hop = run_hopper(a=x2.ptr, b=wo.ptr, bias=bo.ptr if bo else 0, res=0, out=o2.ptr, m=m, n=n, k=k,
                          key=key, path=resolved, stream=stream, replay=keep)  # fmt: skip
         if hop is not None:
-            _FAST.store(objs, (activation, path), guarded(hop, ops, rules))
+            _FAST.store(objs, (activation, path), OverlapGuard.over(hop, ops, rules))
     else:
         kern = _portable(bo is not None, activation, xo.dtype)
         pt = portable.PT
@@ -184,7 +183,7 @@ def linear(
                 if bo is not None
                 else _Replay(lambda p, s=0: go((p[0], p[1], ph, p[2]), s))
             )
-            _FAST.store(objs, (activation, path), guarded(rep, ops, rules))
+            _FAST.store(objs, (activation, path), OverlapGuard.over(rep, ops, rules))
     return arrays.finish(sync, oo, out, xo)
 
 

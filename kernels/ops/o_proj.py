@@ -27,7 +27,7 @@ from kernels.ops import gemm as _gemm
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import SIMULATED, HostSync
-from kernels.runtime.launch import FastCache
+from kernels.runtime.launch import FastCache, OverlapGuard
 
 
 def o_proj(
@@ -81,7 +81,7 @@ def o_proj(
     )  # fmt: skip
     if rep is not None:
         objs = (attn, w, out, residual) if bias is None else (attn, w, out, residual, bias)
-        _FAST.store(objs, path, _gemm.guarded(rep, ops, rules))
+        _FAST.store(objs, path, OverlapGuard.over(rep, ops, rules))
     return arrays.finish(sync, oo, out, ao)
 
 

@@ -220,12 +220,8 @@ def rope(x: Any, cos: Any, sin: Any, *, stream: int = 0, path: str = "auto") -> 
     if xo.host is None and co.host is None and so.host is None:
         # the same layout again (the key: shapes, strides, dtypes, 16-byte alignment, path) takes the same
         # kernel and grid; only the pointers are new, and the guard checks them against _OVERLAPS
-        spans = (xo.size * dt.itemsize, tokens * h * 4, tokens * h * 4)
-        _FAST.store(
-            (x, cos, sin),
-            path,
-            OverlapGuard(k.bind(grid, THREADS, args), spans, ("x", "cos", "sin"), _OVERLAPS),
-        )
+        guard = OverlapGuard.over(k.bind(grid, THREADS, args), (xo, co, so), _OVERLAPS)
+        _FAST.store((x, cos, sin), path, guard)
     sync.finish()
     return x
 

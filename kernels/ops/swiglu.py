@@ -96,9 +96,8 @@ def swiglu(a: Any, b: Any, out: Any = None, *, stream: int = 0, path: str = "aut
         k, grid = _KERNELS[dt], grid_for(ao.size, UNROLL[dt])
     k.launch(grid, THREADS, (ao, bo, oo), stream=stream)
     if out is not None and ao.host is None and bo.host is None and oo.host is None:
-        span = ao.size * dt.itemsize
-        guard = OverlapGuard(k.bind(grid, THREADS, (ao, bo, oo)), (span,) * 3, ("a", "b", "out"), _OVERLAPS)
-        _FAST.store((a, b, out), path, guard)
+        ops = (ao, bo, oo)
+        _FAST.store((a, b, out), path, OverlapGuard.over(k.bind(grid, THREADS, ops), ops, _OVERLAPS))
     return arrays.finish(sync, oo, out, ao)
 
 

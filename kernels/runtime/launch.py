@@ -590,6 +590,14 @@ class OverlapGuard:
     ) -> None:
         self.bound, self.spans, self.names, self.rules = bound, tuple(spans), tuple(names), rules
 
+    @classmethod
+    def over(
+        cls, bound: Replayable, ops: Sequence[Operand], rules: tuple[arrays.Overlap, ...]
+    ) -> OverlapGuard:
+        """`bound` behind `rules` over the validated operands `ops`, given in the FastCache key's order: each
+        operand's name and byte span (C-contiguous) are the ones the validating call checked."""
+        return cls(bound, [op.size * op.dtype.itemsize for op in ops], [op.name for op in ops], rules)
+
     def launch(self, ptrs: Sequence[int], stream: Any) -> None:
         sp = self.spans
         for i, j, same_ok, why in self.rules:

@@ -44,7 +44,7 @@ from kernels.runtime import arrays
 from kernels.runtime import launch as _launch
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, SIMULATED, HostSync, Operand
 from kernels.runtime.device import compute_capability
-from kernels.runtime.launch import FastCache, OverlapGuard, Replayable, kernel
+from kernels.runtime.launch import FastCache, OverlapGuard, kernel
 
 PATHS = ("auto", "portable", "simt", "mma", "wgmma", "wgmma_tma")
 WGMMA_PATHS = ("wgmma", "wgmma_tma")  # Hopper's tensor-core tiles, cc 9.0 only
@@ -341,15 +341,8 @@ def gemm(a: Any, b: Any, out: Any = None, *, path: str = "auto", stream: int = 0
     keep = out is not None and ao.host is None and bo.host is None and oo.host is None and not SIMULATED
     rep = run_matmul(ao, bo, None, None, oo, resolved, stream, replay=keep)
     if rep is not None:
-        _FAST_GEMM.store((a, b, out), path, guarded(rep, (ao, bo, oo), GEMM_OVERLAPS))
+        _FAST_GEMM.store((a, b, out), path, OverlapGuard.over(rep, (ao, bo, oo), GEMM_OVERLAPS))
     return arrays.finish(sync, oo, out, ao)
-
-
-def guarded(rep: Replayable, ops: tuple[Operand, ...], rules: tuple[arrays.Overlap, ...]) -> OverlapGuard:
-    """A FastCache entry of gemm, o_proj or linear: `rep` behind the aliasing rules the validating call
-    checked (`ops` in the FastCache key's order), so a replay with new pointers is held to them too."""
-    spans = [op.size * op.dtype.itemsize for op in ops]
-    return OverlapGuard(rep, spans, [op.name for op in ops], rules)
 
 
 # aliasing, over gemm's operands (a, b, out): every tile reads a row band of a and a column band of b while
