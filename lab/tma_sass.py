@@ -57,7 +57,7 @@ def main() -> None:
     info, sass = build(key, dict(d.split("=", 1) for d in a.define))
     print(re.findall(r"Used \d+ registers.*|\d+ bytes spill.*", info))
     lines = [l for l in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", l)]
-    last_wait = max(i for i, l in enumerate(lines) if "WARPGROUP.DEPBAR" in l or "WARPSYNC" in l and "WGMMA" in l)
+    last_wait = max(i for i, l in enumerate(lines) if "WARPGROUP.DEPBAR" in l)  # the main loop's last wgmma wait
     epi = [re.sub(r"\s+", " ", l.split("*/", 1)[1]).strip() for l in lines[last_wait:]]
     seq = "".join("L" if re.search(r"\bLDG\b", e) else "S" if re.search(r"\bSTG\b", e) else "" for e in epi)
     print("epilogue LDG/STG order:", seq, f"({seq.count('L')} LDG, {seq.count('S')} STG)")
