@@ -53,8 +53,8 @@ def test_the_product_builds_the_persistent_one_cta_form() -> None:
 
 def test_both_tiles_splice_one_copy_of_the_wrappers_and_the_activation() -> None:
     """Both Hopper tiles get the wgmma wrappers, fences and descriptor and the epilogue (16-bit words, the
-    activation, the pair store) spliced in once each, and no include for NVRTC to resolve; both call the one
-    store with their own WS_ / WG_ type, output, residual and activation."""
+    activation, the pair store, the tile epilogue) spliced in once each, and no include for NVRTC to resolve;
+    both call the one epilogue with their own WS_ / WG_ type, output, bias, residual, activation and chunk."""
     tma = wgmma_tma.source(wgmma.key_of(BF16, True, True, False, True, "silu"))
     cp = wgmma.source(wgmma.key_of(F16, True, True, False, True, "silu"), wgmma.DEFAULT)
     for text in (tma, cp):
@@ -65,14 +65,14 @@ def test_both_tiles_splice_one_copy_of_the_wrappers_and_the_activation() -> None
         start = text.index("float wg_x_sigmoid(")
         body = text[start : text.index("\n}\n", start)]
         assert "rcp.approx.f32 %0" in body and "/" not in body  # no IEEE division
-        helpers = ("float wg_to_f32(", "u32 wg_pack(", "void wg_put2(", "void wg_store2(", "u64 wg_desc(")
+        helpers = ("float wg_to_f32(", "u32 wg_pack(", "void wg_put2(", "void wg_epilogue(", "u64 wg_desc(")
         for helper in (*helpers, "u32 wg_smem("):
             assert text.count(helper) == 1, helper  # one definition, shared
         assert text.count("wg_act<ACT>(") == 2  # the shared store applies the activation to both columns
-    # each tile hands the shared store its own type, output and activation (the cp.async tile's also reads
-    # R there; the TMA tile reads a chunk's R words before its stores and adds them itself)
-    assert tma.count("wg_put2<WS_DT, WS_OUT, WS_ACT>(") == 1 and "wg_store2<WS_" not in tma
-    assert cp.count("wg_store2<WG_DT, WG_OUT, WG_RES, WG_ACT>(") == 1
+        assert text.count("wg_put2<DT, OUT, ACT>(") == 1  # only the shared epilogue stores
+    # each tile hands the shared epilogue its own type, output, bias, residual, activation and chunk
+    assert tma.count("wg_epilogue<WS_DT, WS_OUT, WS_BIAS, WS_RES, WS_ACT, WS_BN, WS_EPI_J>(") == 1
+    assert cp.count("wg_epilogue<WG_DT, WG_OUT, WG_BIAS, WG_RES, WG_ACT, WG_BN, WG_EPI_J>(") == 1
 
 
 def test_a_tile_without_its_include_lines_is_refused(tmp_path: Path) -> None:

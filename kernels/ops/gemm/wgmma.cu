@@ -27,8 +27,9 @@
 //     every tile starts on a 1024-byte boundary (the swizzle is a function of the address bits 4-9);
 //   - WG_INFLIGHT 1: a k-slice's wgmma group is still running while the next slice's copies are issued
 //     (wgmma.wait_group 1); the slot overwritten is the one read two slices ago;
-//   - epilogue straight from the accumulators: thread (warp w, lane l) of a warpgroup holds, for every n8
-//     column block j, rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1): one 4- or 8-byte store per pair.
+//   - epilogue straight from the accumulators (wg_epilogue, wgmma_epi.cuh): thread (warp w, lane l) of a
+//     warpgroup holds, for every n8 column block j, rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1): one 4-
+//     or 8-byte store per pair; bias and R words are read WG_EPI_J column blocks at a time, before their stores.
 // Requirements (checked by the launcher): K and N multiples of 8, A / B / C / R / bias 16-byte aligned.
 
 typedef unsigned short u16;
@@ -64,6 +65,9 @@ typedef unsigned long long u64;
 #endif
 #ifndef WG_GROUP_M
 #define WG_GROUP_M 8  // tile-rows walked before moving right: those blocks share their B columns in L2
+#endif
+#ifndef WG_EPI_J
+#define WG_EPI_J 16  // epilogue column groups (8 columns each) whose bias / R words are read at once
 #endif
 #ifndef WG_NAME
 #define WG_NAME wg_gemm
@@ -217,26 +221,8 @@ extern "C" __device__ int WG_NAME(int* ret, long long a, long long b, long long 
     for (int i = 0; i < WG_ACC; ++i) wg_fence_reg(acc[i]);
 
     const int lane = tid & 31, warp = (tid >> 5) & 3;
-    const int row0 = m0 + wg * 64 + warp * 16 + (lane >> 2);
-    const int colb = n0 + 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < WG_BN / 8; ++j) {
-        const int col = colb + 8 * j;
-        if (col >= N) continue;  // N % 8 == 0: col < N implies col + 1 < N
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = row0 + 8 * h;
-            if (row >= M) continue;
-            float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
-            const long long at = (long long)row * N + col;
-#if WG_BIAS
-            u32 bw = *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(bias) + col);
-            x += wg_to_f32<WG_DT>((u16)(bw & 0xFFFF));
-            y += wg_to_f32<WG_DT>((u16)(bw >> 16));
-#endif
-            wg_store2<WG_DT, WG_OUT, WG_RES, WG_ACT>(c, res, at, x, y);
-        }
-    }
+    wg_epilogue<WG_DT, WG_OUT, WG_BIAS, WG_RES, WG_ACT, WG_BN, WG_EPI_J>(
+        acc, c, bias, res, M, N, m0 + wg * 64 + warp * 16 + (lane >> 2), n0 + 2 * (lane & 3));
     *ret = 0;
     return 0;
 }

@@ -109,7 +109,6 @@ typedef unsigned long long u64;
 #define WS_ACC (WS_BN / 2)
 
 static_assert(WS_BN == 128 || WS_BN == 256, "WS_BN: 128 or 256");
-static_assert((WS_BN / 8) % WS_EPI_J == 0, "WS_EPI_J must divide the tile's WS_BN / 8 column groups");
 static_assert(WS_STAGES >= 2, "WS_STAGES >= 2");
 static_assert(WS_STAGE_BYTES % 1024 == 0, "stages keep the 1024-byte alignment of the swizzle");
 static_assert(WS_PROD_REGS % 8 == 0 && WS_CONS_REGS % 8 == 0, "setmaxnreg counts are multiples of 8");
@@ -374,66 +373,9 @@ extern "C" __device__ int WS_NAME(int* ret, long long tmaps, long long c, long l
             ws_cluster_arrive();
 #endif
 
-            // epilogue straight from the accumulators (layout as in lab/wgmma). Each chunk of WS_EPI_J column
-            // groups reads all its bias and R words before it stores anything: the compiler cannot move a load
-            // above a store that may alias it, so a read per store made every R read wait a full memory
-            // latency (64 in a row per tile: o_proj 0.83x cuBLAS, 2026-12-05). Exact aliasing (C is R, in
-            // place) stays right: every element is read and written by this one thread, read first.
-            const int row0 = m0 + cw * 64 + warp * 16 + (lane >> 2);
-            const int colb = n0 + 2 * (lane & 3);
-#pragma unroll
-            for (int j0 = 0; j0 < WS_BN / 8; j0 += WS_EPI_J) {
-#if WS_BIAS
-                u32 bw[WS_EPI_J];  // columns col, col + 1 (col even: a 4-byte aligned word), one for both rows
-#endif
-#if WS_RES
-                u32 rw[WS_EPI_J][2];
-#endif
-#if WS_BIAS || WS_RES
-#pragma unroll
-                for (int jj = 0; jj < WS_EPI_J; ++jj) {
-                    const int col = colb + 8 * (j0 + jj);
-                    const bool in_n = col < N;  // N % 8 == 0: col < N implies col + 1 < N
-#if WS_BIAS
-                    bw[jj] = in_n ? *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(bias) + col) : 0u;
-#endif
-#if WS_RES
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int row = row0 + 8 * h;
-                        rw[jj][h] = (in_n && row < M)
-                            ? *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(res) + (long long)row * N + col)
-                            : 0u;
-                    }
-#endif
-                }
-#endif
-#pragma unroll
-                for (int jj = 0; jj < WS_EPI_J; ++jj) {
-                    const int j = j0 + jj;
-                    const int col = colb + 8 * j;
-                    if (col >= N) continue;
-#if WS_BIAS
-                    const float bx = wg_to_f32<WS_DT>((u16)(bw[jj] & 0xFFFF));
-                    const float by = wg_to_f32<WS_DT>((u16)(bw[jj] >> 16));
-#endif
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int row = row0 + 8 * h;
-                        if (row >= M) continue;
-                        float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
-#if WS_BIAS
-                        x += bx;
-                        y += by;
-#endif
-#if WS_RES
-                        x += wg_to_f32<WS_DT>((u16)(rw[jj][h] & 0xFFFF));
-                        y += wg_to_f32<WS_DT>((u16)(rw[jj][h] >> 16));
-#endif
-                        wg_put2<WS_DT, WS_OUT, WS_ACT>(c, (long long)row * N + col, x, y);
-                    }
-                }
-            }
+            // epilogue straight from the accumulators, bias and R read a chunk at a time (wgmma_epi.cuh)
+            wg_epilogue<WS_DT, WS_OUT, WS_BIAS, WS_RES, WS_ACT, WS_BN, WS_EPI_J>(
+                acc, c, bias, res, M, N, m0 + cw * 64 + warp * 16 + (lane >> 2), n0 + 2 * (lane & 3));
         }
 #if WS_CLUSTER == 2
         ws_cluster_wait();
