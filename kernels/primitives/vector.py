@@ -52,11 +52,12 @@ def vector_ok(ptrs: Iterable[int], row_bytes: int) -> bool:
     return row_bytes % VEC_BYTES == 0 and all(p % VEC_BYTES == 0 for p in ptrs)
 
 
-def choose(path: str, dtype: np.dtype, ok: bool) -> bool:
-    """Whether a launcher takes its vector kernel. `path`: "auto" (vector on a GPU for AUTO_VECTOR dtypes when
-    `ok`, else scalar), "scalar", or "vector" (an error when the operands are not aligned for it)."""
+def choose(path: str, dtype: np.dtype, ok: bool, auto: tuple[np.dtype, ...] = AUTO_VECTOR) -> bool:
+    """Whether a launcher takes its vector kernel. `path`: "auto" (vector on a GPU for the `auto` dtypes,
+    AUTO_VECTOR unless the op names its own, when `ok`, else scalar), "scalar", or "vector" (an error when
+    the operands are not aligned for it)."""
     if path == "auto":
-        return ok and not SIMULATED and dtype in AUTO_VECTOR
+        return ok and not SIMULATED and dtype in auto
     if path == "scalar":
         return False
     if path == "vector":

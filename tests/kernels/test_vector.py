@@ -39,6 +39,11 @@ def test_choose_paths_and_errors():  # type: ignore[no-untyped-def]
     assert vector.choose("auto", F16, True) is (not SIMULATED)
     assert vector.choose("auto", F16, False) is False
     assert vector.choose("auto", F32, True) is (not SIMULATED and F32 in vector.AUTO_VECTOR)
+    # an op's own auto dtypes (cast_fp8 adds fp32): they alone decide "auto", never an explicit path
+    assert vector.choose("auto", F32, True, (F32, F16)) is (not SIMULATED)
+    assert vector.choose("auto", F16, True, (F32,)) is False
+    assert vector.choose("auto", F32, False, (F32,)) is False
+    assert vector.choose("vector", F16, True, (F32,)) is True
     with pytest.raises(ValueError, match="path: 'vector' needs 16-byte aligned pointers"):
         vector.choose("vector", F16, False)
     with pytest.raises(ValueError, match="path: 'wide' is not a path; expected one of: auto, scalar, vector"):
