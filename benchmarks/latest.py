@@ -4,7 +4,7 @@ cuBLAS through torch, Liger-Kernel) with its median and the ratio (reference med
 faster). A ratio is only ever computed inside one report, from calls interleaved with ours; figures of two
 reports are never divided.
 
-    python benchmarks/latest.py --registry R.json --llm L.json --gemm G.json [--clip C.json]
+    python benchmarks/latest.py --registry R.json --llm L.json [--llm L2.json] --gemm G.json [--clip C.json]
                                 --out latest.json [--plot roofline.png] [--command "..."]
 
 Inputs (each optional, at least one): `python -m kernels bench --compare cupy --json` (every op's bench
@@ -12,13 +12,23 @@ cases, CuPy beside it; bf16 has no CuPy), benchmarks/h200_llm.py's h200_llm.json
 Liger, with the bf16 width sweep), benchmarks/h200_bf16.py's h200_bf16.json (gemm / o_proj against cuBLAS),
 benchmarks/clip_llama.py's JSON (clip_grad_norm over Llama-3-8B's gradients against torch's foreach). Where
 two reports time the same op, dtype and shape, the row is kept from the first in that order (llm, gemm,
-clip, registry) and the other report's references are added to it, with their own ratio.
+clip, registry) and the other report's references are added to it, with their own ratio. One report's
+rows of the same case on two kernels (h200_bf16.py times gemm / o_proj / linear on auto's TMA tile and on
+the explicit cp.async tile) stay two rows, told apart by their path.
+
+--llm and --gemm may be given more than once (runs of the same script that covered different ops: a run
+stopped at its deadline, then a second for the rest), and each may name the script's log instead of its
+JSON: both scripts log every row as one JSON line the moment it is measured, so the rows of a run whose
+JSON was lost (the device tool returns a few files only) are rebuilt from its log, and the report says so
+(`inputs`).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -176,16 +186,48 @@ def from_clip(doc: dict[str, Any]) -> list[Row]:
     return out
 
 
+_LOGGED_ROW = re.compile(r"^\[\s*[\d.]+s\] (\{\"op\": .*\})\s*$")
+_LOGGED_PEAKS = re.compile(r"^\[\s*[\d.]+s\] (?:device (.+?)|(\{.*\})) peaks (\{.*\})\s*$")
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """A report: the script's JSON, or its log (see the module docstring), parsed into the same form with
+    `from_log` set. A log without one row line is refused by name."""
+    text = path.read_text(errors="replace")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict):
+        return doc
+    rows: list[dict[str, Any]] = []
+    head: dict[str, Any] = {}
+    for line in text.splitlines():
+        if m := _LOGGED_ROW.match(line):
+            rows.append(json.loads(m.group(1)))
+        elif not head and (m := _LOGGED_PEAKS.match(line)):
+            versions = ast.literal_eval(m.group(2)) if m.group(2) else {}
+            head = {"peaks": ast.literal_eval(m.group(3)), "versions": versions,
+                    "device": m.group(1) or versions.get("device")}  # fmt: skip
+    if not rows:
+        raise SystemExit(f"{path}: neither a JSON report nor a log with row lines ('[ t s] {{\"op\": ...}}')")
+    return {**head, "rows": rows, "from_log": str(path)}
+
+
 def merge(groups: list[list[Row]]) -> list[Row]:
     """Rows keyed by (op, dtype, case): the first group's row is the row; a later report's row of the same
     key is kept whole under `also[source]` (its own ours, SOL, check), its check counts in `ok`, and its
     references join the row's, renamed `name@source` where the name is taken, each with the `ours_us` it
-    was timed against. Nothing a report measured is dropped."""
-    rows: dict[tuple[str, str, str], Row] = {}
+    was timed against. Nothing a report measured is dropped. A row of the same source, case and another
+    path (another kernel timed by the same script) is a row of its own, keyed by that path too."""
+    rows: dict[tuple[str, ...], Row] = {}
     for group in groups:
         for r in group:
-            key = (r["op"], r["dtype"], r["case"])
+            key: tuple[str, ...] = (r["op"], r["dtype"], r["case"])
             have = rows.get(key)
+            if have is not None and have["source"] == r["source"] and have.get("path") != r.get("path"):
+                key = (*key, str(r.get("path")))
+                have = rows.get(key)
             if have is None:
                 rows[key] = r
                 continue
@@ -196,7 +238,7 @@ def merge(groups: list[list[Row]]) -> list[Row]:
             for name, ref in r["refs"].items():
                 label = name if name not in have["refs"] else f"{name}@{r['source']}"
                 have["refs"][label] = {**ref, "ours_us_in_that_run": r.get("median_us")}
-    return sorted(rows.values(), key=lambda r: (r["op"], r["dtype"], r["case"]))
+    return sorted(rows.values(), key=lambda r: (r["op"], r["dtype"], r["case"], str(r.get("path"))))
 
 
 def table(rows: list[Row]) -> str:
@@ -220,17 +262,25 @@ def table(rows: list[Row]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    for name in ("registry", "llm", "gemm", "clip"):
+    for name in ("registry", "clip"):
         ap.add_argument(f"--{name}", type=Path)
+    for name in ("llm", "gemm"):
+        ap.add_argument(f"--{name}", type=Path, action="append", default=[], help="JSON or log; repeatable")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--command", default="", help="the command line(s) that made the inputs, recorded")
     a = ap.parse_args()
-    docs = {n: json.loads(p.read_text()) for n in ("llm", "gemm", "clip", "registry") if (p := getattr(a, n))}
-    if not docs:
+    given = {
+        n: v if isinstance(v, list) else [v]
+        for n in ("llm", "gemm", "clip", "registry")
+        if (v := getattr(a, n))
+    }
+    if not given:
         ap.error("give at least one of --registry, --llm, --gemm, --clip")
+    runs = {n: [load_report(p) for p in paths] for n, paths in given.items()}
     makers = {"llm": from_llm, "gemm": from_gemm, "clip": from_clip, "registry": from_registry}
-    rows = merge([makers[n](d) for n, d in docs.items()])
+    rows = merge([makers[n](d) for n, ds in runs.items() for d in ds])
+    docs = {n: ds[0] for n, ds in runs.items()}  # the report-level fields: each kind's first run
     reg = docs.get("registry", {})
     llm = docs.get("llm", {})
     report = {
@@ -248,7 +298,19 @@ def main() -> int:
             " over the tensor-core or fp32 FMA peak",
             **(reg.get("method") or {}),
         },
-        "errors": {n: d.get("errors") for n, d in docs.items() if d.get("errors")},
+        "errors": {  # by kind, numbered where a kind had several runs
+            n if len(ds) == 1 else f"{n} {i}": d["errors"]
+            for n, ds in runs.items()
+            for i, d in enumerate(ds)
+            if d.get("errors")
+        },
+        "inputs": {
+            n: [
+                {"file": str(p), "from_log": "from_log" in d, "peaks": d.get("peaks")}
+                for p, d in zip(given[n], runs[n], strict=True)
+            ]
+            for n in runs
+        },
         "results": rows,
     }
     a.out.write_text(json.dumps(report, indent=1, default=str))

@@ -1,11 +1,16 @@
 """benchmarks/latest.py's merge of the H200 reports into latest.json: a row that two reports both timed
-keeps both measurements, a failed check in either fails the row, and no reference is overwritten."""
+keeps both measurements, a failed check in either fails the row, and no reference is overwritten; one
+report's two kernels of a case stay two rows; a report is rebuilt from its log; a script may give two runs."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("bench_latest", REPO / "benchmarks" / "latest.py")
@@ -30,3 +35,72 @@ def test_a_row_timed_twice_keeps_both_and_drops_nothing() -> None:
     assert rms["refs"]["torch"] == {"us": 120.0, "ratio": 1.5}  # the first report's ratio is not replaced
     assert rms["refs"]["torch@kernels bench"]["ours_us_in_that_run"] == 82.0
     assert rms["refs"]["cupy"]["ours_us_in_that_run"] == 82.0 and "liger" in rms["refs"]
+
+
+def _gemm_row(path: str, us: float, ratio: float) -> dict[str, Any]:
+    return {"op": "o_proj", "dtype": "bfloat16", "case": "16x512x2560", "path": path, "median_us": us,
+            "sol": 0.5, "rel_err": 1e-3, "ok": True, "source": "benchmarks/h200_bf16.py",
+            "refs": {"cublas": {"median_us": 183.0, "ratio": ratio}}}  # fmt: skip
+
+
+def test_one_reports_two_kernels_of_a_case_stay_two_rows() -> None:
+    """h200_bf16.py times o_proj on auto's TMA tile and on the cp.async tile: two kernels, two rows, each with
+    its own cuBLAS ratio (before, the second was filed under the first as 'cublas@...', another run of it)."""
+    tma, cp = _gemm_row("wgmma_tma", 181.0, 1.01), _gemm_row("wgmma", 254.0, 0.72)
+    rows = latest.merge([[tma, cp]])
+    assert [(r["path"], r["refs"]["cublas"]["ratio"]) for r in rows] == [("wgmma", 0.72), ("wgmma_tma", 1.01)]
+    assert not any("also" in r for r in rows)
+    # a second run of the same script and kernel is still the same row, its figures kept under `also`
+    again = {**_gemm_row("wgmma_tma", 182.0, 1.0), "source": "benchmarks/h200_bf16.py (run 2)"}
+    rows = latest.merge([[tma, cp], [again]])
+    assert len(rows) == 2 and rows[1]["also"]["benchmarks/h200_bf16.py (run 2)"]["median_us"] == 182.0
+
+
+def test_a_report_is_rebuilt_from_its_log(tmp_path: Path) -> None:
+    """Both scripts log each row as one JSON line when measured: a run whose JSON did not come back is read
+    from its log, rows and peaks alike, and the report says it came from a log."""
+    row = {"op": "rmsnorm", "dtype": "bfloat16", "case": "16384x4096", "path": "vector", "ours_us": 94.7}
+    log = tmp_path / "llm.txt"
+    log.write_text(
+        "[   14.9s] {'simulated': False, 'device': 'NVIDIA H100 80GB HBM3'} peaks {'mem_gbs': 2955.6}\n"
+        "/x/dispatcher.py:748: NumbaPerformanceWarning: grid size 1\n"
+        f"[   39.0s] {json.dumps(row)}\n"
+        "ERROR o_proj bfloat16: NVRTCError: compilation log:\x00\n"  # (NVRTC's log ends in a NUL)
+        "rmsnorm  bfloat16  16384x4096  vector  94.7  0.96\n"  # the table
+    )
+    doc = latest.load_report(log)
+    assert doc["rows"] == [row] and doc["peaks"] == {"mem_gbs": 2955.6}
+    assert doc["device"] == "NVIDIA H100 80GB HBM3" and doc["from_log"] == str(log)
+    gemm_log = tmp_path / "gemm.txt"
+    gemm_log.write_text("[    0.3s] device NVIDIA H100 80GB HBM3 peaks {'mem_gbs': 2955.6}\n"
+                        f"[    9.5s] {json.dumps({**row, 'op': 'o_proj'})}\n")  # fmt: skip
+    assert latest.load_report(gemm_log)["device"] == "NVIDIA H100 80GB HBM3"
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"rows": [row]}))
+    assert "from_log" not in latest.load_report(report)  # a JSON report is read as it is
+    empty = tmp_path / "empty.txt"
+    empty.write_text("Traceback (most recent call last):\n")
+    with pytest.raises(SystemExit, match="empty.txt: neither a JSON report nor a log with row lines"):
+        latest.load_report(empty)
+
+
+def test_two_runs_of_one_script_merge_and_are_listed(tmp_path: Path) -> None:
+    """--llm twice (a run stopped at its deadline, then one for the rest): both runs' rows, and `inputs`
+    naming each file, whether it was a log, and the peaks it measured."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.json"
+    ra = {"op": "rmsnorm", "dtype": "bfloat16", "case": "16384x4096", "path": "vector", "ours_us": 94.7,
+          "torch_us": 128.0, "ok": True}  # fmt: skip
+    rb = {**ra, "op": "swiglu", "ours_us": 135.5, "torch_us": 227.1}
+    a.write_text(f"[ 1.0s] {{'device': 'H'}} peaks {{'mem_gbs': 1.0}}\n[ 2.0s] {json.dumps(ra)}\n")
+    b.write_text(json.dumps({"rows": [rb], "peaks": {"mem_gbs": 2.0}, "errors": ["swiglu fp32: boom"]}))
+    out = tmp_path / "latest.json"
+    argv = ["latest.py", "--llm", str(a), "--llm", str(b), "--out", str(out)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", argv)
+        assert latest.main() == 0
+    doc = json.loads(out.read_text())
+    assert [r["op"] for r in doc["results"]] == ["rmsnorm", "swiglu"]
+    assert doc["results"][1]["refs"]["torch"]["ratio"] == round(227.1 / 135.5, 3)
+    inputs = [(i["from_log"], i["peaks"]) for i in doc["inputs"]["llm"]]
+    assert inputs == [(True, {"mem_gbs": 1.0}), (False, {"mem_gbs": 2.0})]
+    assert doc["errors"] == {"llm 1": ["swiglu fp32: boom"]}
