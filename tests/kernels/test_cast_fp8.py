@@ -241,7 +241,8 @@ def test_vector_path_refuses_unaligned_operands_and_auto_falls_back():  # type: 
 def test_auto_casts_every_dtype_with_the_vector_kernels_on_a_gpu():  # type: ignore[no-untyped-def]
     """fp32 too (AUTO_CAST), unlike the other ops' AUTO_VECTOR: its scalar cast ran at 0.49-0.62 of copy,
     the vector cast at 0.93 (H200 / H100). The simulator runs the scalar kernels."""
-    assert op.AUTO_CAST == (np.dtype(np.float32), np.dtype(np.float16), BF16)
+    every_dtype = (np.dtype(np.float32), np.dtype(np.float16), BF16)
+    assert every_dtype == op.AUTO_CAST
     for case in op.SPEC.bench_cases:
         want = "scalar" if SIMULATED else "vector"
         assert op._choose(case).path == want, case

@@ -31,7 +31,7 @@ from kernels.runtime.device import compute_capability
 from kernels.runtime.launch import Kernel
 
 CU_FILE = Path(__file__).with_name("wgmma.cu")
-# the headers both Hopper tiles splice in (`cu_text`): the wgmma wrappers, the epilogue activation
+# the headers both Hopper tiles splice in (`cu_text`): the wgmma wrappers; the epilogue (`wg_epilogue`)
 HEADERS = (Path(__file__).with_name("wgmma_ops.cuh"), Path(__file__).with_name("wgmma_epi.cuh"))
 _SIG = "int32(int64, int64, int64, int64, int64, int64, int64, int64)"
 KERNEL_SIG = "void(int64, int64, int64, int64, int64, int64, int64, int64)"

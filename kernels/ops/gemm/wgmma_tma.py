@@ -3,8 +3,8 @@ persistent grid (wgmma_tma.cu).
 
 C = act(A @ B (+ bias) (+ R)) with bf16 or fp16 A [M, K] and B [K, N] (or [N, K]: `wgmma.Key.bt`, linear's
 torch weight), fp32 accumulation, fp32 output (gemm) or output in the input type (o_proj, linear): the
-cp.async tile's epilogues in its order (bias, then R, then the activation of wgmma_epi.cuh, which both tiles
-splice in, then one rounding). A kernel is specialised to a `wgmma.Key`, as the cp.async tile's are: where
+cp.async tile's epilogue (`wg_epilogue` of wgmma_epi.cuh, which both tiles splice in: bias, then R, then the
+activation, then one rounding). A kernel is specialised to a `wgmma.Key`, as the cp.async tile's are: where
 this tile has no tensor maps for the operands, the caller runs the cp.async kernel of the same key. sm_90a
 code, so cc 9.0 only, as wgmma.py; `auto`'s tile for gemm, o_proj and linear there.
 
@@ -13,7 +13,8 @@ torch, every timed output checked against float64): 0.953x cuBLAS at 4096^3 (708
 0.940x at 8192 x 2560 x 2560, fp16 0.954x; linear (NT, SiLU / GELU) 0.96-0.98x torch's F.linear +
 activation; the cp.async tile 0.62-0.69x in the same runs. o_proj [16, 512, 2560] x [2560, 2560] with the
 residual 1.004-1.012x cuBLAS's addmm (2026-12-06, `benchmarks/h100/2026-12-06/tenth/`) since the epilogue
-reads each chunk's bias and R words before storing any (WS_EPI_J in wgmma_tma.cu); 0.83-0.84x before.
+reads each chunk's bias and R words before storing any (`wg_epilogue` of wgmma_epi.cuh, WS_EPI_J); 0.83-0.84x
+before. The cp.async tile shares that epilogue since 2026-12-06 (o_proj on it 0.62x -> 0.72x addmm).
 
 Tensor maps. TMA reads A and B through two CUtensorMaps (128 bytes each) that name their base addresses.
 numba cannot pass a __grid_constant__ map, so the kernel takes the address of a 256-byte device buffer
