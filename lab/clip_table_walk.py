@@ -9,8 +9,8 @@ instead of running the dealing arithmetic (a 64-bit remainder among it) for ever
 the same order per block, so the same partial sums: the norm and every scaled array must equal the shipped
 kernels' bit for bit (checked first, every size and dtype).
 
-    source benchmarks/h200_env.sh; OUT=$OUT $PY lab/clip_table_walk.py      (GPU: timed; writes $OUT/clip_table_walk.json)
-    NUMBA_ENABLE_CUDASIM=1 python lab/clip_table_walk.py --check          (simulator: the bit-for-bit check only)
+    source benchmarks/h200_env.sh; OUT=$OUT $PY lab/clip_table_walk.py   (GPU: $OUT/clip_table_walk.json)
+    NUMBA_ENABLE_CUDASIM=1 python lab/clip_table_walk.py --check       (simulator: bit-for-bit check only)
 
 Timed by kernels.harness.bench.time_interleaved (a device-side pause before every call, events around it,
 inputs restored from a pristine copy and L2 flushed outside the events), shipped and walk interleaved call
@@ -129,7 +129,7 @@ def walk_kernels(dt: np.dtype, cfg: op.TwoPassConfig) -> dict[str, Any]:
         b = int64(cuda.blockIdx.x)
         G = int64(cuda.gridDim.x)
         s = b
-        while s < tiles:  # counted from the last tile: the shipped kernel's order (what the norm read last first)
+        while s < tiles:  # counted from the last tile, as shipped (what the norm read last, first)
             g = tiles - 1 - s
             j = row_of(tab, 3, g)
             n = tab[j, 1]
@@ -239,8 +239,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     a = ap.parse_args()
     dts = {"bfloat16": BF16, "float32": np.dtype(np.float32)}
-    # the simulator (2 blocks of 256 Python threads): whole tiles and tails of both dtypes (tiles of 8192 bf16,
-    # 4096 fp32 values), one-element arrays; the GPU: Llama-3-8B's 291 tensors / 64 and / 8
+    # the simulator (2 blocks of 256 Python threads): whole tiles and tails of both dtypes (tiles of 8192
+    # bf16, 4096 fp32 values), one-element arrays; the GPU: Llama-3-8B's 291 tensors / 64 and / 8
     cases = (
         [("sim-mix", [8197, 3, 8192, 100, 1, 17, 4099, 4096])]
         if SIMULATED
