@@ -186,8 +186,15 @@ def from_clip(doc: dict[str, Any]) -> list[Row]:
     return out
 
 
-_LOGGED_ROW = re.compile(r"^\[\s*[\d.]+s\] (\{\"op\": .*\})\s*$")
+_LOGGED_ROW = re.compile(r"^\[\s*[\d.]+s\] (\{\"op\": .*?)\s*$")  # (a line cut short too: said, not read)
+_LOGGED_ERROR = re.compile(r"^\[\s*[\d.]+s\] ERROR (.*)$")
 _LOGGED_PEAKS = re.compile(r"^\[\s*[\d.]+s\] (?:device (.+?)|(\{.*\})) peaks (\{.*\})\s*$")
+
+
+def _device(d: Any) -> dict[str, Any] | None:
+    """The report's device as a dict (kernels.runtime.device.describe's form): h200_llm.py and a rebuilt
+    log name it by a string only."""
+    return {"name": d} if isinstance(d, str) else d
 
 
 def load_report(path: Path) -> dict[str, Any]:
@@ -202,34 +209,57 @@ def load_report(path: Path) -> dict[str, Any]:
         return doc
     rows: list[dict[str, Any]] = []
     head: dict[str, Any] = {}
+    errors: list[str] = []
     for line in text.splitlines():
         if m := _LOGGED_ROW.match(line):
-            rows.append(json.loads(m.group(1)))
+            try:
+                rows.append(json.loads(m.group(1)))
+            except json.JSONDecodeError:  # a line cut off (the run killed while writing it): said, not read
+                errors.append(f"{path.name}: a row line that is not JSON: {line[:80]}")
+        elif m := _LOGGED_ERROR.match(line):
+            errors.append(m.group(1))
         elif not head and (m := _LOGGED_PEAKS.match(line)):
-            versions = ast.literal_eval(m.group(2)) if m.group(2) else {}
-            head = {"peaks": ast.literal_eval(m.group(3)), "versions": versions,
+            versions = _literal(m.group(2)) if m.group(2) else {}
+            head = {"peaks": _literal(m.group(3)), "versions": versions,
                     "device": m.group(1) or versions.get("device")}  # fmt: skip
     if not rows:
         raise SystemExit(f"{path}: neither a JSON report nor a log with row lines ('[ t s] {{\"op\": ...}}')")
-    return {**head, "rows": rows, "from_log": str(path)}
+    return {**head, "rows": rows, "errors": errors, "from_log": str(path)}
+
+
+def _literal(text: str) -> dict[str, Any]:
+    """A dict the scripts printed with repr: Python literals, where a non-finite float reads `nan` / `inf`."""
+    value: dict[str, Any] = ast.literal_eval(re.sub(r"\b(nan|inf)\b", "None", text))
+    return value
+
+
+UNNAMED = {None, "auto"}  # a path that names no kernel: whatever `auto` ran
 
 
 def merge(groups: list[list[Row]]) -> list[Row]:
-    """Rows keyed by (op, dtype, case): the first group's row is the row; a later report's row of the same
-    key is kept whole under `also[source]` (its own ours, SOL, check), its check counts in `ok`, and its
-    references join the row's, renamed `name@source` where the name is taken, each with the `ours_us` it
-    was timed against. Nothing a report measured is dropped. A row of the same source, case and another
-    path (another kernel timed by the same script) is a row of its own, keyed by that path too."""
+    """Rows keyed by (op, dtype, case, path): a later report's row joins the row of the same case and path,
+    or, where there is none, the case's only row when that row is another report's and one of the two does
+    not name its kernel (UNNAMED: h200_bf16.py's memory-bound rows say "auto"). Joined, it is kept whole
+    under `also[source]` (its own ours, SOL, check), its check counts in `ok`, and its references join the
+    row's, renamed `name@source` where the name is taken, each with the `ours_us` it was timed against.
+    Otherwise it is a row of its own: one report's rows of a case on two kernels stay two rows, as do two
+    kernels of two reports. Sources must differ between reports (`main` numbers repeated runs of one
+    script), so nothing a report measured is dropped."""
     rows: dict[tuple[str, ...], Row] = {}
+    by_case: dict[tuple[str, ...], list[Row]] = {}
     for group in groups:
         for r in group:
-            key: tuple[str, ...] = (r["op"], r["dtype"], r["case"])
+            case = (r["op"], r["dtype"], r["case"])
+            key = (*case, str(r.get("path")))
             have = rows.get(key)
-            if have is not None and have["source"] == r["source"] and have.get("path") != r.get("path"):
-                key = (*key, str(r.get("path")))
-                have = rows.get(key)
+            if have is None:
+                same_case = by_case.get(case, [])
+                unnamed = {r.get("path"), same_case[0].get("path")} & UNNAMED if same_case else set()
+                if len(same_case) == 1 and same_case[0]["source"] != r["source"] and unnamed:
+                    have = same_case[0]
             if have is None:
                 rows[key] = r
+                by_case.setdefault(case, []).append(r)
                 continue
             have["ok"] = bool(have.get("ok")) and bool(r.get("ok"))
             have.setdefault("also", {})[r["source"]] = {
@@ -279,7 +309,15 @@ def main() -> int:
         ap.error("give at least one of --registry, --llm, --gemm, --clip")
     runs = {n: [load_report(p) for p in paths] for n, paths in given.items()}
     makers = {"llm": from_llm, "gemm": from_gemm, "clip": from_clip, "registry": from_registry}
-    rows = merge([makers[n](d) for n, ds in runs.items() for d in ds])
+    groups = []
+    for n, ds in runs.items():
+        for i, d in enumerate(ds):
+            group = makers[n](d)
+            if len(ds) > 1:  # runs of one script: each its own source, so a second never replaces a first
+                for r in group:
+                    r["source"] = f"{r['source']} run {i + 1}"
+            groups.append(group)
+    rows = merge(groups)
     docs = {n: ds[0] for n, ds in runs.items()}  # the report-level fields: each kind's first run
     reg = docs.get("registry", {})
     llm = docs.get("llm", {})
@@ -287,9 +325,11 @@ def main() -> int:
         "simulated": bool(reg.get("simulated", False)),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": a.command,
-        "device": reg.get("device")
-        or docs.get("gemm", {}).get("device")
-        or (llm.get("versions") or {}).get("device"),
+        "device": _device(
+            reg.get("device")
+            or docs.get("gemm", {}).get("device")
+            or (llm.get("versions") or {}).get("device")
+        ),
         "versions": {**(reg.get("versions") or {}), **(llm.get("versions") or {})},
         "peaks": reg.get("peaks") or llm.get("peaks") or docs.get("gemm", {}).get("peaks"),
         "method": {

@@ -54,7 +54,8 @@ def main() -> None:
     ap.add_argument("--key", default="bf16,1,0,1,0,none", help="dtype,out16,bias,res,bt,act (o_proj's)")
     ap.add_argument("--tile", choices=("tma", "cp"), default="tma")
     ap.add_argument("--dump")
-    ap.add_argument("--define", action="append", default=[], help="NAME=VALUE in front of the source (WS_EPI_J=16)")
+    ap.add_argument("--define", action="append", default=[],
+                    help="NAME=VALUE in front of the source (WS_EPI_J=16; WG_EPI_J for --tile cp)")
     a = ap.parse_args()
     dt, out16, bias, res, bt, act = a.key.split(",")
     key = wgmma.key_of(BF16 if dt == "bf16" else np.dtype(np.float16), out16 == "1", bias == "1", res == "1",

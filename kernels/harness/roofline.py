@@ -5,6 +5,7 @@ matplotlib is an optional dependency (`pip install solfleet[plot]`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,14 @@ def plot(report: dict[str, Any], path: str | Path) -> Path:
     if tc:
         ax.loglog(xs, np.minimum(xs * bw, tc), "k--", lw=1, label=f"roof: {tc:.0f} TFLOP/s fp16 tensor cores")
     colors = plt.get_cmap("tab20").colors  # type: ignore[attr-defined]  # a ListedColormap
+    seen = Counter((r["op"], r["dtype"], r.get("case")) for r in rows)
     for i, (r, x) in enumerate(zip(rows, ai, strict=True)):
         marker = "o" if r["dtype"] == "float32" else "s"  # one colour per point: tab20 has 20
+        path = (
+            f" {r.get('path')}" if seen[(r["op"], r["dtype"], r.get("case"))] > 1 else ""
+        )  # two kernels of a case
         ax.loglog([x], [r["tflops"]], marker, color=colors[i % len(colors)],
-                  label=f"{r['op']} {r['dtype']} ({r.get('sol', 0) or 0:.2f} SOL)")  # fmt: skip
+                  label=f"{r['op']} {r['dtype']}{path} ({r.get('sol', 0) or 0:.2f} SOL)")  # fmt: skip
         if r.get("cupy", {}).get("tflops"):
             ax.loglog([x], [r["cupy"]["tflops"]], "x", color="gray")
     ax.set_xlabel("arithmetic intensity (FLOP / byte of the floor)")

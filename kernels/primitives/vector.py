@@ -42,7 +42,8 @@ F32, F16 = np.dtype(np.float32), np.dtype(np.float16)
 WIDTH: dict[np.dtype, int] = {F32: 4, F16: 8, BF16: 8}
 # dtypes whose "auto" path is the vector one on a GPU. fp32 already reaches 0.91-1.03 of copy with scalar
 # loads (4 B per lane = 128 B per warp instruction); its vector kernels exist and are timed side by side
-# (benchmarks/notes-memory.md), but stay opt-in until they are measured to be no slower.
+# (benchmarks/notes-memory.md), but stay opt-in until they are measured to be no slower. An op whose scalar
+# kernel is slow at fp32 passes its own `auto` dtypes to `choose` (cast_fp8.AUTO_CAST).
 AUTO_VECTOR: tuple[np.dtype, ...] = (F16, BF16)
 
 

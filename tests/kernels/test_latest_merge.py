@@ -50,10 +50,20 @@ def test_one_reports_two_kernels_of_a_case_stay_two_rows() -> None:
     rows = latest.merge([[tma, cp]])
     assert [(r["path"], r["refs"]["cublas"]["ratio"]) for r in rows] == [("wgmma", 0.72), ("wgmma_tma", 1.01)]
     assert not any("also" in r for r in rows)
-    # a second run of the same script and kernel is still the same row, its figures kept under `also`
-    again = {**_gemm_row("wgmma_tma", 182.0, 1.0), "source": "benchmarks/h200_bf16.py (run 2)"}
-    rows = latest.merge([[tma, cp], [again]])
-    assert len(rows) == 2 and rows[1]["also"]["benchmarks/h200_bf16.py (run 2)"]["median_us"] == 182.0
+    # another report's row of one kernel joins that kernel's row, whichever came first
+    reg = {**_gemm_row("wgmma_tma", 183.0, 1.0), "source": "kernels bench"}
+    for first in ([cp], [cp, tma]):
+        rows = latest.merge([first, [reg]])
+        by_path = {r["path"]: r for r in rows}
+        assert "also" not in by_path["wgmma"] and by_path["wgmma_tma"] is not cp
+        assert by_path["wgmma_tma"]["median_us"] == (183.0 if len(first) == 1 else 181.0)
+    # a report that names no kernel ("auto") joins the case's one row of another report
+    auto = {**_gemm_row("auto", 185.0, 0.99), "source": "kernels bench"}
+    (row,) = latest.merge([[_gemm_row("wgmma_tma", 181.0, 1.01)], [auto]])
+    assert (
+        row["also"]["kernels bench"]["path"] == "auto"
+        and row["refs"]["cublas@kernels bench"]["ratio"] == 0.99
+    )
 
 
 def test_a_report_is_rebuilt_from_its_log(tmp_path: Path) -> None:
@@ -65,12 +75,20 @@ def test_a_report_is_rebuilt_from_its_log(tmp_path: Path) -> None:
         "[   14.9s] {'simulated': False, 'device': 'NVIDIA H100 80GB HBM3'} peaks {'mem_gbs': 2955.6}\n"
         "/x/dispatcher.py:748: NumbaPerformanceWarning: grid size 1\n"
         f"[   39.0s] {json.dumps(row)}\n"
-        "ERROR o_proj bfloat16: NVRTCError: compilation log:\x00\n"  # (NVRTC's log ends in a NUL)
+        "[    1.7s] ERROR o_proj bfloat16: NVRTCError: compilation log:\x00\n"  # (NVRTC's log ends in a NUL)
         "rmsnorm  bfloat16  16384x4096  vector  94.7  0.96\n"  # the table
     )
     doc = latest.load_report(log)
     assert doc["rows"] == [row] and doc["peaks"] == {"mem_gbs": 2955.6}
     assert doc["device"] == "NVIDIA H100 80GB HBM3" and doc["from_log"] == str(log)
+    assert doc["errors"] == ["o_proj bfloat16: NVRTCError: compilation log:\x00"]  # a failed step is said
+    cut = tmp_path / "cut.txt"  # killed mid-line; and a card that measured no copy bandwidth
+    cut.write_text(
+        f'[ 0.1s] device H peaks {{\'mem_gbs\': nan}}\n[ 1.0s] {json.dumps(row)}\n[ 2.0s] {{"op": "rms\n'
+    )
+    doc = latest.load_report(cut)
+    assert doc["rows"] == [row] and doc["peaks"] == {"mem_gbs": None}
+    assert doc["errors"] == ['cut.txt: a row line that is not JSON: [ 2.0s] {"op": "rms']
     gemm_log = tmp_path / "gemm.txt"
     gemm_log.write_text("[    0.3s] device NVIDIA H100 80GB HBM3 peaks {'mem_gbs': 2955.6}\n"
                         f"[    9.5s] {json.dumps({**row, 'op': 'o_proj'})}\n")  # fmt: skip
@@ -93,14 +111,21 @@ def test_two_runs_of_one_script_merge_and_are_listed(tmp_path: Path) -> None:
     rb = {**ra, "op": "swiglu", "ours_us": 135.5, "torch_us": 227.1}
     a.write_text(f"[ 1.0s] {{'device': 'H'}} peaks {{'mem_gbs': 1.0}}\n[ 2.0s] {json.dumps(ra)}\n")
     b.write_text(json.dumps({"rows": [rb], "peaks": {"mem_gbs": 2.0}, "errors": ["swiglu fp32: boom"]}))
+    c = tmp_path / "c.json"  # a third run timing run 1's case again: kept, not written over run 1's
+    c.write_text(json.dumps({"rows": [{**ra, "ours_us": 95.5, "torch_us": 127.0}]}))
     out = tmp_path / "latest.json"
-    argv = ["latest.py", "--llm", str(a), "--llm", str(b), "--out", str(out)]
+    argv = ["latest.py", "--llm", str(a), "--llm", str(b), "--llm", str(c), "--out", str(out)]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sys, "argv", argv)
         assert latest.main() == 0
     doc = json.loads(out.read_text())
     assert [r["op"] for r in doc["results"]] == ["rmsnorm", "swiglu"]
+    rms = doc["results"][0]
+    assert rms["median_us"] == 94.7 and rms["source"] == "benchmarks/h200_llm.py run 1"
+    assert rms["also"]["benchmarks/h200_llm.py run 3"]["median_us"] == 95.5
+    assert rms["refs"]["torch@benchmarks/h200_llm.py run 3"]["ours_us_in_that_run"] == 95.5
+    assert doc["device"] == {"name": "H"}  # a log names it by a string: the report's form is a dict
     assert doc["results"][1]["refs"]["torch"]["ratio"] == round(227.1 / 135.5, 3)
     inputs = [(i["from_log"], i["peaks"]) for i in doc["inputs"]["llm"]]
-    assert inputs == [(True, {"mem_gbs": 1.0}), (False, {"mem_gbs": 2.0})]
+    assert inputs == [(True, {"mem_gbs": 1.0}), (False, {"mem_gbs": 2.0}), (False, None)]
     assert doc["errors"] == {"llm 1": ["swiglu fp32: boom"]}

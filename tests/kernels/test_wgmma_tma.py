@@ -312,6 +312,38 @@ def test_o_proj_in_place_on_the_tma_tile(
     assert _rel(got, want) <= (2.0**-8 if dt == BF16 else 2.0**-10)
 
 
+@needs_cc90
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", [BF16, F16], ids=str)
+@pytest.mark.parametrize("mnk", SHAPES, ids=str)
+def test_o_proj_in_place_on_the_cp_async_tile(
+    dt: np.dtype, mnk: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same in-place check on the cp.async tile (path "wgmma"), which shares the TMA tile's epilogue
+    (`wg_epilogue`) since 2026-12-06: its partial tiles (rows past M, columns past N) included."""
+    from kernels.ops import o_proj as o_proj_module
+
+    m, n, k = mnk
+    rng = np.random.default_rng(5 * m + n + k)
+    a, b, r, bias = (_host(shape, dt, rng) for shape in ((m, k), (k, n), (m, n), (n,)))
+    want = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64) + r.astype(np.float64)
+    da, db, dr, dbias = (arrays.to_device(x) for x in (a, b, r, bias))
+    ran: list[dict[str, Any]] = []
+    real = wgmma.launch
+
+    def spy(**kw: Any) -> Any:
+        ran.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(wgmma, "launch", spy)
+    o_proj_module._FAST.clear()  # a launch, not an earlier test's replay of this layout
+    assert o_proj(da, db, dr, dbias, out=dr, path="wgmma") is dr
+    assert len(ran) == 1 and ran[0]["key"].res and ran[0]["key"].bias  # the cp.async tile wrote it
+    got = arrays.to_host(dr).astype(np.float64)
+    assert np.isfinite(got).all()
+    assert _rel(got, want) <= (2.0**-8 if dt == BF16 else 2.0**-10)
+
+
 def _linear_problem(dt: np.dtype, m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((m, k)).astype(dt)

@@ -13,9 +13,9 @@ Five strategies, one contract (`PATHS`):
   - "mma" (gemm/mma.py + mma.cu, fp16): tensor cores (mma.sync m16n8k16, fp32 accumulate) through linked
     CUDA C, cc >= 8.0. Not available under the simulator, which cannot link CUDA C.
   - "wgmma" (gemm/wgmma.py + wgmma.cu, fp16 and bf16): Hopper's warpgroup tensor-core instructions, sm_90a
-    code, so cc 9.0 only: a cp.async-fed tile (0.62-0.68x cuBLAS), which carries every epilogue. Operands
-    neither Hopper tile can take (K or N not a multiple of 8, unaligned pointers) run on the path auto would
-    take without them (mma for fp16, portable for bf16): `fallback_path`.
+    code, so cc 9.0 only: a cp.async-fed tile (0.68x cuBLAS, o_proj 0.72x), which carries every epilogue.
+    Operands neither Hopper tile can take (K or N not a multiple of 8, unaligned pointers) run on the path
+    auto would take without them (mma for fp16, portable for bf16): `fallback_path`.
   - "wgmma_tma" (gemm/wgmma_tma.py + wgmma_tma.cu, fp16 and bf16, cc 9.0 only): TMA loads, a producer
     warpgroup and two wgmma consumers, a persistent grid: 0.94-0.95x cuBLAS at 4096^3 and 8192x2560x2560,
     1.00-1.01x cuBLAS's addmm for o_proj with its residual (an H100, 2026-12-06, since its epilogue reads R
