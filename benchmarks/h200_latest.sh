@@ -12,8 +12,13 @@
 #      cast against torch                                                                       (GEMM_DEADLINE 420)
 #   3. python -m kernels bench --compare cupy for the ops step 1 does not cover (cast, clip_grad_norm, gemm,
 #      o_proj; fp32 and fp16 against CuPy, bf16 alone: CuPy has no bfloat16)                  (REG_DEADLINE 520)
-#   4. benchmarks/latest.py merges the three into $OUT/latest.json and $OUT/roofline.png, table last.
-# A step that hits its deadline leaves its JSON unwritten and the merge goes on without it (it says so).
+#   4. benchmarks/latest.py merges the three into $OUT/latest.json and $OUT/roofline.png, table last; the
+#      inputs go into $OUT/inputs.tgz.
+# A step that hits its deadline leaves its JSON unwritten and the merge goes on without it (it says so). On an
+# H100 all eight LLM ops need ~450 s: there, run LLM_OPS=rmsnorm,layernorm,softmax,fused_add_rmsnorm first, then
+# LLM_OPS=swiglu,rope,cast_fp8,residual_add REG_OPS= in a second call, and merge both runs' inputs with
+# `benchmarks/latest.py --llm A/llm/h200_llm.json --llm B/llm/h200_llm.json --gemm A/gemm/h200_bf16.json
+# --registry A/registry.json` (each --llm may also be the run's log, llm.txt).
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-latest}
 mkdir -p "$OUT"
@@ -45,6 +50,11 @@ timeout "$(left 590)" $PY benchmarks/latest.py ${args[@]+"${args[@]}"} --out "$O
   >"$OUT/latest.txt" 2>&1
 echo "== merge rc=$? (inputs: ${args[*]}) after $(( $(date +%s) - t0 )) s"
 grep -hE "ERROR|Traceback|Error:" "$OUT/llm.txt" "$OUT/gemm.txt" "$OUT"/registry.txt 2>/dev/null | head -10
+# the device tool brings back a few files per call (2026-12-06: 8; llm/ and gemm/'s JSONs were left out): every
+# input of the merge in one archive beside latest.json, latest.txt, roofline.png and nvidia-smi.csv, so a
+# second call's run (LLM_OPS for the ops the first did not reach) can be merged with it by latest.py
+tar -C "$OUT" -czf "$OUT/inputs.tgz" --remove-files $(cd "$OUT" && ls -d llm gemm llm.txt gemm.txt registry.json \
+  registry.txt 2>/dev/null) && echo "inputs: $OUT/inputs.tgz"
 echo "---- nvidia-smi"; cat "$OUT/nvidia-smi.csv"
 echo "---- table"; cat "$OUT/latest.txt"
 exit 0
