@@ -38,11 +38,11 @@ def plot(report: dict[str, Any], path: str | Path) -> Path:
     seen = Counter((r["op"], r["dtype"], r.get("case")) for r in rows)
     for i, (r, x) in enumerate(zip(rows, ai, strict=True)):
         marker = "o" if r["dtype"] == "float32" else "s"  # one colour per point: tab20 has 20
-        path = (
+        kernel = (
             f" {r.get('path')}" if seen[(r["op"], r["dtype"], r.get("case"))] > 1 else ""
         )  # two kernels of a case
         ax.loglog([x], [r["tflops"]], marker, color=colors[i % len(colors)],
-                  label=f"{r['op']} {r['dtype']}{path} ({r.get('sol', 0) or 0:.2f} SOL)")  # fmt: skip
+                  label=f"{r['op']} {r['dtype']}{kernel} ({r.get('sol', 0) or 0:.2f} SOL)")  # fmt: skip
         if r.get("cupy", {}).get("tflops"):
             ax.loglog([x], [r["cupy"]["tflops"]], "x", color="gray")
     ax.set_xlabel("arithmetic intensity (FLOP / byte of the floor)")

@@ -125,9 +125,12 @@ def test_roofline_plot_from_a_report(tmp_path):  # type: ignore[no-untyped-def]
             {"op": "residual_add", "dtype": "float32", "flops": 1e6, "bytes": 12e6, "median_us": 3.5,
              "tflops": 0.29, "sol": 0.86, "cupy": {"tflops": 0.2}},
             {"op": "gemm", "dtype": "float32", "flops": 1e12, "bytes": 2e8, "median_us": 2e4, "tflops": 50.0,
-             "sol": 0.8},
+             "sol": 0.8, "case": "4096^3", "path": "wgmma_tma"},
+            {"op": "gemm", "dtype": "float32", "flops": 1e12, "bytes": 2e8, "median_us": 3e4, "tflops": 33.0,
+             "sol": 0.5, "case": "4096^3", "path": "wgmma"},  # two kernels of a case: labelled by path
             {"op": "cast", "dtype": "float32", "ok": False, "error": "not timed"},
         ],
     }  # fmt: skip
     out = plot(rep, tmp_path / "roofline.png")
+    assert out == tmp_path / "roofline.png"
     assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
