@@ -16,9 +16,9 @@
 #      inputs go into $OUT/inputs.tgz.
 # A step that hits its deadline leaves its JSON unwritten and the merge goes on without it (it says so). On an
 # H100 all eight LLM ops need ~450 s: there, run LLM_OPS=rmsnorm,layernorm,softmax,fused_add_rmsnorm first, then
-# LLM_OPS=swiglu,rope,cast_fp8,residual_add REG_OPS= in a second call, and merge both runs' inputs with
-# `benchmarks/latest.py --llm A/llm/h200_llm.json --llm B/llm/h200_llm.json --gemm A/gemm/h200_bf16.json
-# --registry A/registry.json` (each --llm may also be the run's log, llm.txt).
+# LLM_OPS=swiglu,rope,cast_fp8,residual_add REG_OPS= in a second call, unpack both calls' inputs.tgz (into A
+# and B) and merge them with `benchmarks/latest.py --llm A/llm/h200_llm.json --llm B/llm/h200_llm.json --gemm
+# A/gemm/h200_bf16.json --registry A/registry.json` (each --llm may also be the run's log, llm.txt).
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-latest}
 mkdir -p "$OUT"
@@ -53,8 +53,10 @@ grep -hE "ERROR|Traceback|Error:" "$OUT/llm.txt" "$OUT/gemm.txt" "$OUT"/registry
 # the device tool brings back a few files per call (2026-12-06: 8; llm/ and gemm/'s JSONs were left out): every
 # input of the merge in one archive beside latest.json, latest.txt, roofline.png and nvidia-smi.csv, so a
 # second call's run (LLM_OPS for the ops the first did not reach) can be merged with it by latest.py
-tar -C "$OUT" -czf "$OUT/inputs.tgz" --remove-files $(cd "$OUT" && ls -d llm gemm llm.txt gemm.txt registry.json \
-  registry.txt 2>/dev/null) && echo "inputs: $OUT/inputs.tgz"
+inputs=$(cd "$OUT" && ls -d llm gemm llm.txt gemm.txt registry.json registry.txt 2>/dev/null)
+if [ -n "$inputs" ] && tar -C "$OUT" -czf "$OUT/inputs.tgz" $inputs && tar -tzf "$OUT/inputs.tgz" >/dev/null; then
+  (cd "$OUT" && rm -rf $inputs) && echo "the merge's inputs (the paths above, under \$OUT) are in $OUT/inputs.tgz"
+fi
 echo "---- nvidia-smi"; cat "$OUT/nvidia-smi.csv"
 echo "---- table"; cat "$OUT/latest.txt"
 exit 0

@@ -30,6 +30,7 @@ import ast
 import json
 import re
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -228,8 +229,12 @@ def load_report(path: Path) -> dict[str, Any]:
 
 
 def _literal(text: str) -> dict[str, Any]:
-    """A dict the scripts printed with repr: Python literals, where a non-finite float reads `nan` / `inf`."""
-    value: dict[str, Any] = ast.literal_eval(re.sub(r"\b(nan|inf)\b", "None", text))
+    """A dict the scripts printed with repr: Python literals, where a non-finite float reads `nan` / `inf` /
+    `-inf` (then None: only when the text does not read as it is, so a name with "nan" in it is kept)."""
+    try:
+        value: dict[str, Any] = ast.literal_eval(text)
+    except ValueError:
+        value = ast.literal_eval(re.sub(r"-?\b(nan|inf)\b", "None", text))
     return value
 
 
@@ -248,15 +253,18 @@ def merge(groups: list[list[Row]]) -> list[Row]:
     rows: dict[tuple[str, ...], Row] = {}
     by_case: dict[tuple[str, ...], list[Row]] = {}
     for group in groups:
+        in_group = Counter((r["op"], r["dtype"], r["case"]) for r in group)
         for r in group:
             case = (r["op"], r["dtype"], r["case"])
             key = (*case, str(r.get("path")))
             have = rows.get(key)
-            if have is None:
+            if have is None and in_group[case] == 1:  # (a report's two kernels of a case never share a row)
                 same_case = by_case.get(case, [])
                 unnamed = {r.get("path"), same_case[0].get("path")} & UNNAMED if same_case else set()
                 if len(same_case) == 1 and same_case[0]["source"] != r["source"] and unnamed:
                     have = same_case[0]
+            if have is not None and (have["source"] == r["source"] or r["source"] in have.get("also", {})):
+                have, key = None, (*key, r["source"])  # one report's second row here: a row of its own
             if have is None:
                 rows[key] = r
                 by_case.setdefault(case, []).append(r)
@@ -338,8 +346,8 @@ def main() -> int:
             " over the tensor-core or fp32 FMA peak",
             **(reg.get("method") or {}),
         },
-        "errors": {  # by kind, numbered where a kind had several runs
-            n if len(ds) == 1 else f"{n} {i}": d["errors"]
+        "errors": {  # by kind, "<kind> run N" where a kind had several runs (as their rows' sources)
+            n if len(ds) == 1 else f"{n} run {i + 1}": d["errors"]
             for n, ds in runs.items()
             for i, d in enumerate(ds)
             if d.get("errors")
@@ -367,7 +375,12 @@ def main() -> int:
             and r.get("tflops")
             and (not keys or (r["op"], r["dtype"], r["case"]) in keys)
         ]
-        plot({**report, "device": report["device"] or {}, "results": pts}, a.plot)
+        if isinstance((report["peaks"] or {}).get("mem_gbs"), (int, float)):
+            plot({**report, "device": report["device"] or {}, "results": pts}, a.plot)
+        else:  # the memory roof is the measured copy: without it there is no picture to draw
+            print(
+                f"no roofline: the report has no measured copy bandwidth (peaks.mem_gbs); {a.plot} not made"
+            )
     print(table(rows))
     bad = [r for r in rows if not r.get("ok")]
     print(

@@ -53,10 +53,27 @@ def test_one_reports_two_kernels_of_a_case_stay_two_rows() -> None:
     # another report's row of one kernel joins that kernel's row, whichever came first
     reg = {**_gemm_row("wgmma_tma", 183.0, 1.0), "source": "kernels bench"}
     for first in ([cp], [cp, tma]):
-        rows = latest.merge([first, [reg]])
+        rows = latest.merge([first, [dict(reg, refs=dict(reg["refs"]))]])
         by_path = {r["path"]: r for r in rows}
-        assert "also" not in by_path["wgmma"] and by_path["wgmma_tma"] is not cp
-        assert by_path["wgmma_tma"]["median_us"] == (183.0 if len(first) == 1 else 181.0)
+        assert len(rows) == 2 and "also" not in by_path["wgmma"]
+        if len(first) == 1:  # the TMA row is the registry's own
+            assert by_path["wgmma_tma"]["median_us"] == 183.0 and "also" not in by_path["wgmma_tma"]
+        else:  # it joined the TMA row
+            assert by_path["wgmma_tma"]["also"]["kernels bench"]["median_us"] == 183.0
+    # a report's two kernels of a case never both join another report's one row of it (none is dropped)
+    lone = {**_gemm_row("auto", 185.0, 0.99), "source": "kernels bench"}
+    rows = latest.merge([[lone], [_gemm_row("wgmma_tma", 181.0, 1.01), _gemm_row("wgmma", 250.0, 0.72)]])
+    assert sorted(r["median_us"] for r in rows) == [181.0, 185.0, 250.0] and not any(
+        "also" in r for r in rows
+    )
+    # nor does a report's second row of one kernel replace its first
+    twice = [
+        {**_gemm_row("auto", 180.0, 1.0), "source": "s"},
+        {**_gemm_row("auto", 182.0, 1.0), "source": "s"},
+    ]
+    for first in ([], [_gemm_row("wgmma_tma", 181.0, 1.01)]):
+        rows = latest.merge([first, [dict(r) for r in twice]])
+        assert sorted(r["median_us"] for r in rows) == sorted([180.0, 182.0] + [181.0] * len(first))
     # a report that names no kernel ("auto") joins the case's one row of another report
     auto = {**_gemm_row("auto", 185.0, 0.99), "source": "kernels bench"}
     (row,) = latest.merge([[_gemm_row("wgmma_tma", 181.0, 1.01)], [auto]])
@@ -84,10 +101,12 @@ def test_a_report_is_rebuilt_from_its_log(tmp_path: Path) -> None:
     assert doc["errors"] == ["o_proj bfloat16: NVRTCError: compilation log:\x00"]  # a failed step is said
     cut = tmp_path / "cut.txt"  # killed mid-line; and a card that measured no copy bandwidth
     cut.write_text(
-        f'[ 0.1s] device H peaks {{\'mem_gbs\': nan}}\n[ 1.0s] {json.dumps(row)}\n[ 2.0s] {{"op": "rms\n'
+        "[ 0.1s] device H peaks {'mem_gbs': nan, 'fp32_tflops': -inf, 'name': 'nano'}\n"
+        f"[ 1.0s] {json.dumps(row)}\n"
+        '[ 2.0s] {"op": "rms\n'
     )
     doc = latest.load_report(cut)
-    assert doc["rows"] == [row] and doc["peaks"] == {"mem_gbs": None}
+    assert doc["rows"] == [row] and doc["peaks"] == {"mem_gbs": None, "fp32_tflops": None, "name": "nano"}
     assert doc["errors"] == ['cut.txt: a row line that is not JSON: [ 2.0s] {"op": "rms']
     gemm_log = tmp_path / "gemm.txt"
     gemm_log.write_text("[    0.3s] device NVIDIA H100 80GB HBM3 peaks {'mem_gbs': 2955.6}\n"
@@ -128,4 +147,11 @@ def test_two_runs_of_one_script_merge_and_are_listed(tmp_path: Path) -> None:
     assert doc["results"][1]["refs"]["torch"]["ratio"] == round(227.1 / 135.5, 3)
     inputs = [(i["from_log"], i["peaks"]) for i in doc["inputs"]["llm"]]
     assert inputs == [(True, {"mem_gbs": 1.0}), (False, {"mem_gbs": 2.0}), (False, None)]
-    assert doc["errors"] == {"llm 1": ["swiglu fp32: boom"]}
+    assert doc["errors"] == {"llm run 2": ["swiglu fp32: boom"]}
+    no_roof = tmp_path / "no_roof.json"  # a report without a measured copy bandwidth: the table, no picture
+    no_roof.write_text(json.dumps({"rows": [rb], "peaks": {"mem_gbs": None}}))
+    png = tmp_path / "roofline.png"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["latest.py", "--llm", str(no_roof), "--out", str(out), "--plot", str(png)])
+        assert latest.main() == 0
+    assert not png.exists() and json.loads(out.read_text())["results"][0]["op"] == "swiglu"
