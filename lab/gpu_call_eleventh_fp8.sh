@@ -12,7 +12,7 @@ timeout "$(left ${T_BENCH:-80})" $PY benchmarks/h200_llm.py --out "$OUT/llm" --o
   --dtypes float32,float16,bfloat16 > "$OUT/llm.txt" 2>&1
 echo "== bench rc=$? after $(( $(date +%s) - t0 )) s"
 timeout "$(left ${T_NEW:-150})" $PY -m pytest -q -p no:cacheprovider -rf tests/kernels/test_cast_fp8.py \
-  tests/kernels/test_vector.py tests/kernels/test_wgmma_tma.py -k "auto or choose or cp_async_tile" \
+  tests/kernels/test_vector.py tests/kernels/test_wgmma_tma.py -k "auto or choose or in_place_on_each_hopper_tile" \
   > "$OUT/pytest-new.txt" 2>&1
 echo "== new tests rc=$? after $(( $(date +%s) - t0 )) s"; tail -2 "$OUT/pytest-new.txt"
 timeout "$(left ${T_ALL:-255})" $PY -m pytest -q -p no:cacheprovider -rf tests/kernels/test_cast_fp8.py \

@@ -39,15 +39,22 @@ def test_choose_paths_and_errors():  # type: ignore[no-untyped-def]
     assert vector.choose("auto", F16, True) is (not SIMULATED)
     assert vector.choose("auto", F16, False) is False
     assert vector.choose("auto", F32, True) is (not SIMULATED and F32 in vector.AUTO_VECTOR)
-    # an op's own auto dtypes (cast_fp8 adds fp32): they alone decide "auto", never an explicit path
-    assert vector.choose("auto", F32, True, (F32, F16)) is (not SIMULATED)
-    assert vector.choose("auto", F16, True, (F32,)) is False
-    assert vector.choose("auto", F32, False, (F32,)) is False
-    assert vector.choose("vector", F16, True, (F32,)) is True
     with pytest.raises(ValueError, match="path: 'vector' needs 16-byte aligned pointers"):
         vector.choose("vector", F16, False)
     with pytest.raises(ValueError, match="path: 'wide' is not a path; expected one of: auto, scalar, vector"):
         vector.choose("wide", F16, True)
+
+
+def test_an_ops_own_auto_dtypes_decide_auto_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cast_fp8 adds fp32 (AUTO_CAST): an op's own auto dtypes alone decide "auto" on a GPU (the simulator
+    flag cleared, so this runs everywhere), never an explicit path."""
+    monkeypatch.setattr(vector, "SIMULATED", False)
+    assert vector.choose("auto", F32, True) is (F32 in vector.AUTO_VECTOR)
+    assert vector.choose("auto", F32, True, (F32, F16)) is True
+    assert vector.choose("auto", F16, True, (F32,)) is False
+    assert vector.choose("auto", F32, False, (F32,)) is False
+    assert vector.choose("vector", F16, True, (F32,)) is True
+    assert vector.choose("scalar", F32, True, (F32,)) is False
 
 
 def _rel(got: np.ndarray, ref: np.ndarray) -> float:

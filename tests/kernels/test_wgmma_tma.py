@@ -289,56 +289,39 @@ def test_o_proj_and_gemm_with_a_bias_take_the_tma_tile(dt: np.dtype, mnk: tuple[
 
 @needs_cc90
 @pytest.mark.gpu
+@pytest.mark.parametrize("tile", [TMA, "wgmma"])
 @pytest.mark.parametrize("dt", [BF16, F16], ids=str)
 @pytest.mark.parametrize("mnk", SHAPES, ids=str)
-def test_o_proj_in_place_on_the_tma_tile(
-    dt: np.dtype, mnk: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
+def test_o_proj_in_place_on_each_hopper_tile(
+    tile: str, dt: np.dtype, mnk: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """out is the residual itself (an in-place residual add, with a bias): the epilogue reads a chunk's bias
-    and R words before it stores any of them, so every element must still be its own R plus its product."""
+    """out is the residual itself (an in-place residual add, with a bias): the epilogue both tiles share
+    (`wg_epilogue`) reads a chunk's bias and R words before it stores any of them, so every element must
+    still be its own R plus its product, partial tiles (rows past M, columns past N) included."""
+    from kernels.ops import o_proj as o_proj_module
+
     m, n, k = mnk
     rng = np.random.default_rng(3 * m + n + k)
     a, b, r, bias = (_host(shape, dt, rng) for shape in ((m, k), (k, n), (m, n), (n,)))
     want = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64) + r.astype(np.float64)
     da, db, dr, dbias = (arrays.to_device(x) for x in (a, b, r, bias))
-    # where the TMA tile has no maps, the direct launch and a FastCache replay alike run the cp.async tile
-    # (wgmma.launch) instead: recorded here and not run, so the TMA tile is what wrote the result
-    fell_back: list[dict[str, Any]] = []
-    monkeypatch.setattr(wgmma, "launch", lambda **kw: fell_back.append(kw))
-    assert o_proj(da, db, dr, dbias, out=dr, path=TMA) is dr
-    assert not fell_back
-    got = arrays.to_host(dr).astype(np.float64)
-    assert np.isfinite(got).all()
-    assert _rel(got, want) <= (2.0**-8 if dt == BF16 else 2.0**-10)
-
-
-@needs_cc90
-@pytest.mark.gpu
-@pytest.mark.parametrize("dt", [BF16, F16], ids=str)
-@pytest.mark.parametrize("mnk", SHAPES, ids=str)
-def test_o_proj_in_place_on_the_cp_async_tile(
-    dt: np.dtype, mnk: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same in-place check on the cp.async tile (path "wgmma"), which shares the TMA tile's epilogue
-    (`wg_epilogue`) since 2026-12-06: its partial tiles (rows past M, columns past N) included."""
-    from kernels.ops import o_proj as o_proj_module
-
-    m, n, k = mnk
-    rng = np.random.default_rng(5 * m + n + k)
-    a, b, r, bias = (_host(shape, dt, rng) for shape in ((m, k), (k, n), (m, n), (n,)))
-    want = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64) + r.astype(np.float64)
-    da, db, dr, dbias = (arrays.to_device(x) for x in (a, b, r, bias))
-    ran: list[dict[str, Any]] = []
+    # every launch of the cp.async tile (wgmma.launch) is recorded; for the TMA tile it is not run either,
+    # so that where the TMA tile has no maps (its direct launch or a FastCache replay falls back to the
+    # cp.async tile) nothing is written and the check fails
+    cp_launches: list[dict[str, Any]] = []
     real = wgmma.launch
 
     def spy(**kw: Any) -> Any:
-        ran.append(kw)
-        return real(**kw)
+        cp_launches.append(kw)
+        return real(**kw) if tile == "wgmma" else None
 
     monkeypatch.setattr(wgmma, "launch", spy)
     o_proj_module._FAST.clear()  # a launch, not an earlier test's replay of this layout
-    assert o_proj(da, db, dr, dbias, out=dr, path="wgmma") is dr
-    assert len(ran) == 1 and ran[0]["key"].res and ran[0]["key"].bias  # the cp.async tile wrote it
+    assert o_proj(da, db, dr, dbias, out=dr, path=tile) is dr
+    if tile == TMA:
+        assert not cp_launches
+    else:  # the cp.async tile wrote it
+        assert len(cp_launches) == 1 and cp_launches[0]["key"].res and cp_launches[0]["key"].bias
     got = arrays.to_host(dr).astype(np.float64)
     assert np.isfinite(got).all()
     assert _rel(got, want) <= (2.0**-8 if dt == BF16 else 2.0**-10)
