@@ -272,9 +272,10 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
     return k
 
 
-def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
-    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows WIDE_ROWS shape."""
-    if isinstance(config, WideRows):
+def _row_kernel(config: RowConfig, width: int, word: bool = False) -> tuple[Any, int, bool]:
+    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows WIDE_ROWS shape (`word`: bf16
+    operands; this op has no packed shape, rows.WIDE_PACKED)."""
+    if isinstance(config, WideRows) and not config.packed:
         c = config
         return _make_vec(width, c.threads, c.per, c.min_blocks), c.threads, False
     raise ValueError(f"fused_add_rmsnorm: no row kernel for {config}")

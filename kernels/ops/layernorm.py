@@ -703,11 +703,12 @@ _SIGS: dict[np.dtype, str] = {
 }
 
 
-def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
-    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
+def _row_kernel(config: RowConfig, width: int, word: bool = False) -> tuple[Any, int, bool]:
+    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry or a wide shape
+    (`word`: bf16 operands; layernorm has no packed shape, rows.WIDE_PACKED)."""
     if isinstance(config, VectorRows):
         return _make_vec(width, config.fastmath), BLOCK, False
-    if isinstance(config, WideRows):
+    if isinstance(config, WideRows) and not config.packed:
         return _make_vec(width, False, config.threads, config.per, config.min_blocks), config.threads, False
     if isinstance(config, Half2Rows):  # fp16 only; one block per row
         if width != 8:

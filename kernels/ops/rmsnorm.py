@@ -17,7 +17,9 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
     moves the words as 16-byte vectors of 8 (kernels.primitives.vector.ldg_into / stg_from).
   - Vector rows in fp16 / bf16 past BLOCK * PER, or much shorter: the vector kernel at a kernels.ops.rows
     WIDE_ROWS shape (32 x 32 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
-    32768 columns stay in registers (one read of the row) instead of streaming (two).
+    32768 columns stay in registers (one read of the row) instead of streaming (two). From 8192 columns
+    `_make_packed` instead (rows.WIDE_PACKED): the same shapes with the row as packed pairs, 32 registers,
+    twice the blocks per SM (1.02-1.04x on an H100).
   - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
     131584, the vocabularies, and built again as rows.ONCHIP_MID_ROWS for rows of 32776 to 65536: two
     blocks of 512 threads per SM; "auto" and "vector" take it there, on GPUs that let a block opt in to its
@@ -52,6 +54,7 @@ from kernels.ops.rows import (
     WideRows,
     make_stream_loads,
     onchip_part,
+    packed_row_io,
     row_cases,
     row_choice_of,
     row_path_of,
@@ -226,6 +229,44 @@ def _make_vec(  # type: ignore[no-untyped-def]
                     ldg_into(t, 0, w, col)
                     for e in range(width):
                         t[e] = v[q * width + e] * inv * t[e]
+                    stg_from(orow, col, t, 0)
+            row += cuda.gridDim.x
+
+    return k
+
+
+def _make_packed(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
+    """`_make_vec` at a WideRows.packed shape (kernels.ops.rows.WIDE_PACKED): the row's values kept as packed
+    pairs (rows.packed_row_io; `word`: bf16 words, else fp16), unpacked where used, the same fp32 arithmetic
+    per value. 32 registers at 32 values a thread (ptxas sm_90), so launch_bounds(threads, 2x the blocks)."""
+    load_row, col_of, lo, hi = packed_row_io(width, threads, per, word)
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm, npair, nv, hw = 2 * slots, per // 2, per // width, width // 2
+
+    @cuda.jit(**vec_jit(threads, min_blocks, False))
+    def k(x, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)  # two halves: consecutive rows alternate (reductions)
+        v = cuda.local.array(npair, uint32)
+        t = cuda.local.array(width, float32)
+        rows, n = x.shape[0], x.shape[1]
+        row, base = cuda.blockIdx.x, 0
+        while row < rows:
+            orow = out[row]
+            load_row(v, t, x[row], n, float32(0.0))
+            acc = float32(0.0)
+            for i in range(npair):
+                a, b = lo(v[i]), hi(v[i])
+                acc += a * a
+                acc += b * b
+            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
+            base = slots - base
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    ldg_into(t, 0, w, col)
+                    for p in range(hw):
+                        t[2 * p] = lo(v[q * hw + p]) * inv * t[2 * p]
+                        t[2 * p + 1] = hi(v[q * hw + p]) * inv * t[2 * p + 1]
                     stg_from(orow, col, t, 0)
             row += cuda.gridDim.x
 
@@ -412,12 +453,15 @@ _SIGS: dict[np.dtype, str] = {
 }
 
 
-def _row_kernel(config: RowConfig, width: int) -> tuple[Any, int, bool]:
-    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry."""
+def _row_kernel(config: RowConfig, width: int, word: bool = False) -> tuple[Any, int, bool]:
+    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry or a wide shape
+    (`word`: the operands are bf16 words, for a packed shape's pairs)."""
     if isinstance(config, VectorRows):
         return _make_vec(width, config.fastmath), BLOCK, False
     if isinstance(config, WideRows):
         c = config
+        if c.packed:
+            return _make_packed(width, c.threads, c.per, c.min_blocks, word), c.threads, False
         return _make_vec(width, False, c.threads, c.per, c.min_blocks), c.threads, False
     raise ValueError(f"rmsnorm: no row kernel for {config}")
 

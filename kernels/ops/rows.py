@@ -100,11 +100,14 @@ class Half2Rows:
 class WideRows:
     """The op's 16-byte-load register kernel at another block shape: `threads` threads x `per` values hold
     rows of up to threads x per columns (rmsnorm / layernorm: `_make_vec` with that shape; softmax:
-    `make_rows_blocked`). `min_blocks`: launch_bounds' blocks per SM (the register cap)."""
+    `make_rows_blocked`, or `make_rows_packed` when packed). `min_blocks`: launch_bounds' blocks per SM (the
+    register cap). `packed`: the row held as packed pairs (`packed_row_io`: one uint32 per two columns,
+    unpacked where used), so a thread's `per` values take per / 2 registers and twice the rows fit an SM."""
 
     threads: int
     per: int  # values per thread, a multiple of the vector width
     min_blocks: int
+    packed: bool = False
 
     @property
     def cols(self) -> int:
@@ -112,7 +115,7 @@ class WideRows:
 
     @property
     def label(self) -> str:
-        return f"block-{self.threads}x{self.per}"
+        return f"{'packed' if self.packed else 'block'}-{self.threads}x{self.per}"
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,33 @@ WIDE_ROWS: tuple[WideRows, ...] = (
     WideRows(threads=1024, per=32, min_blocks=1),
 )
 WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
+# Per op, shapes that replace the WIDE_ROWS shape of the same width: the row held as packed pairs
+# (WideRows.packed), twice the rows per SM. Measured on an H100 (2026-12-06, twelfth session,
+# lab/packed_rows_ab.py -> benchmarks/h100/2026-12-06/twelfth/, interleaved with the kernel auto took, bf16,
+# 2^25 elements, every output against float64): rmsnorm at the same threads, 32 registers, twice the blocks
+# (1.023x at 32768, fp16 1.011x; 1.035x at 16384, 1.036x at 8192); softmax at half the threads x 64 values
+# (1.087x at 32768, fp16 1.087x; 1.032x at 16384 and 8192), recomputing each exp in the write pass (a packed
+# pair cannot keep an fp32 exp). layernorm gained 0.9-1.7 % in bf16 and lost 3.4 % in fp16 at 32768: it
+# keeps WIDE_ROWS. ptxas sm_90: rmsnorm 32 registers, softmax 56, no spills.
+WIDE_PACKED: dict[str, tuple[WideRows, ...]] = {
+    "rmsnorm": (
+        WideRows(threads=256, per=32, min_blocks=8, packed=True),
+        WideRows(threads=512, per=32, min_blocks=4, packed=True),
+        WideRows(threads=1024, per=32, min_blocks=2, packed=True),
+    ),
+    "softmax": (
+        WideRows(threads=128, per=64, min_blocks=8, packed=True),
+        WideRows(threads=256, per=64, min_blocks=4, packed=True),
+        WideRows(threads=512, per=64, min_blocks=2, packed=True),
+    ),
+}
+
+
+def wide_shapes(op: str | None = None) -> tuple[WideRows, ...]:
+    """WIDE_ROWS with `op`'s WIDE_PACKED shapes in place of the shapes of the same width."""
+    packed = {c.cols: c for c in WIDE_PACKED.get(op or "", ())}
+    return tuple(packed.get(c.cols, c) for c in WIDE_ROWS)
+
 
 # Rows past vector_cols (32768 columns in fp16 / bf16: LLM vocabularies of 128256 / 131072): 1024 threads,
 # four vectors in flight each (64 KB per SM, twice the ~31 KB Little's law asks at 4.1 TB/s), one block per
@@ -427,6 +457,36 @@ def onchip_pairs(word: bool) -> tuple[Any, Any, Any]:
     return (_pack_words, _word_lo, _word_hi) if word else (_pack_halves, _half_lo, _half_hi)
 
 
+def packed_row_io(width: int, threads: int, per: int, word: bool) -> tuple[Any, Any, Any, Any]:
+    """make_row_io for a row held as packed pairs (WideRows.packed): the thread's vectors at the same columns,
+    kept in a uint32 local array of per // 2 words, pair p of vector q at word q * width // 2 + p
+    (onchip_pairs: exact for values loaded from bf16 words, `word`, or from fp16).
+
+      load_row(v, t, xr, n, fill): v's pairs = xr[col_q:col_q + width] for each vector q, or two `fill`s (a
+        value bf16 / fp16 hold exactly: 0, -inf) past the row's end; t: a float32 local array of width
+      col_of(q): the first column of this thread's vector q
+      lo(p) / hi(p): a pair's two values (its even and odd column) as fp32"""
+    nv, hw = per // width, width // 2
+    pack, lo, hi = onchip_pairs(word)
+
+    @cuda.jit(device=True, inline="always")
+    def col_of(q):  # type: ignore[no-untyped-def]
+        return (q * threads + cuda.threadIdx.x) * width
+
+    @cuda.jit(device=True, inline="always")
+    def load_row(v, t, xr, n, fill):  # type: ignore[no-untyped-def]
+        for q in range(nv):
+            if n >= threads * per or col_of(q) < n:  # full rows: no compare, every load back to back
+                ldg_into(t, 0, xr, col_of(q))
+                for p in range(hw):
+                    v[q * hw + p] = pack(t[2 * p], t[2 * p + 1])
+            else:
+                for p in range(hw):
+                    v[q * hw + p] = pack(fill, fill)
+
+    return load_row, col_of, lo, hi
+
+
 def onchip_part(config: OnChipRows, width: int, word: bool) -> tuple[Any, Any, Any]:
     """The shared part of an on-chip row (each op's `make_onchip`), device functions over the kernel's
     dynamic shared array `part` (uint32) of the row's nt vectors past its threads x per register columns:
@@ -466,12 +526,13 @@ def onchip_part(config: OnChipRows, width: int, word: bool) -> tuple[Any, Any, A
     return load_step, keep_step, take
 
 
-def wide_for(dt: np.dtype, n: int) -> WideRows | None:
-    """The WIDE_ROWS shape (as it runs here) a vector row of `n` columns takes in `dt`; None: the op's own
-    BLOCK x PER kernel holds it best, or `dt` has no other shapes, or no shape holds it (see vector_cols)."""
+def wide_for(dt: np.dtype, n: int, op: str | None = None) -> WideRows | None:
+    """The shape of `wide_shapes(op)` (as it runs here) a vector row of `n` columns takes in `dt`; None: the
+    op's own BLOCK x PER kernel holds it best, or `dt` has no other shapes, or no shape holds it (see
+    vector_cols)."""
     if dt not in WIDE_DTYPES:
         return None
-    shapes = [c for c in map(for_machine, WIDE_ROWS) if isinstance(c, WideRows) and c.cols >= n]
+    shapes = [c for c in map(for_machine, wide_shapes(op)) if isinstance(c, WideRows) and c.cols >= n]
     best = min(shapes, key=lambda c: c.cols, default=None)
     if best is None or (n <= BLOCK * PER and best.cols >= BLOCK * PER):
         return None
@@ -480,6 +541,7 @@ def wide_for(dt: np.dtype, n: int) -> WideRows | None:
 
 def vector_cols(dt: np.dtype) -> int:
     """The longest row the vector path holds in registers in `dt` (longer rows stream)."""
+    # every op's: WIDE_PACKED keeps WIDE_ROWS' widths
     wide = (
         [c.cols for c in map(for_machine, WIDE_ROWS) if isinstance(c, WideRows)] if dt in WIDE_DTYPES else []
     )
@@ -539,7 +601,8 @@ class RowKernels:
     `chip` / `chip_k` (the ONCHIP_ROWS kernel of the ONCHIP_DTYPES, where the op has one; `chip_shape` its
     config as it runs here) and `mid` / `mid_k` / `mid_shape` (the same for ONCHIP_MID_ROWS).
     `stream(io)` / `reg(io)` build the streaming / register kernel for a RowIO (one dispatcher per RowIO:
-    fp32 and fp16 share NATIVE's), `row_kernel(config, width)` an entry's or a shape's function,
+    fp32 and fp16 share NATIVE's), `row_kernel(config, width, word)` an entry's or a shape's function
+    (`word`: bf16 words, which packed shapes pack as words, not as halves),
     `make_vec(width)` the vector kernel (None: no vector kernel in any dtype, and no wide shapes),
     `stream_vec(config, width)` the 16-byte streaming kernel (None: rows past vector_cols stream with scalar
     loads)."""
@@ -552,7 +615,7 @@ class RowKernels:
         stream: Callable[[RowIO], Any],
         reg: Callable[[RowIO], Any],
         make_vec: Callable[[int], Any] | None,
-        row_kernel: Callable[[RowConfig, int], tuple[Any, int, bool]] | None,
+        row_kernel: Callable[[RowConfig, int, bool], tuple[Any, int, bool]] | None,
         stream_vec: Callable[[StreamRows, int], Any] | None = None,
         onchip: Callable[[OnChipRows, int, bool], Any] | None = None,
     ) -> None:
@@ -570,11 +633,13 @@ class RowKernels:
         configs = ROW_KERNELS.get(name, {})
         if configs and row_kernel is None:
             raise ValueError(f"{name}: ROW_KERNELS lists {name} but it has no row_kernel factory")
-        self.row = {dt: row_kernel(for_machine(c), WIDTH[dt]) for dt, c in configs.items() if row_kernel}
+        self.row = {
+            dt: row_kernel(for_machine(c), WIDTH[dt], dt == BF16) for dt, c in configs.items() if row_kernel
+        }
         self.row_k = {dt: kernel(fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()}
-        shapes = [c for c in map(for_machine, WIDE_ROWS) if isinstance(c, WideRows)]
+        shapes = [c for c in map(for_machine, wide_shapes(name)) if isinstance(c, WideRows)]
         self.wide = {
-            (dt, c): row_kernel(c, WIDTH[dt])[0]
+            (dt, c): row_kernel(c, WIDTH[dt], dt == BF16)[0]
             for dt in sigs
             if dt in WIDE_DTYPES and dt in self.vec_fns and row_kernel
             for c in shapes
@@ -645,7 +710,7 @@ class RowKernels:
                 "use 'auto' or 'scalar' (the streaming kernel)"
             )
         elif choose(path, dt, ok) or (ok and path == "auto" and dt in self.row and not SIMULATED):
-            shape = wide_for(dt, n)
+            shape = wide_for(dt, n, self.name)
             if shape is not None:
                 if (dt, shape) not in self.wide_k:  # the op was built without it: never fall back silently
                     raise RuntimeError(f"{self.name}: no {shape.label} kernel built for {dt} rows of {n}")
@@ -747,7 +812,7 @@ def row_path_of(op: str) -> Any:
             if op in ONCHIP_OPS and dt in ONCHIP_DTYPES and on_chip:
                 return OnChipRows.label
             return StreamRows.label
-        if p == "vector" and (shape := wide_for(dt, case.params["cols"])) is not None:
+        if p == "vector" and (shape := wide_for(dt, case.params["cols"], op)) is not None:
             return shape.label
         config = ROW_KERNELS.get(op, {}).get(dt)
         if config is None or SIMULATED or p == "stream" or (case.params["cols"] * dt.itemsize) % VEC_BYTES:
@@ -783,9 +848,10 @@ def row_choice_of(op: str) -> Any:
             return Choice(p, "primary", f"{dt}: {VEC_BYTES}-byte vector loads, the row in registers")
         if p == "register":
             return Choice(p, "primary", f"{dt}: the row in registers, one element per load")
-        if (shape := wide_for(dt, n)) is not None:
-            return Choice(p, "primary", f"{dt}: {VEC_BYTES}-byte vector loads, the row in the registers of "
-                          f"{shape.threads} threads x {shape.per} values (rows.WIDE_ROWS)")  # fmt: skip
+        if (shape := wide_for(dt, n, op)) is not None:
+            where = "as packed pairs in the registers" if shape.packed else "in the registers"
+            return Choice(p, "primary", f"{dt}: {VEC_BYTES}-byte vector loads, the row {where} of "
+                          f"{shape.threads} threads x {shape.per} values (rows.wide_shapes)")  # fmt: skip
         return Choice(p, "primary", f"{dt}: the kernel tuned for it (rows.ROW_KERNELS[{op!r}])")
 
     return choose

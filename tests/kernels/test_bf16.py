@@ -26,6 +26,7 @@ from kernels.ops.rows import (
     STREAM_ROWS,
     STREAM_VECTOR_AUTO,
     STREAM_VECTOR_AUTO_FROM,
+    WIDE_PACKED,
     WIDE_ROWS,
     OnChipRows,
     RowIO,
@@ -38,11 +39,14 @@ from kernels.ops.rows import (
     stream_vector_auto,
     vector_cols,
     wide_for,
+    wide_shapes,
 )
 from kernels.primitives.bf16 import bf16_to_f32, f32_bits, f32_to_bf16
+from kernels.primitives.reductions import BLOCK, PER
 from kernels.primitives.vector import WIDTH
 from kernels.registry import Case
-from kernels.runtime.arrays import BF16
+from kernels.runtime import arrays
+from kernels.runtime.arrays import BF16, HostSync
 from kernels.runtime.launch import FastCache, kernel, sm_count
 
 
@@ -135,7 +139,9 @@ def test_row_ops_bf16_round_the_float64_result(op: str, rows: int, cols: int) ->
 # the op's own (512 x 32 ties with it, so the simulator never runs that one), 1000 -> 1024 x 32. On a GPU
 # the same shapes at 32 times the threads (the op's own holds 4096): 768, 1600, 4800, 6400, 4096 (the op's
 # own), 12288 (512 x 32, which only a GPU runs), 32000.
-# The third field: the WIDE_ROWS index of the shape, None for the op's own.
+# The third field: the index of the shape in WIDE_ROWS and in the op's wide_shapes (the same widths), None
+# for the op's own. rmsnorm's and softmax's shapes of 8192 columns and more hold the row as packed pairs
+# (rows.WIDE_PACKED): 200 and 1000 (12288 and 32000 on a GPU) run them, with padding lanes.
 VECTOR_SHAPES = (
     [(3, 24, 0), (2, 56, 1), (2, 152, 2), (2, 200, 3), (2, 384, None), (2, 1000, 5)]
     if verify.SIMULATED
@@ -148,7 +154,8 @@ VECTOR_SHAPES = (
 @pytest.mark.parametrize("op", sorted(ROW_OPS))
 @pytest.mark.parametrize(("rows", "cols", "shape"), VECTOR_SHAPES)
 def test_row_ops_bf16_vector_rounds_the_float64_result(op: str, rows: int, cols: int, shape: Any) -> None:
-    assert wide_for(BF16, cols) == (None if shape is None else for_machine(WIDE_ROWS[shape]))
+    assert wide_for(BF16, cols, op) == (None if shape is None else for_machine(wide_shapes(op)[shape]))
+    assert shape is None or wide_shapes(op)[shape].cols == WIDE_ROWS[shape].cols
     args, ref = _row_problem(op, rows, cols, seed=rows + cols)
     out = _call(op, args, path="vector")
     o = out.astype(np.float64)
@@ -157,6 +164,69 @@ def test_row_ops_bf16_vector_rounds_the_float64_result(op: str, rows: int, cols:
     assert np.abs(o - ref).max() <= 2.0**-8 * np.abs(ref).max()
     same = np.mean(_call(op, args, path="scalar").view(np.uint16) == out.view(np.uint16))
     assert same >= 0.99  # fp32 sums in another order: a rare word one ulp apart
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("shape", range(len(WIDE_PACKED["rmsnorm"])))
+def test_packed_rmsnorm_equals_its_unpacked_shape_bit_for_bit(dtype: str, shape: int) -> None:
+    """rmsnorm's packed shapes (rows.WIDE_PACKED) keep WIDE_ROWS' threads x values: the same sums in the same
+    order, so the same words as the unpacked kernel of that shape, in fp16 and bf16, at a full row and one
+    with padding lanes; and the launcher runs the packed kernel at that width."""
+    dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)
+    packed = for_machine(WIDE_PACKED["rmsnorm"][shape])
+    assert isinstance(packed, type(WIDE_ROWS[0])) and packed.packed
+    plain = replace(packed, packed=False)
+    kp = kernel(rmsnorm._row_kernel(packed, WIDTH[dt], dt == BF16)[0], rmsnorm._K.sigs[dt])
+    ku = kernel(rmsnorm._row_kernel(plain, WIDTH[dt], dt == BF16)[0], rmsnorm._K.sigs[dt])
+    rng = np.random.default_rng(shape)
+    for n in (packed.cols, packed.cols - 3 * WIDTH[dt]):
+        x = (rng.standard_normal((3, n)) * 3).astype(dt)
+        w = (1 + 0.5 * rng.standard_normal(n)).astype(dt)
+        got = []
+        for k in (kp, ku):
+            sync = HostSync()
+            xo = arrays.as_rows(arrays.operand("x", arrays.to_device(x), sync))
+            wo = arrays.operand("weight", arrays.to_device(w), sync)
+            out = arrays.to_device(np.zeros((3, n), dt))
+            oo = arrays.as_rows(arrays.operand("out", out, sync))
+            k.launch(3, packed.threads, (xo, wo, oo, 1e-6))
+            got.append(arrays.to_host(out).view(np.uint16))
+        np.testing.assert_array_equal(got[0], got[1])
+        ref = rmsnorm.reference(x.astype(np.float64), w.astype(np.float64), 1e-6)
+        assert np.abs(got[0].view(dt).astype(np.float64) - ref).max() <= 2.0**-7 * np.abs(ref).max()
+    k, threads, _ = rmsnorm._K.pick("vector", dt, True, packed.cols, 3)
+    if packed.cols != BLOCK * PER:
+        assert k is rmsnorm._K.wide_k[(dt, packed)] and threads == packed.threads
+    else:  # the simulator's 16 x 32 ties with the op's own BLOCK x PER kernel, which runs those rows
+        assert wide_for(dt, packed.cols, "rmsnorm") is None and k is rmsnorm._K.vec[dt]
+
+
+@needs_device
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's threads warn on NaN arithmetic
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("op", sorted(WIDE_PACKED))
+def test_packed_shapes_round_the_float64_result_with_specials(op: str, dtype: str) -> None:
+    """Every packed shape of every op, fp16 and bf16, at a row with padding lanes: the float64 result within
+    one rounding, and a softmax row holding a NaN, a +inf or only -inf comes out NaN as the reference's."""
+    dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)
+    for c in WIDE_PACKED[op]:
+        shape = for_machine(c)
+        n = shape.cols - 5 * WIDTH[dt]
+        if shape.cols == BLOCK * PER:
+            continue  # the simulator's 512 columns tie with the op's own kernel, which runs them
+        assert wide_for(dt, n, op) == shape
+        args, ref = _row_problem(op, 4, n, seed=n, dtype=dtype)
+        if op == "softmax":  # near 0: at the registry's 40, a padding lane's exp(0 - max) is 0 anyway
+            x = (np.random.default_rng(n).standard_normal((4, n)) * 2).astype(dt)
+            x[1, 7], x[2, n - 1], x[3, :] = np.nan, np.inf, -np.inf
+            args = (x,)
+            ref = softmax.reference(x.astype(np.float64))
+        out = _call(op, args, path="vector").astype(np.float64)
+        finite = np.isfinite(ref).all(axis=1)
+        assert np.array_equal(np.isnan(out[~finite]), np.isnan(ref[~finite]))
+        err = np.abs(out[finite] - ref[finite]).max() / np.abs(ref[finite]).max()
+        assert err <= 2.0**-8 if dt == BF16 else err <= 2.0**-10
 
 
 # Rows past vector_cols (1024 bf16 columns under the simulator, 32768 on a GPU) stream with 16-byte loads

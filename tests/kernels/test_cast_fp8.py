@@ -12,6 +12,7 @@ from opcheck import assert_case_passes, case_id, needs_device, needs_gpu, small_
 
 from kernels.ops import cast_fp8 as op
 from kernels.primitives.fp8 import f32_to_e4m3
+from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, FP8, SIMULATED
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf / inf, NaN compares in numpy
@@ -268,7 +269,7 @@ def test_auto_launches_the_vector_kernels(dtype, monkeypatch):  # type: ignore[n
     monkeypatch.setitem(op._CAST, dt, Refuse())
     op._FAST.clear()  # no replay of an earlier call's launches: this call chooses its kernels
     x = np.random.default_rng(5).standard_normal(3 * op.THREADS * op.GROUP * op.GROUPS[dt] + 9).astype(dt)
-    out, _ = op.cast_fp8(cuda.to_device(x))
+    out, _ = op.cast_fp8(arrays.to_device(x))
     np.testing.assert_array_equal(_codes(out.copy_to_host()), _codes(op.reference(x)[0]))
 
 
@@ -302,7 +303,6 @@ def test_integer_conversion_vector_kernel_bitwise_on_this_gpu(dtype):  # type: i
     """The vector cast with the integer conversion (fp8.pack8: what GPUs older than sm_89 run; auto takes the
     hardware cvt here), launched directly on this GPU: quotient + f32_to_e4m3 over whole tiles of midpoint
     values, bit for bit against numpy's division."""
-    from kernels.runtime import arrays
     from kernels.runtime.arrays import HostSync
 
     dt = np.dtype(dtype)
