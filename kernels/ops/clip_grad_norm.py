@@ -19,7 +19,8 @@ Three strategies (`PATHS`):
     read last is still in L2). Device arrays with `norm_out` take a lean host path (parameter words written
     with one struct.pack_into per kernel, remembered per array objects; repeat calls replay a CUDA graph).
   - "table" (what "auto" runs for more than SLOTS aligned arrays, or bf16, and no `workspace`): two_pass's
-    kernels over a device table of (address, elements) rows instead of SLOTS array arguments, so any number
+    tiles over a device table of (address, elements, first tiles) rows instead of SLOTS array arguments (each
+    block finds its tiles' rows by a search from its last one), so any number
     of arrays takes two launches, with the same bits. Device arrays with `norm_out` take a lean host path
     too (`_TableCall`: per set of arrays, one CUDA graph, a new max_norm updated in place).
   - "per_array" (unaligned arrays, or a `workspace`: calls on several streams at once), all on one stream,
@@ -222,9 +223,12 @@ class TwoPassConfig:
 
 def _two_pass_parts(
     u_sq: int, u_sc: int, width: int, hint_sq: bool = False, io: RowIO = NATIVE
-) -> tuple[Any, Any, Any]:
+) -> tuple[Any, Any, Any, Any, Any]:
     """Device helpers over one array slot, for block b of a grid of G blocks:
     ntiles(g, tile): tiles of `tile` elements covering g;
+    sq_tile(g, base, n, t, acc, v, lim, pl, pf): adds the squares of g's norm tile at `base` (g has n
+      elements; t: the tile's global index, for the L2 hint) to acc;
+    sc_tile(g, base, n, c, v): scales g's scale tile at `base` by c;
     sq_one(g, b, G, e, acc, v, lim, pl, pf): adds b's tiles of g to acc[0..u_sq) (e = global index of g's
       first tile; b owns the global tiles t = b mod G); returns e + ntiles. With `hint_sq`, a whole tile of
       global index t >= lim is loaded with L2 policy pl, an earlier one with pf (ignored otherwise);
@@ -239,36 +243,42 @@ def _two_pass_parts(
         return (int64(g.shape[0]) + tile - 1) // tile
 
     @cuda.jit(device=True, inline="always")
+    def sq_tile(g, base, n, t, acc, v, lim, pl, pf):  # type: ignore[no-untyped-def]
+        """The squares of one norm tile of `g` from `base` into acc: 16-byte vectors when the tile is whole
+        (hinted by its global index t), else scalars into acc[0]."""
+        tid = cuda.threadIdx.x
+        if base + tq <= n:
+            if hint_sq:  # (a compile-time constant)
+                pol = pl if t >= lim else pf
+                for u in range(u_sq):
+                    ldg_hint_into(v, u * width, g, base + (u * BLOCK + tid) * width, pol)
+            else:
+                for u in range(u_sq):  # every load of the tile issues before the first use
+                    ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
+            for u in range(u_sq):  # one accumulator per vector: u_sq independent FMA chains
+                for w in range(width):
+                    x = v[u * width + w]
+                    acc[u] += x * x
+        else:
+            i = base + tid
+            while i < n:
+                x = load(g[i])
+                acc[0] += x * x
+                i += BLOCK
+
+    @cuda.jit(device=True, inline="always")
     def sq_one(g, b, G, e, acc, v, lim, pl, pf):  # type: ignore[no-untyped-def]
         n = int64(g.shape[0])
-        tid = cuda.threadIdx.x
         chunk = (b - e) % G
         while chunk * tq < n:
-            base = chunk * tq
-            if base + tq <= n:
-                if hint_sq:  # (a compile-time constant)
-                    pol = pl if e + chunk >= lim else pf
-                    for u in range(u_sq):
-                        ldg_hint_into(v, u * width, g, base + (u * BLOCK + tid) * width, pol)
-                else:
-                    for u in range(u_sq):  # every load of the tile issues before the first use
-                        ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
-                for u in range(u_sq):  # one accumulator per vector: u_sq independent FMA chains
-                    for w in range(width):
-                        x = v[u * width + w]
-                        acc[u] += x * x
-            else:
-                i = base + tid
-                while i < n:
-                    x = load(g[i])
-                    acc[0] += x * x
-                    i += BLOCK
+            sq_tile(g, chunk * tq, n, e + chunk, acc, v, lim, pl, pf)
             chunk += G
         return e + (n + tq - 1) // tq
 
     @cuda.jit(device=True, inline="always")
-    def sc_tile(g, base, n, tid, c, v):  # type: ignore[no-untyped-def]
+    def sc_tile(g, base, n, c, v):  # type: ignore[no-untyped-def]
         """Scale one tile of `g` from `base` by c: 16-byte vectors when the tile is whole, else scalars."""
+        tid = cuda.threadIdx.x
         if base + tc <= n:
             for u in range(u_sc):
                 ldg_into(v, u * width, g, base + (u * BLOCK + tid) * width)
@@ -285,15 +295,14 @@ def _two_pass_parts(
     @cuda.jit(device=True, inline="always")
     def sc_one(g, b, G, end, T, c, v):  # type: ignore[no-untyped-def]
         n = int64(g.shape[0])
-        tid = cuda.threadIdx.x
         nt = (n + tc - 1) // tc
         chunk = nt - 1 - (end - T + b) % G
         while chunk >= 0:
-            sc_tile(g, chunk * tc, n, tid, c, v)
+            sc_tile(g, chunk * tc, n, c, v)
             chunk -= G
         return end - nt
 
-    return ntiles, sq_one, sc_one
+    return ntiles, sq_one, sc_one, sq_tile, sc_tile
 
 
 def kept_tiles(keep_mb: int, u_sq: int) -> int:
@@ -333,7 +342,7 @@ def _two_pass_kernels(
     partials, scales). keep_mb: TwoPassConfig.l2_keep_mb."""
     hint_sq = keep_mb >= 0
     keep_tiles = kept_tiles(keep_mb, u_sq)  # the norm tiles kept (evict_last): the last ones
-    ntiles, sq_one, sc_one = _two_pass_parts(u_sq, u_sc, width, hint_sq)
+    ntiles, sq_one, sc_one, _sq_tile, _sc_tile = _two_pass_parts(u_sq, u_sc, width, hint_sq)
     policies = _norm_policies(hint_sq)
     tq = BLOCK * u_sq * width
     tc = BLOCK * u_sc * width
@@ -425,25 +434,80 @@ def _two_pass_sigs(dt: np.dtype) -> dict[str, str]:
 
 # --- table: any number of arrays, two launches ------------------------------------------------------------
 #
-# two_pass's algorithm over a device table of (address, elements) rows instead of SLOTS array arguments: the
-# same global tile numbering, dealt round-robin to the same persistent grids, the same L2 hints, the same
-# fixed-order partial sums (kernels.primitives.pointers turns a row back into an array). Each block walks
-# every row (a few integer operations per array: ~300 rows cost a block well under a microsecond), so a
-# model's ~300 gradients take two launches, not 1 + 2N. The table lives on the device and is reused while
-# the same (address, elements) rows come back (`table_for`).
+# two_pass's algorithm over a device table of rows (address, elements, first norm tile, first scale tile)
+# instead of SLOTS array arguments: the same global tile numbering, dealt round-robin to the same persistent
+# grids, the same L2 hints, the same fixed-order partial sums (kernels.primitives.pointers turns a row back
+# into an array), so the same bits; a model's ~300 gradients take two launches, not 1 + 2N. Each block
+# steps through its own tiles (b, b + G, ... in the norm pass; from the last in the scale pass) and finds
+# each tile's row from its previous tile's (`_row_up` / `_row_down`: one load while the tile stays in that
+# row, else a galloping search over the table's first-tile column). Until the twelfth session (2026-12-06)
+# every block walked every row and dealt its tiles with per-row arithmetic (a 64-bit remainder among it):
+# at Llama-3-8B / 64 (291 arrays, 251 MB of bf16) that cost ~400 us of 650 with no loads in flight; the
+# search took it to 260 us (2.50x), fp32 712 -> 514 us (1.39x), and left Llama-3-8B / 8 level (0.996x,
+# 0.998x), bit for bit (an H100, lab/clip_table_walk.py -> benchmarks/h100/2026-12-06/twelfth/clip-walk/).
+# The table lives on the device and is reused while the same (address, elements) rows come back
+# (`table_for`).
+
+TAB_FIRST_Q, TAB_FIRST_C = 2, 3  # the table's columns of each row's first norm tile and first scale tile
+
+
+@cuda.jit(device=True, inline="always")
+def _last_at_most(tab, col, g, lo, hi):  # type: ignore[no-untyped-def]
+    """The last row r in [lo, hi] with tab[r, col] <= g, given tab[lo, col] <= g (the column ascends)."""
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if tab[mid, col] <= g:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@cuda.jit(device=True, inline="always")
+def _row_up(tab, col, g, j):  # type: ignore[no-untyped-def]
+    """The row holding global tile g (first tiles in column `col`), from row j that holds an earlier tile
+    (a block's norm tiles ascend): one load while g stays in row j, else a galloping search forward (steps
+    1, 2, 4, ...) and a binary one inside the last step, O(log) per row skipped."""
+    last = int64(tab.shape[0] - 1)
+    if j == last or tab[j + 1, col] > g:
+        return j
+    lo = j + 1
+    step = int64(1)
+    while lo + step <= last and tab[lo + step, col] <= g:
+        lo += step
+        step *= 2
+    return _last_at_most(tab, col, g, lo, min(lo + step - 1, last))
+
+
+@cuda.jit(device=True, inline="always")
+def _row_down(tab, col, g, j):  # type: ignore[no-untyped-def]
+    """_row_up for a block whose tiles descend (the scale pass counts from the last tile): row j holds a
+    later tile, so g's row is j or before it."""
+    if tab[j, col] <= g:
+        return j
+    hi = j - 1  # g's row is at most hi (tab[hi + 1, col] > g)
+    step = int64(1)
+    p = hi
+    while p > 0 and tab[p, col] > g:  # row 0's first tile is 0 <= g
+        hi = p - 1
+        step *= 2
+        p = max(hi - step + 1, int64(0))
+    return _last_at_most(tab, col, g, p, hi)
 
 
 def _table_kernels(
     u_sq: int, u_sc: int, width: int, bps_sq: int, bps_sc: int, keep_mb: int, dt: np.dtype
 ) -> dict[str, Any]:
-    """ "norm" (tab, part, tiles): partials over the arrays of `tab` (int64 rows: address, elements), whose
-    norm tiles number `tiles` in all; "scale" (tab, part, norm_out, max_norm, tiles): sums the partials,
-    publishes the norm and scales, `tiles` being the scale tiles in all."""
+    """ "norm" (tab, part, tiles): partials over the arrays of `tab` (int64 rows: address, elements, first
+    norm tile, first scale tile), whose norm tiles number `tiles` in all; "scale" (tab, part, norm_out,
+    max_norm, tiles): sums the partials, publishes the norm and scales, `tiles` being the scale tiles in
+    all."""
     hint_sq = keep_mb >= 0
     keep_tiles = kept_tiles(keep_mb, u_sq)
-    _ntiles, sq_one, sc_one = _two_pass_parts(u_sq, u_sc, width, hint_sq, IO_OF[dt])
+    _ntiles, _sq_one, _sc_one, sq_tile, sc_tile = _two_pass_parts(u_sq, u_sc, width, hint_sq, IO_OF[dt])
     policies = _norm_policies(hint_sq)
     at = view_at(dt)
+    tq, tc = BLOCK * u_sq * width, BLOCK * u_sc * width
     nv = max(u_sq, u_sc) * width
     jit_sq: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, bps_sq)}
     jit_sc: dict[str, object] = {} if SIMULATED else {"launch_bounds": (BLOCK, bps_sc)}
@@ -455,12 +519,15 @@ def _table_kernels(
         acc = cuda.local.array(u_sq, float32)
         for u in range(u_sq):
             acc[u] = float32(0.0)
-        b = int64(cuda.blockIdx.x)
         G = int64(cuda.gridDim.x)
         lim, pl, pf = policies(tiles, keep_tiles)
-        e = int64(0)
-        for j in range(tab.shape[0]):
-            e = sq_one(at(tab[j, 0], tab[j, 1]), b, G, e, acc, v, lim, pl, pf)
+        t = int64(cuda.blockIdx.x)
+        j = int64(0)
+        while t < tiles:  # this block's tiles, ascending: the order of its partial sum
+            j = _row_up(tab, TAB_FIRST_Q, t, j)
+            n = tab[j, 1]
+            sq_tile(at(tab[j, 0], n), (t - tab[j, TAB_FIRST_Q]) * tq, n, t, acc, v, lim, pl, pf)
+            t += G
         s = float32(0.0)
         for u in range(u_sq):
             s += acc[u]
@@ -480,15 +547,17 @@ def _table_kernels(
             return  # nothing to clip (no traffic at all), or a non-finite norm (see the module doc)
         c = float32(coef)
         v = cuda.local.array(nv, float32)
-        b = int64(cuda.blockIdx.x)
         G = int64(cuda.gridDim.x)
-        end = tiles
-        j = tab.shape[0] - 1
-        while j >= 0:  # the last array first: what the norm pass read last is still in L2
-            end = sc_one(at(tab[j, 0], tab[j, 1]), b, G, end, tiles, c, v)
-            j -= 1
+        s = int64(cuda.blockIdx.x)
+        j = int64(tab.shape[0] - 1)
+        while s < tiles:  # from the last tile: what the norm pass read last is still in L2
+            t = tiles - 1 - s
+            j = _row_down(tab, TAB_FIRST_C, t, j)
+            n = tab[j, 1]
+            sc_tile(at(tab[j, 0], n), (t - tab[j, TAB_FIRST_C]) * tc, n, c, v)
+            s += G
 
-    return {"norm": norm, "scale": scale, "tq": BLOCK * u_sq * width, "tc": BLOCK * u_sc * width}
+    return {"norm": norm, "scale": scale, "tq": tq, "tc": tc}
 
 
 _TABLE_SIGS = {
@@ -622,7 +691,8 @@ def _table_kernel(dt: np.dtype, cfg: TwoPassConfig, name: str) -> Kernel:
 
 
 def table_for(flat: list[Operand], cfg: TwoPassConfig) -> tuple[Operand, int, int]:
-    """(the device table of `flat`'s (address, elements) rows, norm tiles in all, scale tiles in all)."""
+    """(the device table of `flat`'s rows (address, elements, first norm tile, first scale tile), norm tiles
+    in all, scale tiles in all)."""
     rows = tuple((op.ptr if not SIMULATED else address_of(op.dev), op.size) for op in flat)
     return _table_of(flat[0].dtype, cfg, rows)
 
@@ -639,15 +709,18 @@ def _table_of(
     if hit is None:
         fns = table_fns(dt, cfg)
         tq, tc = fns["tq"], fns["tc"]
-        tiles_q = sum((n + tq - 1) // tq for _, n in rows)
-        tiles_c = sum((n + tc - 1) // tc for _, n in rows)
-        dev = cuda.to_device(np.array(rows, dtype=np.int64).reshape(len(rows), 2))
+        tab = np.zeros((len(rows), 4), np.int64)
+        tab[:, :2] = np.array(rows, dtype=np.int64).reshape(len(rows), 2)
+        nq, nc = (tab[:, 1] + tq - 1) // tq, (tab[:, 1] + tc - 1) // tc
+        tab[1:, TAB_FIRST_Q], tab[1:, TAB_FIRST_C] = np.cumsum(nq)[:-1], np.cumsum(nc)[:-1]
+        tiles_q, tiles_c = int(nq.sum()), int(nc.sum())
+        dev = cuda.to_device(tab)
         # a copy from pageable memory may return before the data lands, and a kernel on a non-blocking
         # stream does not wait for the legacy stream: once per new table, wait for it
         cuda.synchronize()
         i64 = np.dtype(np.int64)
         ptr = 0 if SIMULATED else address_of(dev)
-        hit = (Operand("table", ptr, (len(rows), 2), (16, 8), i64, dev, None, dev), tiles_q, tiles_c)
+        hit = (Operand("table", ptr, (len(rows), 4), (32, 8), i64, dev, None, dev), tiles_q, tiles_c)
         # this context's tables, oldest first: from a snapshot (tuple() copies the keys in one step, while
         # threads of other GPUs may add or drop theirs)
         mine = [k for k in tuple(_tables) if k[0] == key[0]]

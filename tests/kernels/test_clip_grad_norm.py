@@ -150,6 +150,26 @@ def test_table_is_two_pass_bit_for_bit(dtype):  # type: ignore[no-untyped-def]
 
 
 @needs_device
+@pytest.mark.parametrize("grid", [5, 11])
+def test_table_finds_each_tiles_row_when_blocks_skip_rows(grid, monkeypatch):  # type: ignore[no-untyped-def]
+    """A block's next tile can lie many rows on (tiny arrays, a grid wider than the simulator's 2 blocks;
+    on a GPU the grid is the device's): the norm and every scaled array against float64, each array at its
+    own scale, so a tile taken from the wrong row, or at the wrong offset, shows."""
+    monkeypatch.setattr(op, "SIM_GRID", grid)
+    monkeypatch.setattr(op, "_grids", {})
+    rng = np.random.default_rng(grid)
+    sizes = [1, 2, 3] * 9 + [20000] + [5, 1] * 8 + [9000, 1]
+    grads = [(rng.standard_normal(n) * 2.0 ** (i % 7 - 3)).astype(np.float32) for i, n in enumerate(sizes)]
+    full = float(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads)))
+    norm, scaled = op.reference(grads, full / 2.0)
+    dev = [cuda.to_device(g) for g in grads]
+    got = op.clip_grad_norm(dev, full / 2.0, path="table")
+    assert abs(got - norm) / norm < 1e-5
+    for i, (d, s) in enumerate(zip(dev, scaled, strict=True)):
+        np.testing.assert_allclose(d.copy_to_host(), s, rtol=1e-5, atol=0, err_msg=f"array {i}")
+
+
+@needs_device
 def test_table_takes_two_launches_for_any_number_of_arrays(monkeypatch):  # type: ignore[no-untyped-def]
     # Llama-3-8B has 291 parameter tensors; per_array would take 1 + 2N launches
     launched = []
@@ -182,7 +202,8 @@ def test_table_is_kept_per_rows_and_bounded():  # type: ignore[no-untyped-def]
     fns = op.table_fns(np.dtype(np.float32), cfg)
     assert (tq, tc) == (3, 3) and fns["tq"] > 30 and fns["tc"] > 30  # one (partial) tile per array
     rows = tab.dev.copy_to_host()
-    assert rows.shape == (3, 2) and list(rows[:, 1]) == [10, 20, 30]
+    assert rows.shape == (3, 4) and list(rows[:, 1]) == [10, 20, 30]
+    assert list(rows[:, op.TAB_FIRST_Q]) == list(rows[:, op.TAB_FIRST_C]) == [0, 1, 2]  # first tiles
     assert op.table_for(flat, cfg)[0] is tab  # the same rows: the same device table, nothing uploaded
     assert op.table_for(flat[:2], cfg)[0] is not tab
     for k in range(op.TABLES_MAX + 3):  # bounded: the oldest go first
@@ -650,7 +671,10 @@ def test_prepared_call_launches_its_table_and_stays_in_its_context(monkeypatch):
     call = prepared._call
     assert call is not None and call.part.dev is not other._call.part.dev  # partials of its own
     tab = call.tab.dev.copy_to_host()
-    assert [tuple(r) for r in tab] == [((1 << 40) + (i << 20), 1000 + 8 * i) for i in range(12)]
+    assert [tuple(r) for r in tab[:, :2]] == [((1 << 40) + (i << 20), 1000 + 8 * i) for i in range(12)]
+    fns = op.table_fns(dt, op.two_pass_config(dt))
+    for col, tile in ((op.TAB_FIRST_Q, fns["tq"]), (op.TAB_FIRST_C, fns["tc"])):  # prefix sums of tile counts
+        assert list(tab[:, col]) == [sum(-(-(1000 + 8 * k) // tile) for k in range(i)) for i in range(12)]
     grads[3] = None  # the caller's list changes: the prepared set does not
     assert prepared(0.5) is no and len(direct) == 2 and not FakeGraph.made  # the first call: direct
     assert prepared(0.5, stream=0x77) is no and len(FakeGraph.made) == 1  # the second: one graph
