@@ -186,7 +186,7 @@ def main() -> int:
                     label = f"{'block' if kind == 'wide' else 'packed'} {threads}x{per}/{mb}"
                     try:
                         if kind == "wide":
-                            fn = mod._row_kernel(WideRows(threads, per, mb), 8, dt == BF16)[0]
+                            fn = mod._row_kernel(WideRows(threads, per, mb), 8, word=dt == BF16)[0]
                         else:
                             fn = MAKERS[op](8, threads, per, mb, dt == BF16)
                         k = kernel(fn, mod._K.sigs[dt])
@@ -245,7 +245,7 @@ def ptxas_report() -> int:
     for op in os.environ.get("PR_OPS", "rmsnorm,layernorm,softmax").split(","):
         mod = MODS[op]
         for dt in (BF16, F16):
-            builds = [(f"shipped {t}x{p}/{mb}", mod._row_kernel(WideRows(t, p, mb), 8)[0])
+            builds = [(f"shipped {t}x{p}/{mb}", mod._row_kernel(WideRows(t, p, mb), 8, word=dt == BF16)[0])
                       for t, p, mb in ((1024, 32, 1), (512, 32, 2), (256, 32, 4))]
             builds += [(f"packed {t}x{p}/{mb}", MAKERS[op](8, t, p, mb, dt == BF16))
                        for cs in CANDIDATES.values() for t, p, mb in cs]

@@ -115,7 +115,7 @@ def main() -> int:
                 if threads * per < n:
                     continue
                 try:
-                    fn, thr, _ = mod._row_kernel(WideRows(threads=threads, per=per, min_blocks=mb), 8)
+                    fn, thr, _ = mod._row_kernel(WideRows(threads=threads, per=per, min_blocks=mb), 8, word=dt == BF16)
                     k = kernel(fn, K.sigs[dt])
                     k._prepare()
                     built.append((f"{threads}x{per}/{mb}", k, thr))
@@ -191,12 +191,12 @@ def _rebuild(mod: Any, dt: np.dtype, n: int) -> Any:
     """A fresh dispatcher of the kernel `auto` picks for bf16 rows of n (same factory, same shape)."""
     from kernels.ops.rows import ROW_KERNELS, for_machine, wide_for
 
-    shape = wide_for(dt, n)
+    shape = wide_for(dt, n, mod._K.name)
     if shape is not None:
-        return mod._row_kernel(shape, 8)[0]
+        return mod._row_kernel(shape, 8, word=dt == BF16)[0]
     cfg = ROW_KERNELS.get(mod._K.name, {}).get(dt)
     if cfg is not None:
-        return mod._row_kernel(for_machine(cfg), 8)[0]
+        return mod._row_kernel(for_machine(cfg), 8, word=dt == BF16)[0]
     return mod._make_vec(8)
 
 

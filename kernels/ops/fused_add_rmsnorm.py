@@ -272,7 +272,7 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
     return k
 
 
-def _row_kernel(config: RowConfig, width: int, word: bool = False) -> tuple[Any, int, bool]:
+def _row_kernel(config: RowConfig, width: int, *, word: bool) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows WIDE_ROWS shape (`word`: bf16
     operands; this op has no packed shape, rows.WIDE_PACKED)."""
     if isinstance(config, WideRows) and not config.packed:

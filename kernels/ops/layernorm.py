@@ -703,7 +703,7 @@ _SIGS: dict[np.dtype, str] = {
 }
 
 
-def _row_kernel(config: RowConfig, width: int, word: bool = False) -> tuple[Any, int, bool]:
+def _row_kernel(config: RowConfig, width: int, *, word: bool) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry or a wide shape
     (`word`: bf16 operands; layernorm has no packed shape, rows.WIDE_PACKED)."""
     if isinstance(config, VectorRows):

@@ -17,9 +17,9 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
     moves the words as 16-byte vectors of 8 (kernels.primitives.vector.ldg_into / stg_from).
   - Vector rows in fp16 / bf16 past BLOCK * PER, or much shorter: the vector kernel at a kernels.ops.rows
     WIDE_ROWS shape (32 x 32 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
-    32768 columns stay in registers (one read of the row) instead of streaming (two). From 8192 columns
-    `_make_packed` instead (rows.WIDE_PACKED): the same shapes with the row as packed pairs, 32 registers,
-    twice the blocks per SM (1.02-1.04x on an H100).
+    32768 columns stay in registers (one read of the row) instead of streaming (two). Rows of 5121-32768
+    columns (the 8192-32768 shapes) take `_make_packed` instead (rows.WIDE_PACKED): the same shapes with the
+    row as packed pairs, 32 registers, twice the blocks per SM (1.03-1.04x in bf16 on an H100).
   - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
     131584, the vocabularies, and built again as rows.ONCHIP_MID_ROWS for rows of 32776 to 65536: two
     blocks of 512 threads per SM; "auto" and "vector" take it there, on GPUs that let a block opt in to its
@@ -453,7 +453,7 @@ _SIGS: dict[np.dtype, str] = {
 }
 
 
-def _row_kernel(config: RowConfig, width: int, word: bool = False) -> tuple[Any, int, bool]:
+def _row_kernel(config: RowConfig, width: int, *, word: bool) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry or a wide shape
     (`word`: the operands are bf16 words, for a packed shape's pairs)."""
     if isinstance(config, VectorRows):

@@ -99,10 +99,11 @@ class Half2Rows:
 @dataclass(frozen=True)
 class WideRows:
     """The op's 16-byte-load register kernel at another block shape: `threads` threads x `per` values hold
-    rows of up to threads x per columns (rmsnorm / layernorm: `_make_vec` with that shape; softmax:
-    `make_rows_blocked`, or `make_rows_packed` when packed). `min_blocks`: launch_bounds' blocks per SM (the
-    register cap). `packed`: the row held as packed pairs (`packed_row_io`: one uint32 per two columns,
-    unpacked where used), so a thread's `per` values take per / 2 registers and twice the rows fit an SM."""
+    rows of up to threads x per columns (rmsnorm / layernorm: `_make_vec` with that shape, rmsnorm's
+    `_make_packed` when packed; softmax: `make_rows_blocked`, or `make_rows_packed` when packed).
+    `min_blocks`: launch_bounds' blocks per SM (the register cap). `packed`: the row held as packed pairs
+    (`packed_row_io`: one uint32 per two columns, unpacked where used), so a thread's `per` values take
+    per / 2 registers and twice the rows fit an SM."""
 
     threads: int
     per: int  # values per thread, a multiple of the vector width
@@ -211,12 +212,14 @@ WIDE_ROWS: tuple[WideRows, ...] = (
 WIDE_DTYPES: tuple[np.dtype, ...] = (F16, BF16)
 # Per op, shapes that replace the WIDE_ROWS shape of the same width: the row held as packed pairs
 # (WideRows.packed), twice the rows per SM. Measured on an H100 (2026-12-06, twelfth session,
-# lab/packed_rows_ab.py -> benchmarks/h100/2026-12-06/twelfth/, interleaved with the kernel auto took, bf16,
-# 2^25 elements, every output against float64): rmsnorm at the same threads, 32 registers, twice the blocks
-# (1.023x at 32768, fp16 1.011x; 1.035x at 16384, 1.036x at 8192); softmax at half the threads x 64 values
-# (1.087x at 32768, fp16 1.087x; 1.032x at 16384 and 8192), recomputing each exp in the write pass (a packed
-# pair cannot keep an fp32 exp). layernorm gained 0.9-1.7 % in bf16 and lost 3.4 % in fp16 at 32768: it
-# keeps WIDE_ROWS. ptxas sm_90: rmsnorm 32 registers, softmax 56, no spills.
+# lab/packed_rows_ab.py -> benchmarks/h100/2026-12-06/twelfth/packed/, two calls, interleaved with the kernel
+# auto took before, 2^25 elements, every output against float64), x that kernel at 32768 / 16384 / 8192:
+# rmsnorm at the same threads (32 registers where it had 54-55) bf16 1.023-1.026 / 1.026-1.035 / 1.035-1.036,
+# fp16 1.000-1.011 / 1.006 / 1.010; softmax at half the threads x 64 values (56 registers; each exp computed
+# again in the write pass: a packed pair cannot keep an fp32 exp) bf16 1.062-1.087 / 1.016-1.032 /
+# 0.998-1.032, fp16 1.052-1.087 / 1.003 / 1.002. layernorm gained 1.7-3.2 % in bf16 at 32768, nothing
+# beyond the spread at 8192-16384, and lost 2-5 % in fp16: it keeps WIDE_ROWS. Rows of 5121-8191 columns
+# take the 8192 shape. ptxas sm_90: no spills.
 WIDE_PACKED: dict[str, tuple[WideRows, ...]] = {
     "rmsnorm": (
         WideRows(threads=256, per=32, min_blocks=8, packed=True),
@@ -596,13 +599,13 @@ class RowKernels:
     """One row op's kernels per dtype: `plain` (streaming, rows longer than BLOCK * PER), `reg` (the row in
     registers), `vec` (`reg` with 16-byte loads and stores; dtypes with a vector width), `row` / `row_k` (the
     ROW_KERNELS entry of the dtype, where it has one: (function, threads per block, grid-stride?) and its
-    launchable kernel), `wide` / `wide_k` (the WIDE_ROWS shapes of the WIDE_DTYPES, by (dtype, shape)) and
+    launchable kernel), `wide` / `wide_k` (the op's `wide_shapes` of the WIDE_DTYPES, by (dtype, shape)) and
     `svec` / `svec_k` (the STREAM_ROWS kernel of every dtype with a vector kernel, where the op has one),
     `chip` / `chip_k` (the ONCHIP_ROWS kernel of the ONCHIP_DTYPES, where the op has one; `chip_shape` its
     config as it runs here) and `mid` / `mid_k` / `mid_shape` (the same for ONCHIP_MID_ROWS).
     `stream(io)` / `reg(io)` build the streaming / register kernel for a RowIO (one dispatcher per RowIO:
-    fp32 and fp16 share NATIVE's), `row_kernel(config, width, word)` an entry's or a shape's function
-    (`word`: bf16 words, which packed shapes pack as words, not as halves),
+    fp32 and fp16 share NATIVE's), `row_kernel(config, width, word=...)` an entry's or a shape's function
+    (`word`, required: bf16 words, which packed shapes pack as words, not as halves),
     `make_vec(width)` the vector kernel (None: no vector kernel in any dtype, and no wide shapes),
     `stream_vec(config, width)` the 16-byte streaming kernel (None: rows past vector_cols stream with scalar
     loads)."""
@@ -615,7 +618,7 @@ class RowKernels:
         stream: Callable[[RowIO], Any],
         reg: Callable[[RowIO], Any],
         make_vec: Callable[[int], Any] | None,
-        row_kernel: Callable[[RowConfig, int, bool], tuple[Any, int, bool]] | None,
+        row_kernel: Callable[..., tuple[Any, int, bool]] | None,
         stream_vec: Callable[[StreamRows, int], Any] | None = None,
         onchip: Callable[[OnChipRows, int, bool], Any] | None = None,
     ) -> None:
@@ -634,12 +637,14 @@ class RowKernels:
         if configs and row_kernel is None:
             raise ValueError(f"{name}: ROW_KERNELS lists {name} but it has no row_kernel factory")
         self.row = {
-            dt: row_kernel(for_machine(c), WIDTH[dt], dt == BF16) for dt, c in configs.items() if row_kernel
+            dt: row_kernel(for_machine(c), WIDTH[dt], word=dt == BF16)
+            for dt, c in configs.items()
+            if row_kernel
         }
         self.row_k = {dt: kernel(fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()}
         shapes = [c for c in map(for_machine, wide_shapes(name)) if isinstance(c, WideRows)]
         self.wide = {
-            (dt, c): row_kernel(c, WIDTH[dt], dt == BF16)[0]
+            (dt, c): row_kernel(c, WIDTH[dt], word=dt == BF16)[0]
             for dt in sigs
             if dt in WIDE_DTYPES and dt in self.vec_fns and row_kernel
             for c in shapes
@@ -674,12 +679,12 @@ class RowKernels:
     ) -> tuple[Kernel | WithShared, int, int]:
         """(kernel, threads per block, grid) for `path`: the vector kernel when `choose` takes it, or on
         "auto" for a dtype that ROW_KERNELS lists (that entry's kernel, used instead of the plain `vec`), at
-        the WIDE_ROWS shape that `wide_for` names where it names one; for aligned rows past vector_cols the
-        on-chip kernel of the narrowest ONCHIP_SHAPES shape that takes the row (rows of 32776 to 65536 and of
-        128256 to 131584 columns in the ONCHIP_DTYPES, where the op has one, and the device fits it), else the
-        16-byte streaming kernel where the op has one (path "vector", or "auto" where stream_vector_auto
-        allows: the STREAM_VECTOR_AUTO dtypes on a GPU, from the STREAM_VECTOR_AUTO_FROM widths); else the
-        register kernel for rows that fit a block, the streaming one beyond.
+        the op's shape (wide_shapes) that `wide_for` names where it names one; for aligned rows past
+        vector_cols the on-chip kernel of the narrowest ONCHIP_SHAPES shape that takes the row (rows of 32776
+        to 65536 and of 128256 to 131584 columns in the ONCHIP_DTYPES, where the op has one, and the device
+        fits it), else the 16-byte streaming kernel where the op has one (path "vector", or "auto" where
+        stream_vector_auto allows: the STREAM_VECTOR_AUTO dtypes on a GPU, from the STREAM_VECTOR_AUTO_FROM
+        widths); else the register kernel for rows that fit a block, the streaming one beyond.
         `aligned`: the operands meet `vector_ok`."""
         ok = aligned and n <= vector_cols(dt)
         streams = path == "vector" or (path == "auto" and stream_vector_auto(self.name, dt, n))

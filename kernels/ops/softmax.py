@@ -21,8 +21,9 @@ Kernels, one block of 256 threads per row:
     kernel of fp16 (ROW_KERNELS), moving the words as 16-byte vectors of 8.
   - Vector rows in fp16 / bf16 outside its 4096 columns: the blocked kernel at a kernels.ops.rows WIDE_ROWS
     shape (32 x 32 up to 1024 x 32 threads x values, rows.wide_for), so rows of up to 32768 columns are read
-    once instead of streamed twice; from 8192 columns `make_rows_packed` (rows.WIDE_PACKED: half the
-    threads x 64 values as packed pairs, twice the rows per SM; 1.03-1.09x on an H100).
+    once instead of streamed twice; rows of 5121-32768 columns (the 8192-32768 shapes) take
+    `make_rows_packed` (rows.WIDE_PACKED: half the threads x 64 values as packed pairs, twice the rows per SM;
+    1.05-1.09x at 32768 on an H100, level to 1.03x at 8192-16384).
   - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
     131584, the vocabularies, and built again as rows.ONCHIP_MID_ROWS for rows of 32776 to 65536: two
     blocks of 512 threads per SM; "auto" and "vector" take it there, on GPUs that let a block opt in to its
@@ -532,7 +533,7 @@ _SIGS: dict[np.dtype, str] = {
 }
 
 
-def _row_kernel(config: RowConfig, width: int, word: bool = False) -> tuple[Any, int, bool]:
+def _row_kernel(config: RowConfig, width: int, *, word: bool) -> tuple[Any, int, bool]:
     """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows.ROW_KERNELS entry or a wide shape
     (`word`: the operands are bf16 words, for a packed shape's pairs)."""
     if isinstance(config, VectorRows):

@@ -141,7 +141,7 @@ def test_row_ops_bf16_round_the_float64_result(op: str, rows: int, cols: int) ->
 # own), 12288 (512 x 32, which only a GPU runs), 32000.
 # The third field: the index of the shape in WIDE_ROWS and in the op's wide_shapes (the same widths), None
 # for the op's own. rmsnorm's and softmax's shapes of 8192 columns and more hold the row as packed pairs
-# (rows.WIDE_PACKED): 200 and 1000 (12288 and 32000 on a GPU) run them, with padding lanes.
+# (rows.WIDE_PACKED): 200 and 1000 (6400, 12288 and 32000 on a GPU) run them, with padding lanes.
 VECTOR_SHAPES = (
     [(3, 24, 0), (2, 56, 1), (2, 152, 2), (2, 200, 3), (2, 384, None), (2, 1000, 5)]
     if verify.SIMULATED
@@ -177,8 +177,8 @@ def test_packed_rmsnorm_equals_its_unpacked_shape_bit_for_bit(dtype: str, shape:
     packed = for_machine(WIDE_PACKED["rmsnorm"][shape])
     assert isinstance(packed, type(WIDE_ROWS[0])) and packed.packed
     plain = replace(packed, packed=False)
-    kp = kernel(rmsnorm._row_kernel(packed, WIDTH[dt], dt == BF16)[0], rmsnorm._K.sigs[dt])
-    ku = kernel(rmsnorm._row_kernel(plain, WIDTH[dt], dt == BF16)[0], rmsnorm._K.sigs[dt])
+    kp = kernel(rmsnorm._row_kernel(packed, WIDTH[dt], word=dt == BF16)[0], rmsnorm._K.sigs[dt])
+    ku = kernel(rmsnorm._row_kernel(plain, WIDTH[dt], word=dt == BF16)[0], rmsnorm._K.sigs[dt])
     rng = np.random.default_rng(shape)
     for n in (packed.cols, packed.cols - 3 * WIDTH[dt]):
         x = (rng.standard_normal((3, n)) * 3).astype(dt)
@@ -190,7 +190,7 @@ def test_packed_rmsnorm_equals_its_unpacked_shape_bit_for_bit(dtype: str, shape:
             wo = arrays.operand("weight", arrays.to_device(w), sync)
             out = arrays.to_device(np.zeros((3, n), dt))
             oo = arrays.as_rows(arrays.operand("out", out, sync))
-            k.launch(3, packed.threads, (xo, wo, oo, 1e-6))
+            k.launch(2, packed.threads, (xo, wo, oo, 1e-6))  # 2 blocks, 3 rows: block 0 strides to row 2
             got.append(arrays.to_host(out).view(np.uint16))
         np.testing.assert_array_equal(got[0], got[1])
         ref = rmsnorm.reference(x.astype(np.float64), w.astype(np.float64), 1e-6)
@@ -200,6 +200,32 @@ def test_packed_rmsnorm_equals_its_unpacked_shape_bit_for_bit(dtype: str, shape:
         assert k is rmsnorm._K.wide_k[(dt, packed)] and threads == packed.threads
     else:  # the simulator's 16 x 32 ties with the op's own BLOCK x PER kernel, which runs those rows
         assert wide_for(dt, packed.cols, "rmsnorm") is None and k is rmsnorm._K.vec[dt]
+
+
+@needs_device
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a wrong packing makes infinities (simulator warns)
+@pytest.mark.parametrize("op", sorted(WIDE_PACKED))
+def test_packed_bf16_keeps_values_past_fp16s_range(op: str) -> None:
+    """bf16 rows are packed as bf16 words, not as fp16 halves: a bf16 value inside fp16's normal range
+    survives either packing, so these rows sit past it (|x| ~ 1e6 for rmsnorm, whose result does not depend
+    on the scale; a row of 70144s for softmax, whose result is 1 / n), where fp16 would hold infinities."""
+    for c in WIDE_PACKED[op]:
+        shape = for_machine(c)
+        if shape.cols == BLOCK * PER:
+            continue  # the simulator's 512 columns tie with the op's own kernel, which runs them
+        n = shape.cols - 3 * WIDTH[BF16]
+        rng = np.random.default_rng(n)
+        if op == "rmsnorm":
+            x = (rng.standard_normal((2, n)) * 1e6).astype(BF16)
+            w = (1 + 0.5 * rng.standard_normal(n)).astype(BF16)
+            ref = rmsnorm.reference(x.astype(np.float64), w.astype(np.float64), 1e-6)
+            out = rmsnorm.rmsnorm(x, w, path="vector").astype(np.float64)
+        else:
+            x = np.full((2, n), 70144.0, np.float32).astype(BF16)
+            ref = softmax.reference(x.astype(np.float64))
+            out = softmax.softmax(x, path="vector").astype(np.float64)
+        assert np.isfinite(out).all(), f"{op} {shape.label}: values past fp16's range became infinities"
+        assert np.abs(out - ref).max() <= 2.0**-8 * np.abs(ref).max()
 
 
 @needs_device

@@ -123,10 +123,10 @@ def test_half2_row_spec_builds():  # type: ignore[no-untyped-def]
     from kernels.ops.rows import Half2Rows, for_machine
 
     config = Half2Rows(threads=128, per=32, min_blocks=8, full_rows=True, wb_early=False, group=0)
-    fn, threads, persistent = op._row_kernel(for_machine(config), 8)
+    fn, threads, persistent = op._row_kernel(for_machine(config), 8, word=False)
     assert not persistent and threads >= 32
     with pytest.raises(ValueError, match="half2 row kernels are for float16"):
-        op._row_kernel(config, 4)
+        op._row_kernel(config, 4, word=False)
 
 
 @needs_device

@@ -18,7 +18,7 @@ from opcheck import needs_device, needs_gpu
 from kernels.ops import layernorm, residual_add, rmsnorm, softmax
 from kernels.ops.rows import BlockedRows, VectorRows
 from kernels.primitives import vector
-from kernels.runtime.arrays import SIMULATED
+from kernels.runtime.arrays import BF16, SIMULATED
 
 REPO = Path(__file__).resolve().parents[2]
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -164,7 +164,7 @@ def test_row_kernel_specs_through_launchers(monkeypatch, opname, spec, dtype):  
 
     mod = {"layernorm": layernorm, "softmax": softmax, "rmsnorm": rmsnorm}[opname]
     dt = np.dtype(dtype)
-    row = mod._row_kernel(for_machine(spec), vector.WIDTH[dt])
+    row = mod._row_kernel(for_machine(spec), vector.WIDTH[dt], word=dt == BF16)
     monkeypatch.setitem(mod._K.row, dt, row)
     monkeypatch.setitem(mod._K.row_k, dt, kernel(row[0], mod._SIGS[dt]))
     monkeypatch.setattr(mod, "_FAST", type(mod._FAST)())
