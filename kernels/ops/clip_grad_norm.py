@@ -444,7 +444,7 @@ def _two_pass_sigs(dt: np.dtype) -> dict[str, str]:
 # every block walked every row and dealt its tiles with per-row arithmetic (a 64-bit remainder among it):
 # at Llama-3-8B / 64 (291 arrays, 251 MB of bf16) that cost ~400 us of 650 with no loads in flight; the
 # search took it to 260 us (2.50x), fp32 712 -> 514 us (1.39x), and left Llama-3-8B / 8 level (0.996x,
-# 0.998x), bit for bit (an H100: lab/clip_table_walk.py, at 25abf66 -> benchmarks/h100/2026-12-06/twelfth/
+# 0.998x), bit for bit (an H100: lab/clip_table_walk.py, at cd6bc2f -> benchmarks/h100/2026-12-06/twelfth/
 # clip-walk/).
 # The table lives on the device and is reused while the same (address, elements) rows come back
 # (`table_for`).
