@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The twelfth session's clip call (carry .whl), packed into $OUT/twelfth_d.tgz: clip_grad_norm's table
 # kernels with the row search as shipped: the registry bench (8 x 8388608 and Llama-3-8B / 64, every dtype,
-# against CuPy), then the op's GPU tests and the replay tests of clip.
+# against CuPy), then the op's GPU tests and the replay tests of clip; then, in the time left, the packed
+# layernorm probe (lab/packed_rows_ab.py: two-pass and shifted packed builds against auto's kernel).
 #   OUT=dir bash lab/gpu_call_twelfth_d.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-twelfth-d}; mkdir -p "$OUT/w"; t0=$(date +%s)
@@ -14,6 +15,9 @@ echo "== bench rc=$? after $(( $(date +%s) - t0 )) s"
 timeout "$(left ${T_TESTS:-290})" $PY -m pytest -q -p no:cacheprovider -rf tests/kernels/test_clip_grad_norm.py \
   tests/kernels/test_replay_gpu.py -k "clip or table or two_pass or llama or case" > "$OUT/w/pytest.txt" 2>&1
 echo "== tests rc=$? after $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/w/pytest.txt"
+OUT="$OUT/w" PR_OPS=layernorm PR_DTYPES=bfloat16,float16 timeout "$(left ${T_PROBE:-560})" $PY lab/packed_rows_ab.py \
+  > "$OUT/w/packed-layernorm.txt" 2>&1
+echo "== layernorm probe rc=$? after $(( $(date +%s) - t0 )) s"; grep -A40 "^op " "$OUT/w/packed-layernorm.txt"
 $PY -c "
 import json; r = json.load(open('$OUT/w/clip-bench.json'))
 for c in r.get('results', r if isinstance(r, list) else []):
