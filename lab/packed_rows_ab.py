@@ -74,9 +74,30 @@ def log(msg: str) -> None:
     print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
 
 
+def layernorm_write(width: int, threads: int, per: int, word: bool):  # type: ignore[no-untyped-def]
+    """The packed layernorm's write pass (both builds): (x - mean) * rstd * w + b for the thread's vectors."""
+    _, col_of, lo, hi = packed_row_io(width, threads, per, word)
+    nv, hw = per // width, width // 2
+
+    @cuda.jit(device=True, inline="always")
+    def write(v, tw, tb, w, b, orow, n, mean, rstd):  # type: ignore[no-untyped-def]
+        for q in range(nv):
+            col = col_of(q)
+            if col < n:
+                ldg_into(tw, 0, w, col)
+                ldg_into(tb, 0, b, col)
+                for p in range(hw):
+                    tw[2 * p] = (lo(v[q * hw + p]) - mean) * rstd * tw[2 * p] + tb[2 * p]
+                    tw[2 * p + 1] = (hi(v[q * hw + p]) - mean) * rstd * tw[2 * p + 1] + tb[2 * p + 1]
+                stg_from(orow, col, tw, 0)
+
+    return write
+
+
 def make_layernorm(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
     load_row, col_of, lo, hi = packed_row_io(width, threads, per, word)
     bsum, slots = make_block_sum(threads), row_slots(threads)
+    write = layernorm_write(width, threads, per, word)
     nsm, npair, nv, hw = 2 * slots, per // 2, per // width, width // 2
 
     @cuda.jit(**vec_jit(threads, min_blocks, False))
@@ -105,15 +126,7 @@ def make_layernorm(width: int, threads: int, per: int, min_blocks: int, word: bo
                         d = hi(v[q * hw + p]) - mean
                         q2 += d * d
             rstd = float32(1.0) / math.sqrt(bsum(q2, sm, slots) / fn + eps)
-            for q in range(nv):
-                col = col_of(q)
-                if col < n:
-                    ldg_into(tw, 0, w, col)
-                    ldg_into(tb, 0, b, col)
-                    for p in range(hw):
-                        tw[2 * p] = (lo(v[q * hw + p]) - mean) * rstd * tw[2 * p] + tb[2 * p]
-                        tw[2 * p + 1] = (hi(v[q * hw + p]) - mean) * rstd * tw[2 * p + 1] + tb[2 * p + 1]
-                    stg_from(orow, col, tw, 0)
+            write(v, tw, tb, w, b, orow, n, mean, rstd)
             row += cuda.gridDim.x
 
     return k
@@ -126,6 +139,7 @@ def make_layernorm_shifted(width: int, threads: int, per: int, min_blocks: int, 
     and one barrier fewer per row (twelfth session: the two-pass packed build lost 2-5 % in fp16)."""
     load_row, col_of, lo, hi = packed_row_io(width, threads, per, word)
     bsum2, slots = make_block_sum2(threads), row_slots(threads)
+    write = layernorm_write(width, threads, per, word)
     nsm, npair, nv, hw = 4 * slots, per // 2, per // width, width // 2
 
     @cuda.jit(**vec_jit(threads, min_blocks, False))
@@ -159,15 +173,7 @@ def make_layernorm_shifted(width: int, threads: int, per: int, min_blocks: int, 
             md = t1 / fn
             mean = sh + md
             rstd = float32(1.0) / math.sqrt(max(t2 / fn - md * md, float32(0.0)) + eps)
-            for q in range(nv):
-                col = col_of(q)
-                if col < n:
-                    ldg_into(tw, 0, w, col)
-                    ldg_into(tb, 0, b, col)
-                    for p in range(hw):
-                        tw[2 * p] = (lo(v[q * hw + p]) - mean) * rstd * tw[2 * p] + tb[2 * p]
-                        tw[2 * p + 1] = (hi(v[q * hw + p]) - mean) * rstd * tw[2 * p + 1] + tb[2 * p + 1]
-                    stg_from(orow, col, tw, 0)
+            write(v, tw, tb, w, b, orow, n, mean, rstd)
             row += cuda.gridDim.x
 
     return k
