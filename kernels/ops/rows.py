@@ -21,7 +21,7 @@ from numba import cuda, float32, uint32
 from kernels.primitives.bf16 import bf16_to_f32, bits_f32, f32_bits, f32_to_bf16
 from kernels.primitives.cache_hints import ldg_hint_into
 from kernels.primitives.reductions import BLOCK, PER, VEC_ROW_JIT
-from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose, ldg_into
+from kernels.primitives.vector import AUTO_VECTOR, VEC_BYTES, WIDTH, choose, ldg_into, make_row_io
 from kernels.registry import SPECIALS, Case, Choice
 from kernels.runtime.arrays import BF16, SIMULATED
 from kernels.runtime.launch import Kernel, dynamic_smem, kernel, sm_count, smem_optin
@@ -471,10 +471,7 @@ def packed_row_io(width: int, threads: int, per: int, word: bool) -> tuple[Any, 
       lo(p) / hi(p): a pair's two values (its even and odd column) as fp32"""
     nv, hw = per // width, width // 2
     pack, lo, hi = onchip_pairs(word)
-
-    @cuda.jit(device=True, inline="always")
-    def col_of(q):  # type: ignore[no-untyped-def]
-        return (q * threads + cuda.threadIdx.x) * width
+    _, col_of = make_row_io(width, threads, per)  # the same columns as the unpacked kernels'
 
     @cuda.jit(device=True, inline="always")
     def load_row(v, t, xr, n, fill):  # type: ignore[no-untyped-def]
