@@ -20,9 +20,9 @@ Three strategies (`PATHS`):
     with one struct.pack_into per kernel, remembered per array objects; repeat calls replay a CUDA graph).
   - "table" (what "auto" runs for more than SLOTS aligned arrays, or bf16, and no `workspace`): two_pass's
     tiles over a device table of (address, elements, first tiles) rows instead of SLOTS array arguments (each
-    block finds its tiles' rows by a search from its last one), so any number
-    of arrays takes two launches, with the same bits. Device arrays with `norm_out` take a lean host path
-    too (`_TableCall`: per set of arrays, one CUDA graph, a new max_norm updated in place).
+    block finds its tiles' rows by a search from its last one), so any number of arrays takes two launches,
+    with the same bits. Device arrays with `norm_out` take a lean host path too (`_TableCall`: per set of
+    arrays, one CUDA graph, a new max_norm updated in place).
   - "per_array" (unaligned arrays, or a `workspace`: calls on several streams at once), all on one stream,
     no host round trip: `_zero` clears a float64 accumulator; `_sumsq` per array: persistent blocks over
     contiguous tiles, fp32 sum of squares per thread, a block reduction, one float64 atomic add per block;
