@@ -23,7 +23,10 @@ Candidates per width (threads x per / launch_bounds' blocks per SM), each agains
   16384: packed 256x64/4, packed 512x32/4 (auto: 512x32/2)
    8192: packed 128x64/8, packed 256x32/8 (auto: 256x32/4)
 and for layernorm each shape again as "packed-shifted" (make_layernorm_shifted: one block reduction a row,
-the sums shifted by the row's first element; written after the twelfth session's runs, not yet timed).
+the sums shifted by the row's first element; timed in the thirteenth session: no gain), and "packed-held"
+at 8192 and 16384 (make_layernorm_held: the weight and the bias held as packed pairs too, loaded once per
+block, on a persistent grid: the write pass loads nothing; 512x16/2 and 1024x16/1, 56 registers; written in
+the thirteenth session, checked in the simulator, not yet timed).
 
 Prediction (from the mid shape's two blocks per SM, 1.08-1.22x the one-block layout at 40960): 1.04-1.10x
 at 32768, 1.00-1.04x at 16384, level at 8192; layernorm (two block reductions per row) gaining most.
@@ -94,11 +97,39 @@ def layernorm_write(width: int, threads: int, per: int, word: bool):  # type: ig
     return write
 
 
-def make_layernorm(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
-    load_row, col_of, lo, hi = packed_row_io(width, threads, per, word)
+def layernorm_stats(width: int, threads: int, per: int, word: bool):  # type: ignore[no-untyped-def]
+    """The packed two-reduction builds' row statistics: stats(v, sm, n, eps) -> (mean, rstd) of the row in v
+    (packed pairs), the mean, then the variance of the deviations (two block reductions, alternating halves
+    of `sm`, 2 * row_slots(threads) floats)."""
+    _, col_of, lo, hi = packed_row_io(width, threads, per, word)
     bsum, slots = make_block_sum(threads), row_slots(threads)
-    write = layernorm_write(width, threads, per, word)
-    nsm, npair, nv, hw = 2 * slots, per // 2, per // width, width // 2
+    npair, nv, hw = per // 2, per // width, width // 2
+
+    @cuda.jit(device=True, inline="always")
+    def stats(v, sm, n, eps):  # type: ignore[no-untyped-def]
+        fn = float32(n)
+        s = float32(0.0)
+        for i in range(npair):
+            s += lo(v[i])
+            s += hi(v[i])
+        mean = bsum(s, sm, 0) / fn
+        q2 = float32(0.0)
+        for q in range(nv):
+            if col_of(q) < n:  # padding lanes hold 0, not the mean
+                for p in range(hw):
+                    d = lo(v[q * hw + p]) - mean
+                    q2 += d * d
+                    d = hi(v[q * hw + p]) - mean
+                    q2 += d * d
+        return mean, float32(1.0) / math.sqrt(bsum(q2, sm, slots) / fn + eps)
+
+    return stats
+
+
+def make_layernorm(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
+    load_row = packed_row_io(width, threads, per, word)[0]
+    stats, write = layernorm_stats(width, threads, per, word), layernorm_write(width, threads, per, word)
+    nsm, npair = 2 * row_slots(threads), per // 2
 
     @cuda.jit(**vec_jit(threads, min_blocks, False))
     def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
@@ -107,25 +138,11 @@ def make_layernorm(width: int, threads: int, per: int, min_blocks: int, word: bo
         tw = cuda.local.array(width, float32)
         tb = cuda.local.array(width, float32)
         rows, n = x.shape[0], x.shape[1]
-        fn = float32(n)
         row = cuda.blockIdx.x
         while row < rows:
             orow = out[row]
             load_row(v, tw, x[row], n, float32(0.0))
-            s = float32(0.0)
-            for i in range(npair):
-                s += lo(v[i])
-                s += hi(v[i])
-            mean = bsum(s, sm, 0) / fn
-            q2 = float32(0.0)
-            for q in range(nv):
-                if col_of(q) < n:  # padding lanes hold 0, not the mean
-                    for p in range(hw):
-                        d = lo(v[q * hw + p]) - mean
-                        q2 += d * d
-                        d = hi(v[q * hw + p]) - mean
-                        q2 += d * d
-            rstd = float32(1.0) / math.sqrt(bsum(q2, sm, slots) / fn + eps)
+            mean, rstd = stats(v, sm, n, eps)
             write(v, tw, tb, w, b, orow, n, mean, rstd)
             row += cuda.gridDim.x
 
@@ -179,11 +196,66 @@ def make_layernorm_shifted(width: int, threads: int, per: int, min_blocks: int, 
     return k
 
 
+def make_layernorm_held(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
+    """make_layernorm with the weight and the bias held in registers as packed pairs too, loaded once per block
+    before its first row, and a persistent grid (PERSISTENT: resident blocks x SMs, each looping over rows).
+    The write pass then makes no load at all: each row costs its own read and write, where the WIDE_ROWS
+    kernel (one block per row) reads the weight and the bias from L2 again for every row, two more streams the
+    size of the row's own, each load ahead of the store that waits on it (thirteenth session: neither packed
+    build gained, so layernorm's gap to rmsnorm is not its reductions). The same sums and rounding as
+    make_layernorm (two reductions a row)."""
+    load_row, col_of, lo, hi = packed_row_io(width, threads, per, word)
+    stats = layernorm_stats(width, threads, per, word)
+    nsm, npair, nv, hw = 2 * row_slots(threads), per // 2, per // width, width // 2
+
+    @cuda.jit(**vec_jit(threads, min_blocks, False))
+    def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)
+        v = cuda.local.array(npair, uint32)
+        vw = cuda.local.array(npair, uint32)
+        vb = cuda.local.array(npair, uint32)
+        t = cuda.local.array(width, float32)
+        rows, n = x.shape[0], x.shape[1]
+        row = cuda.blockIdx.x
+        if row < rows:
+            load_row(vw, t, w, n, float32(0.0))
+            load_row(vb, t, b, n, float32(0.0))
+        while row < rows:
+            orow = out[row]
+            load_row(v, t, x[row], n, float32(0.0))
+            mean, rstd = stats(v, sm, n, eps)
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    for p in range(hw):
+                        i = q * hw + p
+                        t[2 * p] = (lo(v[i]) - mean) * rstd * lo(vw[i]) + lo(vb[i])
+                        t[2 * p + 1] = (hi(v[i]) - mean) * rstd * hi(vw[i]) + hi(vb[i])
+                    stg_from(orow, col, t, 0)
+            row += cuda.gridDim.x
+
+    return k
+
+
 # rmsnorm's and softmax's packed kernels shipped (rows.WIDE_PACKED): the product's factories, the same code
 # this probe first timed; layernorm's (not shipped: it lost in fp16) stays here
 MAKERS = {"rmsnorm": rmsnorm._make_packed, "layernorm": make_layernorm, "softmax": softmax.make_rows_packed}
 # further packed builds per op, timed at every candidate shape beside MAKERS' (label suffix, factory)
-EXTRA: dict[str, list[tuple[str, Any]]] = {"layernorm": [("shifted", make_layernorm_shifted)]}
+EXTRA: dict[str, list[tuple[str, Any]]] = {
+    "layernorm": [("shifted", make_layernorm_shifted), ("held", make_layernorm_held)]
+}
+# builds launched on a persistent grid (resident blocks x SMs, rows looped) instead of one block per row
+PERSISTENT = {"packed-held"}
+# a build's own shapes where they differ from CANDIDATES (threads x per / blocks per SM). "held" keeps three
+# packed arrays (the row, the weight, the bias): at 32 values a thread it spills 120-136 bytes (ptxas sm_90,
+# 64-register cap), at 16 it takes 56 registers and no spills, so twice the threads at WIDE_ROWS' 1024 threads
+# per SM; 32768 columns would need 2048 threads a row
+SHAPES: dict[str, dict[int, list[tuple[int, int, int]]]] = {
+    "packed-held": {16384: [(1024, 16, 1)], 8192: [(512, 16, 2)]}
+}
+SIM_SHAPES: dict[str, dict[int, list[tuple[int, int, int]]]] = {
+    "packed-held": {128: [(8, 16, 1)], 120: [(8, 16, 1)]}
+}
 
 
 def reference(op: str, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -247,7 +319,8 @@ def main() -> int:
                 # the WIDE_ROWS kernel of this width (auto's before rows.WIDE_PACKED), then the probe's packed
                 old = [(c.threads, c.per, c.min_blocks, "wide") for c in map(for_machine, WIDE_ROWS) if c.cols == n]
                 makers = [("packed", MAKERS[op])] + [(f"packed-{x}", f) for x, f in EXTRA.get(op, [])]
-                arms = old + [(*c, kind) for kind, _ in makers for c in cands.get(n, [])]
+                shapes = SIM_SHAPES if SIMULATED else SHAPES
+                arms = old + [(*c, kind) for kind, _ in makers for c in shapes.get(kind, cands).get(n, [])]
                 for threads, per, mb, kind in arms:
                     label = f"{'block' if kind == 'wide' else kind} {threads}x{per}/{mb}"
                     try:
@@ -271,7 +344,13 @@ def main() -> int:
                     o = new_out(label)
                     argsets = [args_of(s, o) for s in range(SETS)]
                     labels.append(label)
-                    calls.append(lambda s, k=k, thr=threads, a=argsets: k.launch(m, thr, a[s]))
+                    grid = m
+                    if kind in PERSISTENT and not SIMULATED:
+                        sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
+                        grid = min(m, k.resident_blocks(threads) * sms)
+                    elif kind in PERSISTENT:
+                        grid = 3  # the simulator: fewer blocks than rows, so blocks loop
+                    calls.append(lambda s, k=k, g=grid, thr=threads, a=argsets: k.launch(g, thr, a[s]))
                 for c in calls:  # every set once, so each output holds its own input's result
                     for s in range(SETS):
                         c(s)
@@ -315,7 +394,8 @@ def ptxas_report() -> int:
                       for t, p, mb in ((1024, 32, 1), (512, 32, 2), (256, 32, 4))]
             makers = [("packed", MAKERS[op])] + [(f"packed-{x}", f) for x, f in EXTRA.get(op, [])]
             builds += [(f"{kind} {t}x{p}/{mb}", f(8, t, p, mb, dt == BF16))
-                       for kind, f in makers for cs in CANDIDATES.values() for t, p, mb in cs]
+                       for kind, f in makers for cs in SHAPES.get(kind, CANDIDATES).values()
+                       for t, p, mb in cs]
             for label, fn in builds:
                 r = ptx._ptxas(ptx.compile_one(fn, mod._K.sigs[dt], (9, 0)), (9, 0), False)
                 print(f"{op:9s} {dt.name:8s} {label:22s} registers {r.get('registers')}, spills {r.get('spill_bytes')}",
