@@ -1,0 +1,301 @@
+# ruff: noqa: E501, B023  (a probe: each closure is called within its own loop iteration)
+"""A/B probe (GPU timing; correctness in the simulator too; not shipped): fused_add_rmsnorm's rows past what
+registers hold, kept on chip like rmsnorm's (kernels.ops.rmsnorm.make_onchip), against the op's 16-byte
+streaming kernel that `auto` takes there today (benchmarks/PERF.md, "thirteenth session").
+
+Why. In the thirteenth session's table (an H100) fused_add_rmsnorm bf16 runs at 0.84 of copy at 261 x 128256
+and 256 x 131072 on its streaming kernel, where rmsnorm's on-chip kernel runs at 0.85-0.86 and took
+1.04-1.12x over rmsnorm's own streaming kernel. The streaming kernel's pass 1 reads x and residual, stores
+the rounded sum to residual and sums its squares; pass 2 reads that sum back (from L2) and writes out. Its
+DRAM bytes are already the floor (4 n per row: x, residual read; residual, out written); what it loses is
+what rmsnorm's streaming kernel lost: a second pass over every row, each row's reduction and passes in turn
+with every SM in the same phase.
+
+Variant ("chip"): rmsnorm's on-chip kernel with the add in front. The block's first row: its register part
+(threads x per columns) loaded from x and residual, both in flight, summed, rounded to the dtype
+(round_like: what storing and reloading gives), stored to residual; the rest of the row likewise, `vectors`
+16-byte loads of each input in flight, each rounded sum stored to residual and kept in the thread's own
+shared slots as packed pairs (exact: the values are the dtype's). Then row after row: the block reduction,
+and one pass that writes out from registers and slots and, in the same step, loads the next row's x and
+residual into the freed slots (their loads issued before this row's stores). One read of x and residual,
+one write of residual and out, no second pass. `vectors` = 1: two inputs in flight per step, the bytes
+rmsnorm's 2 hold. ptxas sm_90 (offline, `--ptxas`): 61-64 registers and no spills at 1; at 2, 244-296 bytes
+of spills.
+
+The kernel is rmsnorm.make_onchip's text with the add in front (duplicates' D2: the write pass is the same
+lines). If it wins, the product should not carry two copies: make_onchip would take the row's loading as a
+parameter (a load-and-add for fused_add_rmsnorm, a plain load for rmsnorm), one kernel text for both ops.
+
+Shapes: ONCHIP_ROWS (one block of 1024 threads per SM) at 261 x 128256 and 256 x 131072, ONCHIP_MID_ROWS
+(two blocks of 512) at 512 x 65536 and 1024 x 40960, where today's auto streams all four.
+
+Prediction (from rmsnorm's on-chip against its streaming kernel, 1.04-1.12x): 1.03-1.08x at the vocabulary
+widths (0.84 -> 0.87-0.90 of copy), 1.03-1.10x at 40960-65536.
+
+Timing: kernels.harness.bench.time_interleaved (a device-side pause before each call, CUDA events, rotation
+over SETS input sets). The residual drifts (each call adds x to it), the same for both arms; each arm's
+output and residual are then checked once from fresh inputs against float64 (the op's reference). Prints one
+JSON line per case and a table last; $OUT/fused_onchip_ab.json holds everything, registers and local memory
+included.
+
+    source benchmarks/h200_env.sh; OUT=$OUT $PY lab/fused_onchip_ab.py     (FO_SHAPES, FO_DTYPES narrow it)
+    NUMBA_ENABLE_CUDASIM=1 python lab/fused_onchip_ab.py                    (simulator: correctness only)
+    NUMBA_ENABLE_CUDASIM=0 python lab/fused_onchip_ab.py --ptxas            (offline: registers, spills; sm_90)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from kernels.harness.bench import SETS, time_interleaved
+from kernels.ops import fused_add_rmsnorm as fam
+from kernels.ops.rows import ONCHIP_MID_ROWS, ONCHIP_ROWS, OnChipRows, for_machine, onchip_part, vec_jit
+from kernels.primitives.reductions import make_block_sum, row_slots
+from kernels.primitives.vector import ldg_into, make_row_io, round_like, stg_from
+from kernels.runtime import arrays
+from kernels.runtime.arrays import BF16, SIMULATED, HostSync
+from kernels.runtime.launch import dynamic_smem, kernel, sm_count
+
+F16 = np.dtype(np.float16)
+VECTORS = 1  # 16-byte loads in flight per input and step of the shared part
+
+
+def make_fused_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
+    """fused_add_rmsnorm on chip (the module doc): rmsnorm.make_onchip's structure, x + residual rounded to
+    the dtype and stored to residual as each vector arrives, the rounded sums kept on chip."""
+    threads, per, nvec = config.threads, config.per, config.vectors
+    load_row, col_of = make_row_io(width, threads, per)
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm = 2 * slots  # two halves: consecutive rows alternate (reductions)
+    head = threads * per  # columns held in registers
+    nv = per // width
+    nvals = nvec * width
+    load_step, keep_step, take = onchip_part(config, width, word)
+
+    @cuda.jit(device=True, inline="always")
+    def add_head(v, u, rr):  # type: ignore[no-untyped-def]
+        """v <- round(v + u) over the register part (always whole: OnChipRows.takes), stored to rr; the sum
+        of their squares."""
+        acc = float32(0.0)
+        for q in range(nv):
+            for e in range(width):
+                s = round_like(rr, v[q * width + e] + u[q * width + e])
+                v[q * width + e] = s
+                acc += s * s
+            stg_from(rr, col_of(q), v, q * width)
+        return acc
+
+    @cuda.jit(device=True, inline="always")
+    def add_step(t, u, rr, j, nt):  # type: ignore[no-untyped-def]
+        """t <- round(t + u) for the shared part's vectors j + k * threads, k < nvec, stored to rr; the sum of
+        their squares (vectors past nt: t holds zeros, nothing stored)."""
+        acc = float32(0.0)
+        for k in range(nvec):
+            if j + k * threads < nt:
+                for e in range(width):
+                    s = round_like(rr, t[k * width + e] + u[k * width + e])
+                    t[k * width + e] = s
+                    acc += s * s
+                stg_from(rr, head + (j + k * threads) * width, t, k * width)
+        return acc
+
+    @cuda.jit(**vec_jit(threads, config.min_blocks, False))
+    def k(x, r, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)
+        part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
+        v = cuda.local.array(per, float32)
+        u = cuda.local.array(per, float32)  # the register part's residual, on its way in
+        t = cuda.local.array(nvals, float32)  # the next row's x vectors, in flight
+        tu = cuda.local.array(nvals, float32)  # and its residual vectors
+        tw = cuda.local.array(width, float32)
+        to = cuda.local.array(width, float32)  # this row's vector on its way out
+        tid = cuda.threadIdx.x
+        rows = x.shape[0]
+        n = x.shape[1]
+        nt = (n - head) // width
+        row = cuda.blockIdx.x
+        if row >= rows:
+            return
+        # the block's first row: its load pass alone
+        xr = x[row]
+        rr = r[row]
+        load_row(v, xr, n, float32(0.0))
+        load_row(u, rr, n, float32(0.0))
+        acc = add_head(v, u, rr)
+        j = tid
+        while j < nt:
+            load_step(t, xr, j, nt, float32(0.0))
+            load_step(tu, rr, j, nt, float32(0.0))
+            acc += add_step(t, tu, rr, j, nt)
+            keep_step(t, part, j, nt)
+            j += nvec * threads
+        base = 0
+        while row < rows:
+            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
+            base = slots - base
+            nxt = row + cuda.gridDim.x
+            more = nxt < rows
+            xn = x[nxt if more else row]
+            rn = r[nxt if more else row]
+            orow = out[row]
+            for q in range(nv):
+                col = col_of(q)
+                ldg_into(tw, 0, w, col)
+                for e in range(width):
+                    to[e] = v[q * width + e] * inv * tw[e]
+                stg_from(orow, col, to, 0)
+            acc = float32(0.0)
+            j = tid
+            while j < nt:  # this thread's own slots: no other thread reads or writes them
+                if more:
+                    load_step(t, xn, j, nt, float32(0.0))  # in flight while this row's vectors go out
+                    load_step(tu, rn, j, nt, float32(0.0))
+                for kk in range(nvec):
+                    i = j + kk * threads
+                    if i < nt:
+                        col = head + i * width
+                        ldg_into(tw, 0, w, col)
+                        take(to, part, i, nt)
+                        for e in range(width):
+                            to[e] = to[e] * inv * tw[e]
+                        stg_from(orow, col, to, 0)
+                if more:
+                    acc += add_step(t, tu, rn, j, nt)
+                    keep_step(t, part, j, nt)
+                j += nvec * threads
+            if more:
+                load_row(v, xn, n, float32(0.0))
+                load_row(u, rn, n, float32(0.0))
+                acc += add_head(v, u, rn)
+            row = nxt
+
+    return k
+
+
+def shapes() -> list[tuple[int, int, OnChipRows]]:
+    """(rows, cols, config) per case; under the simulator rows of for_machine's shrunken shapes."""
+    chip, mid = (replace(c, vectors=VECTORS) for c in (ONCHIP_ROWS, ONCHIP_MID_ROWS))
+    if SIMULATED:
+        c, m = for_machine(chip), for_machine(mid)
+        return [(5, c.threads * c.per + 8 * 40 + 8, c), (5, m.threads * m.per + 8 * 24, m)]
+    default = "261x128256,256x131072,512x65536,1024x40960"
+    out = []
+    for s in os.environ.get("FO_SHAPES", default).split(","):
+        m, n = map(int, s.split("x"))
+        out.append((m, n, chip if n > mid.cols else mid))
+    return out
+
+
+def main() -> int:
+    from kernels.runtime.device import peaks
+
+    out_dir = os.environ.get("OUT")
+    gbs = 1.0 if SIMULATED else float(peaks()["mem_gbs"] or 1.0)
+    print(f"copy {gbs:.0f} GB/s", flush=True)
+    rng = np.random.default_rng(0)
+    dts = [np.dtype(BF16 if d == "bfloat16" else d) for d in os.environ.get("FO_DTYPES", "bfloat16,float16").split(",")]
+    rows_out: list[dict[str, Any]] = []
+    resources: dict[str, Any] = {}
+    ok = True
+    for m, n, config in shapes():
+        for dt in dts:
+            sync = HostSync()
+            width = 16 // dt.itemsize
+            xh = [rng.standard_normal((m, n)).astype(dt) for _ in range(SETS)]
+            rh = [(rng.standard_normal((m, n)) * 2).astype(dt) for _ in range(SETS)]
+            wh = (1 + 0.5 * rng.standard_normal(n)).astype(dt)
+            xs = [arrays.to_device(a) for a in xh]
+            w = arrays.to_device(wh)
+            arms: dict[str, Any] = {}
+            rs = {a: [arrays.to_device(b) for b in rh] for a in ("auto", "chip")}
+            outs = {a: [cuda.device_array((m, n), dt) for _ in range(SETS)] for a in ("auto", "chip")}
+            arms["auto"] = lambda s: fam.fused_add_rmsnorm(xs[s], rs["auto"][s], w, outs["auto"][s], eps=1e-6)
+            fn = make_fused_onchip(config, width, dt == BF16)
+            kk = kernel(fn, fam._K.sigs[dt], on_load=dynamic_smem(config.smem))
+            kk._prepare()
+            shared = (n - config.threads * config.per) * dt.itemsize
+            grid = min(m, config.min_blocks * sm_count())
+            if not SIMULATED:
+                d = kk.dispatcher
+                resources[f"{dt.name} {m}x{n}"] = {
+                    "registers": next(iter(d.get_regs_per_thread().values())),
+                    "local_bytes": next(iter(d.get_local_mem_per_thread().values())),
+                }
+                print(f"{dt.name} {m}x{n} chip: {resources[f'{dt.name} {m}x{n}']}", flush=True)
+
+            def chip_args(s: int) -> tuple[Any, ...]:
+                return (
+                    arrays.as_rows(arrays.operand("x", xs[s], sync)),
+                    arrays.as_rows(arrays.operand("residual", rs["chip"][s], sync)),
+                    arrays.operand("weight", w, sync),
+                    arrays.as_rows(arrays.operand("out", outs["chip"][s], sync)),
+                    1e-6,
+                )
+
+            argsets = [chip_args(s) for s in range(SETS)]
+            arms["chip"] = lambda s, a=argsets: kk.launch(grid, config.threads, a[s], shared=shared)
+            labels = list(arms)
+            if SIMULATED:
+                ts = [[1.0] for _ in labels]
+            else:
+                ts = time_interleaved([(arms[a], list(range(SETS)), None) for a in labels], 30)
+            # the check: set 0 from fresh inputs, one call of each arm
+            o64 = fam.reference(xh[0], rh[0], wh, 1e-6)[1]
+            # the op's rule: the sum taken in fp32 and rounded once to the dtype (numpy's fp32 add is IEEE's)
+            r_ref = (xh[0].astype(np.float32) + rh[0].astype(np.float32)).astype(dt).astype(np.float64)
+            for a in labels:
+                cuda.synchronize()
+                arrays.words(rs[a][0]).copy_to_device(arrays.host_words(rh[0]))
+                arms[a](0)
+                cuda.synchronize()
+                got_o = arrays.to_host(outs[a][0]).astype(np.float64)
+                got_r = arrays.to_host(rs[a][0]).astype(np.float64)
+                err = float(np.abs(got_o - o64).max() / np.abs(o64).max())
+                r_exact = bool(np.array_equal(got_r, r_ref))  # one rounding of the exact sum: bit for bit
+                good = bool(np.isfinite(got_o).all()) and err < (8e-3 if dt == BF16 else 2e-3) and r_exact
+                ok &= good
+                us = float(np.median(ts[labels.index(a)]))
+                rec = {
+                    "dtype": dt.name, "rows": m, "cols": n, "kernel": a, "us": round(us, 2),
+                    "of_copy": round(4 * m * n * dt.itemsize / us / 1e3 / gbs, 3),
+                    "x_auto": round(float(np.median(ts[0])) / us, 3), "err": err, "residual_exact": r_exact,
+                    "ok": good,
+                }
+                rows_out.append(rec)
+                print(json.dumps(rec), flush=True)
+    if out_dir:
+        with open(os.path.join(out_dir, "fused_onchip_ab.json"), "w") as f:
+            json.dump({"copy_gbs": gbs, "vectors": VECTORS, "rows": rows_out, "resources": resources}, f, indent=1)
+    print(f"{'dtype':9s} {'shape':12s} {'kernel':6s} {'us':>8s} {'of copy':>7s} {'x auto':>6s} err")
+    for r in rows_out:
+        print(f"{r['dtype']:9s} {r['rows']}x{r['cols']:<7d} {r['kernel']:6s} {r['us']:8.2f} {r['of_copy']:7.3f} "
+              f"{r['x_auto']:6.3f} {r['err']:.1e}{'' if r['ok'] else ' BAD'}")
+    print("all outputs right:", "yes" if ok else "NO")
+    return 0 if ok else 1
+
+
+def ptxas_report() -> int:
+    """Offline (no GPU): the probe's registers and spills (ptxas sm_90) at both shapes, with 1 and 2 vectors."""
+    from kernels.runtime import ptx
+
+    for dt in (BF16, F16):
+        for base in (ONCHIP_ROWS, ONCHIP_MID_ROWS):
+            for vectors in (1, 2):
+                c = replace(base, vectors=vectors)
+                fn = make_fused_onchip(c, 16 // dt.itemsize, dt == BF16)
+                r = ptx._ptxas(ptx.compile_one(fn, fam._K.sigs[dt], (9, 0)), (9, 0), False)
+                print(f"{dt.name:8s} {c.threads}x{c.per} vectors {vectors}: registers {r.get('registers')}, "
+                      f"spills {r.get('spill_bytes')}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(ptxas_report() if "--ptxas" in sys.argv else main())
