@@ -5,7 +5,7 @@
 # .whl/bench/liger_kernel-*.whl):
 #   OUT=/some/dir bash benchmarks/h200_latest.sh
 # Steps, each on its own deadline from the start (seconds; the whole call stays under the device tool's 600);
-# LLM_OPS, LLM_DTYPES and REG_OPS (empty: step 3 skipped) narrow a shorter call:
+# LLM_OPS, LLM_DTYPES, GEMM (0: step 2 skipped) and REG_OPS (empty: step 3 skipped) narrow a shorter call:
 #   1. benchmarks/h200_llm.py, every LLM op in bf16, fp16 and fp32 at the bench shapes, and the bf16 width
 #      sweep of the row ops (1024-131072 columns): ours / torch eager / Liger-Kernel          (LLM_DEADLINE 330)
 #   2. benchmarks/h200_bf16.py: gemm, o_proj and linear in bf16 / fp16 against cuBLAS (torch), bf16 residual_add and
@@ -15,10 +15,12 @@
 #   4. benchmarks/latest.py merges the three into $OUT/latest.json and $OUT/roofline.png, table last; the
 #      inputs go into $OUT/inputs.tgz.
 # A step that hits its deadline leaves its JSON unwritten and the merge goes on without it (it says so). On an
-# H100 all eight LLM ops need ~450 s: there, run LLM_OPS=rmsnorm,layernorm,softmax,fused_add_rmsnorm first, then
-# LLM_OPS=swiglu,rope,cast_fp8,residual_add REG_OPS= in a second call, unpack both calls' inputs.tgz (into A
-# and B) and merge them with `benchmarks/latest.py --llm A/llm/h200_llm.json --llm B/llm/h200_llm.json --gemm
-# A/gemm/h200_bf16.json --registry A/registry.json` (each --llm may also be the run's log, llm.txt).
+# H100 all eight LLM ops need ~450 s; rmsnorm, layernorm and softmax take ~250 s of step 1's 330 (thirteenth
+# session): there, run LLM_OPS=rmsnorm,layernorm,softmax first (~500 s in all), then LLM_OPS=fused_add_rmsnorm,
+# swiglu,rope,cast_fp8,residual_add GEMM=0 REG_OPS= LLM_DEADLINE=400 in a second call (~300 s), unpack both
+# calls' inputs.tgz (into A and B) and merge them with `benchmarks/latest.py --llm A/llm/h200_llm.json --llm
+# B/llm/h200_llm.json --gemm A/gemm/h200_bf16.json --registry A/registry.json` (each --llm may also be the
+# run's log, llm.txt).
 set -uo pipefail
 OUT=${OUT:-/tmp/h200-latest}
 mkdir -p "$OUT"
@@ -34,8 +36,10 @@ REG_OPS=${REG_OPS-cast,clip_grad_norm,gemm,o_proj}  # empty: no registry bench
 timeout "$(left ${LLM_DEADLINE:-330})" $PY benchmarks/h200_llm.py --out "$OUT/llm" --ops $LLM_OPS \
   --dtypes $LLM_DTYPES >"$OUT/llm.txt" 2>&1
 echo "== llm rc=$? after $(( $(date +%s) - t0 )) s"; smi
-timeout "$(left ${GEMM_DEADLINE:-420})" $PY benchmarks/h200_bf16.py --out "$OUT/gemm" >"$OUT/gemm.txt" 2>&1
-echo "== gemm rc=$? after $(( $(date +%s) - t0 )) s"; smi
+if [ "${GEMM:-1}" != 0 ]; then
+  timeout "$(left ${GEMM_DEADLINE:-420})" $PY benchmarks/h200_bf16.py --out "$OUT/gemm" >"$OUT/gemm.txt" 2>&1
+  echo "== gemm rc=$? after $(( $(date +%s) - t0 )) s"; smi
+fi
 if [ -n "$REG_OPS" ]; then
   timeout "$(left ${REG_DEADLINE:-520})" $PY -m kernels bench --ops "$REG_OPS" --compare cupy \
     --json --out "$OUT/registry.json" >"$OUT/registry.txt" 2>&1
@@ -46,7 +50,7 @@ args=()
 [ -s "$OUT/gemm/h200_bf16.json" ] && args+=(--gemm "$OUT/gemm/h200_bf16.json")
 [ -s "$OUT/registry.json" ] && args+=(--registry "$OUT/registry.json")
 timeout "$(left 590)" $PY benchmarks/latest.py ${args[@]+"${args[@]}"} --out "$OUT/latest.json" --plot "$OUT/roofline.png" \
-  --command "OUT=\$OUT bash benchmarks/h200_latest.sh (h200_llm.py --ops $LLM_OPS --dtypes $LLM_DTYPES; h200_bf16.py; kernels bench --ops ${REG_OPS:-(none)} --compare cupy)" \
+  --command "OUT=\$OUT bash benchmarks/h200_latest.sh (h200_llm.py --ops $LLM_OPS --dtypes $LLM_DTYPES; h200_bf16.py${GEMM:+ GEMM=$GEMM}; kernels bench --ops ${REG_OPS:-(none)} --compare cupy)" \
   >"$OUT/latest.txt" 2>&1
 echo "== merge rc=$? (inputs: ${args[*]}) after $(( $(date +%s) - t0 )) s"
 grep -hE "ERROR|Traceback|Error:" "$OUT/llm.txt" "$OUT/gemm.txt" "$OUT"/registry.txt 2>/dev/null | head -10
