@@ -445,8 +445,8 @@ def _two_pass_sigs(dt: np.dtype) -> dict[str, str]:
 # at Llama-3-8B / 64 (291 arrays, 251 MB of bf16) that cost ~400 us of 650 with no loads in flight; the
 # search took it to 260 us (2.50x), fp32 712 -> 514 us (1.39x), and left Llama-3-8B / 8 level (0.996x,
 # 0.998x), bit for bit (an H100: lab/clip_table_walk.py, at cd6bc2f -> benchmarks/h100/2026-12-06/twelfth/
-# clip-walk/). As shipped, the registry bench: 260.1 us bf16, 539.6 us fp32, 0.97 / 0.94 of copy
-# (benchmarks/h100/2026-12-06/thirteenth/clip/).
+# clip-walk/). As shipped, the registry bench in two runs: bf16 260.1 / 263.8 us, fp16 260.9 / 278.0 us, fp32
+# 539.6 / 513.8 us, 0.90-0.97 of copy (benchmarks/h100/2026-12-06/thirteenth/clip/ and latest/).
 # The table lives on the device and is reused while the same (address, elements) rows come back
 # (`table_for`).
 

@@ -26,7 +26,8 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
     shared memory: rows.chip_fits, sm_90): 1024 threads x 16 values in registers and
     the rest of the row in up to 225 KB of dynamic shared memory, packed two columns to a 32-bit word
     (rows.onchip_pairs), each thread's own slots, so the row is read once, and a block loads its next row
-    in the write pass (on an H100, bf16 at 261 x 128256: 0.80 of copy; make_onchip has the figures).
+    in the write pass (on an H100, bf16 at 261 x 128256: 0.80 of copy in the lab A/B, 0.85-0.86 in the
+    bench's tables; make_onchip has the figures).
   - `make_stream_vec` (path="vector" on rows past what registers hold: 32768 columns in fp16 / bf16, e.g.
     vocabularies of 128256; 4096 in fp32): the streaming kernel on 16-byte vectors, 1024 threads per row,
     L2 hints so that pass 2 re-reads the row from L2 (kernels.ops.rows.STREAM_ROWS). "auto" takes it in the

@@ -17,7 +17,7 @@ Five strategies, one contract (`PATHS`):
     Operands neither Hopper tile can take (K or N not a multiple of 8, unaligned pointers) run on the path
     auto would take without them (mma for fp16, portable for bf16): `fallback_path`.
   - "wgmma_tma" (gemm/wgmma_tma.py + wgmma_tma.cu, fp16 and bf16, cc 9.0 only): TMA loads, a producer
-    warpgroup and two wgmma consumers, a persistent grid: 0.94-0.95x cuBLAS at 4096^3 and 8192x2560x2560,
+    warpgroup and two wgmma consumers, a persistent grid: 0.93-0.95x cuBLAS at 4096^3 and 8192x2560x2560,
     1.00-1.01x cuBLAS's addmm for o_proj with its residual (an H100, 2026-12-06, since its epilogue reads R
     before storing: benchmarks/h100/2026-12-06/tenth/; 0.83x before). The wgmma tile's
     epilogues (bias, residual, fp32 or 16-bit output; linear's activation), the same `wgmma.Key`; where it
