@@ -119,9 +119,9 @@ def test_auto_takes_it_on_cc90_only() -> None:
         assert select_path(path="auto", dtype=dt, cc=(9, 0), simulated=False) == "wgmma_tma"
         for cc in ((8, 0), (10, 0)):
             assert select_path(path="auto", dtype=dt, cc=cc, simulated=False) != "wgmma_tma"
-        for cc, simulated in (((8, 0), False), ((10, 0), False), (None, True)):
+        for other, simulated in (((8, 0), False), ((10, 0), False), (None, True)):
             with pytest.raises(ValueError, match="wgmma_tma"):
-                select_path(path="wgmma_tma", dtype=dt, cc=cc, simulated=simulated)
+                select_path(path="wgmma_tma", dtype=dt, cc=other, simulated=simulated)
     with pytest.raises(ValueError, match="float16 or bfloat16"):
         select_path(path="wgmma_tma", dtype=np.dtype(np.float32), cc=(9, 0), simulated=False)
 
