@@ -22,9 +22,10 @@ one write of residual and out, no second pass. `vectors` = 1: two inputs in flig
 rmsnorm's 2 hold. ptxas sm_90 (offline, `--ptxas`): 61-64 registers and no spills at 1; at 2, 244-296 bytes
 of spills.
 
-The kernel is rmsnorm.make_onchip's text with the add in front (duplicates' D2: the write pass is the same
-lines). If it wins, the product should not carry two copies: make_onchip would take the row's loading as a
-parameter (a load-and-add for fused_add_rmsnorm, a plain load for rmsnorm), one kernel text for both ops.
+The kernel is rmsnorm.make_onchip's text with the add in front (duplicates' D1: the write pass is the same
+lines). Outcome (fourteenth session, an H100, benchmarks/h100/2026-12-06/fourteenth/probes/): 1.09-1.11x at
+the vocabulary widths, 1.00-1.02x at 40960-65536; shipped as one kernel text for both ops
+(kernels.ops.rmsnorm.make_onchip's `add`). This copy stays as the record of what was timed.
 
 Shapes: ONCHIP_ROWS (one block of 1024 threads per SM) at 261 x 128256 and 256 x 131072, ONCHIP_MID_ROWS
 (two blocks of 512) at 512 x 65536 and 1024 x 40960, where today's auto streams all four.

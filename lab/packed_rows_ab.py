@@ -203,7 +203,9 @@ def make_layernorm_held(width: int, threads: int, per: int, min_blocks: int, wor
     kernel (one block per row) reads the weight and the bias from L2 again for every row, two more streams the
     size of the row's own, each load ahead of the store that waits on it (thirteenth session: neither packed
     build gained, so layernorm's gap to rmsnorm is not its reductions). The same sums and rounding as
-    make_layernorm (two reductions a row)."""
+    make_layernorm (two reductions a row). Outcome (fourteenth session, an H100,
+    benchmarks/h100/2026-12-06/fourteenth/probes/): lost, 0.77x auto at 2048 x 16384 and 0.86-0.88x at 4096
+    x 8192, bf16 and fp16."""
     load_row, col_of, lo, hi = packed_row_io(width, threads, per, word)
     stats = layernorm_stats(width, threads, per, word)
     nsm, npair, nv, hw = 2 * row_slots(threads), per // 2, per // width, width // 2

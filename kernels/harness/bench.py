@@ -13,8 +13,9 @@ achieved / binding peak (memory ops: the measured copy bandwidth; compute ops: t
 fp16 tensor-core peak for a case that ran on tensor cores, path "mma").
 With `--compare cupy` the op's CuPy provider runs in the same process on the same buffers (wrapped with
 no copy), is timed the same way with its calls interleaved with ours (call i of ours, then call i of
-CuPy's, so clock drift and throttling hit both alike), its result is checked against the same reference, and
-`ratio = cupy median / our median` (> 1: ours is faster).
+CuPy's, so clock drift and throttling hit both alike; each timed call right after an untimed one of the same
+provider, so that it starts from L2 as its own op leaves it: `time_interleaved`), its result is checked
+against the same reference, and `ratio = cupy median / our median` (> 1: ours is faster).
 """
 
 from __future__ import annotations
@@ -110,15 +111,28 @@ def time_interleaved(providers: list[Provider], iters: int) -> list[list[float]]
     a restore's copies for in-place ops) outlasts the device's: the start event then fires at once and the
     call is charged for the host launching it. That happened to out-of-place calls interleaved with
     Liger-Kernel's: rmsnorm bf16 at 4096 x 8192 measured 66 us on an H100 where Nsight Compute gives its
-    kernel 43 us (benchmarks/PERF.md, "rmsnorm's constant 66 us")."""
+    kernel 43 us (benchmarks/PERF.md, "rmsnorm's constant 66 us").
+
+    With several providers, each timed call of a provider without a restore comes right after an untimed
+    call of its own (on the set before, in the rotation): it starts from L2 as its own op leaves it, the
+    steady state of a loop of that op (as the copy ceiling is measured), never as another library's call
+    left it. A call pays for the dirty lines still in L2 when it starts, and ops leave different amounts:
+    interleaved plainly (ours, torch, Liger), softmax bf16 at 1024-8192 columns measured 0.95-0.96x Liger,
+    and 1.02-1.07x in the reverse order (Liger, torch, ours) on the same buffers in the same process; each
+    provider's calls back to back, 0.98-0.99x; under Nsight Compute (L2 flushed before each launch) the
+    two kernels took the same time within 2 % (benchmarks/PERF.md, "the bench's call order"). A provider
+    with a restore starts every call after the restore and L2 flush, the same state for every provider."""
     spin = spin_kernel()
     events: list[list[Any]] = [[] for _ in providers]
+    lead = len(providers) > 1
     for i in range(WARMUP + iters):
         for j, (fn, sets, restore) in enumerate(providers):
             args = sets[i % len(sets)]
             if restore is not None:
                 restore(args)
                 flush_l2()
+            elif lead:
+                fn(sets[(i - 1) % len(sets)])
             spin[1, 1](SPIN_US)
             a, b = cuda.event(), cuda.event()
             a.record()

@@ -22,6 +22,12 @@ Kernels: rmsnorm's (kernels/ops/rmsnorm.py), one block of BLOCK threads per row,
   - 16-byte streaming (`make_stream_vec`: aligned rows past what the vector kernels hold in registers, 32768
     columns in fp16 / bf16, e.g. a vocabulary of 128256; "auto" takes it there on a GPU): rmsnorm's
     `make_stream_vec` with the add in front, one block of 1024 threads per row.
+  - on chip (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_MID_ROWS, 32776-65536 columns, and ONCHIP_ROWS,
+    128256-131584: the vocabularies; GPUs that give a block the shared memory, rows.chip_fits): rmsnorm's
+    on-chip kernel text with the add in front (kernels.ops.rmsnorm.make_onchip, `add`): x and residual read
+    once, the rounded sums stored to residual and kept in registers and shared memory, out written from
+    them, the next row loaded in the write pass; "auto" and "vector" take it there (on an H100 1.09-1.11x
+    the 16-byte streaming kernel at 128256-131072 columns, 1.00-1.02x at 40960-65536).
   - vector (16-byte aligned x, residual, weight, out; rows a multiple of 16 bytes): rmsnorm's vector kernel
     with the add in front. Each thread loads its x vectors (all in flight), then its residual vectors
     added on top (all in flight, before any store), rounds the sums in registers to the dtype
@@ -44,10 +50,11 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, uint32
 
-from kernels.ops.rmsnorm import reg_norm_store, stream_scale, stream_vec_scale
+from kernels.ops.rmsnorm import make_onchip, reg_norm_store, stream_scale, stream_vec_scale
 from kernels.ops.rows import (
     BF16_ELEM_TOL,
     BF16_TOL,
+    OnChipRows,
     RowConfig,
     RowIO,
     RowKernels,
@@ -281,6 +288,12 @@ def _row_kernel(config: RowConfig, width: int, *, word: bool) -> tuple[Any, int,
     raise ValueError(f"fused_add_rmsnorm: no row kernel for {config}")
 
 
+def _make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
+    """The on-chip rows (kernels.ops.rows.ONCHIP_ROWS, ONCHIP_MID_ROWS): rmsnorm's kernel text with the add in
+    front (kernels.ops.rmsnorm.make_onchip, `add`)."""
+    return make_onchip(config, width, word, add=True)
+
+
 _SIGS: dict[np.dtype, str] = {
     np.dtype(np.float32): "void(float32[:, ::1], float32[:, ::1], float32[::1], float32[:, ::1], float32)",
     np.dtype(np.float16): "void(float16[:, ::1], float16[:, ::1], float16[::1], float16[:, ::1], float32)",
@@ -295,6 +308,7 @@ _K = RowKernels(
     make_vec=_make_vec,
     row_kernel=_row_kernel,
     stream_vec=make_stream_vec,
+    onchip=_make_onchip,
 )
 _FAST = FastCache()  # validated launches by operand layout (kernels.runtime.launch.FastCache)
 # aliasing, over the operands (x, residual, weight, out): kernels.runtime.arrays.Overlap

@@ -38,6 +38,7 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -70,7 +71,7 @@ from kernels.primitives.reductions import (
     make_block_sum,
     row_slots,
 )
-from kernels.primitives.vector import ldg_into, make_row_io, stg_from, vector_ok
+from kernels.primitives.vector import ldg_into, make_row_io, round_like, stg_from, vector_ok
 from kernels.registry import SPECIALS, Case, OpSpec, Problem, poison, register
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, FLOAT_IO_BF16, HostSync
@@ -353,7 +354,7 @@ def stream_vec_scale(config: StreamRows, width: int):  # type: ignore[no-untyped
     return scale_row
 
 
-def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
+def make_onchip(config: OnChipRows, width: int, word: bool, add: bool = False):  # type: ignore[no-untyped-def]
     """Rows past what registers hold, read once (kernels.ops.rows.OnChipRows; fp16 / bf16 `word`s): the
     block's first row loads its first threads x per columns into registers and streams the rest into the
     thread's own shared-memory slots (`config.vectors` 16-byte loads in flight), two columns to a uint32
@@ -367,24 +368,76 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
     twice. Measured against the two-pass form on an H100 (2026-12-06, lab/onchip_prefetch.py's "early" ->
     benchmarks/h100/2026-12-06/mid-shipped/prefetch.txt, fp16 and bf16): 1.047-1.065x at 261 x 128256
     (0.80-0.82 of copy against 0.77), 1.02x at 1024 x 128256 and 1024 x 40960, 1.06x at 512 x 65536 (0.84
-    against 0.79). ptxas sm_90: 64 registers, no spills (the two-pass form: 48 / 54)."""
-    threads, per, nvec = config.threads, config.per, config.vectors
+    against 0.79). ptxas sm_90: 64 registers, no spills (the two-pass form: 48 / 54).
+
+    `add`: fused_add_rmsnorm's kernel, k(x, r, w, out, eps), from the same text: each vector of x arrives
+    with its residual vector (both loads in flight: half `config.vectors` of each, the same bytes), their
+    sum in fp32 is rounded to the dtype (round_like: what storing and reloading gives), stored to r, and
+    kept on chip as the row; the norm is the rounded sum's. One read of x and r, one write of r and out,
+    where the op's streaming kernel reads r back in a second pass. Measured against that streaming kernel
+    (the one "auto" took) on an H100 (2026-12-06, lab/fused_onchip_ab.py ->
+    benchmarks/h100/2026-12-06/fourteenth/probes/): 1.09-1.11x at 261 x 128256 and 256 x 131072 (0.89-0.90
+    of copy against 0.81), 1.02x at 512 x 65536, 1.00-1.01x at 1024 x 40960. ptxas sm_90: 61-64 registers,
+    no spills (two vectors of each input in flight: 244-296 bytes of spills)."""
+    threads, per = config.threads, config.per
+    nvec = max(1, config.vectors // 2) if add else config.vectors
     load_row, col_of = make_row_io(width, threads, per)
     bsum, slots = make_block_sum(threads), row_slots(threads)
     nsm = 2 * slots  # two halves: consecutive rows alternate (reductions)
     head = threads * per  # columns held in registers
     nv = per // width
     nvals = nvec * width  # a name, not an expression: numba folds names into local array sizes
-    load_step, keep_step, take = onchip_part(config, width, word)
+    load_step, keep_step, take = onchip_part(replace(config, vectors=nvec), width, word)
 
-    @cuda.jit(**vec_jit(threads, config.min_blocks, False))
-    def k(x, w, out, eps):  # type: ignore[no-untyped-def]
-        sm = cuda.shared.array(nsm, float32)
-        part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
-        v = cuda.local.array(per, float32)
-        t = cuda.local.array(nvals, float32)  # the next row's vectors, in flight
-        tw = cuda.local.array(width, float32)
-        to = cuda.local.array(width, float32)  # this row's vector on its way out
+    @cuda.jit(device=True, inline="always")
+    def head_load(v, u, xr, rr, n):  # type: ignore[no-untyped-def]
+        """Issue the loads of the row's register part into v (with `add`, the residual's into u)."""
+        load_row(v, xr, n, float32(0.0))
+        if add:
+            load_row(u, rr, n, float32(0.0))
+
+    @cuda.jit(device=True, inline="always")
+    def head_add(v, u, rr):  # type: ignore[no-untyped-def]
+        """With `add`: v <- round(x + r) over the register part, stored to rr (u is free after it)."""
+        if add:
+            for q in range(nv):  # the register part is always whole (OnChipRows.takes)
+                for e in range(width):
+                    v[q * width + e] = round_like(rr, v[q * width + e] + u[q * width + e])
+                stg_from(rr, col_of(q), v, q * width)
+
+    @cuda.jit(device=True, inline="always")
+    def head_sum(v, acc):  # type: ignore[no-untyped-def]
+        """acc plus the register part's squares, one by one."""
+        for e in range(per):
+            acc += v[e] * v[e]
+        return acc
+
+    @cuda.jit(device=True, inline="always")
+    def part_load(t, tu, xr, rr, j, nt):  # type: ignore[no-untyped-def]
+        """Issue the loads of this thread's shared-part vectors j + k * threads, k < nvec (with `add`, the
+        residual's too); a vector past nt reads as zeros."""
+        load_step(t, xr, j, nt, float32(0.0))
+        if add:
+            load_step(tu, rr, j, nt, float32(0.0))
+
+    @cuda.jit(device=True, inline="always")
+    def part_keep(t, tu, rr, part, j, nt, acc):  # type: ignore[no-untyped-def]
+        """Those vectors (with `add`: round(x + r), stored to rr) into the thread's slots; acc plus their
+        squares, one by one, so the sum's order is the row's at any vector count (a vector past nt adds 0
+        and is neither stored nor kept)."""
+        if add:
+            for k in range(nvec):
+                for e in range(width):
+                    t[k * width + e] = round_like(rr, t[k * width + e] + tu[k * width + e])
+                if j + k * threads < nt:
+                    stg_from(rr, head + (j + k * threads) * width, t, k * width)
+        for e in range(nvals):
+            acc += t[e] * t[e]
+        keep_step(t, part, j, nt)
+        return acc
+
+    @cuda.jit(device=True, inline="always")
+    def rows_on_chip(x, r, w, out, eps, sm, part, v, u, t, tu, tw, to):  # type: ignore[no-untyped-def]
         tid = cuda.threadIdx.x
         rows = x.shape[0]
         n = x.shape[1]
@@ -393,25 +446,23 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
         if row >= rows:
             return
         # the block's first row: its load pass alone
-        xr = x[row]
-        load_row(v, xr, n, float32(0.0))
+        xr, rr = x[row], r[row]
+        head_load(v, u, xr, rr, n)
+        head_add(v, u, rr)  # (with `add`: before the shared part, so u is not held through it)
         acc = float32(0.0)
         j = tid
         while j < nt:
-            load_step(t, xr, j, nt, float32(0.0))  # a missing vector's zeros add nothing
-            for e in range(nvals):
-                acc += t[e] * t[e]
-            keep_step(t, part, j, nt)
+            part_load(t, tu, xr, rr, j, nt)
+            acc = part_keep(t, tu, rr, part, j, nt, acc)
             j += nvec * threads
-        for e in range(per):
-            acc += v[e] * v[e]
+        acc = head_sum(v, acc)  # the shared part's squares, then the register part's, as in every row
         base = 0
         while row < rows:
             inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
             base = slots - base
             nxt = row + cuda.gridDim.x
             more = nxt < rows
-            xn = x[nxt if more else row]
+            xn, rn = x[nxt if more else row], r[nxt if more else row]
             orow = out[row]
             for q in range(nv):
                 col = col_of(q)
@@ -423,9 +474,9 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
             j = tid
             while j < nt:  # this thread's own slots: no other thread reads or writes them
                 if more:
-                    load_step(t, xn, j, nt, float32(0.0))  # in flight while this row's vectors go out
-                for u in range(nvec):
-                    i = j + u * threads
+                    part_load(t, tu, xn, rn, j, nt)  # in flight while this row's vectors go out
+                for k in range(nvec):
+                    i = j + k * threads
                     if i < nt:
                         col = head + i * width
                         ldg_into(tw, 0, w, col)
@@ -434,15 +485,39 @@ def make_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-
                             to[e] = to[e] * inv * tw[e]
                         stg_from(orow, col, to, 0)
                 if more:
-                    for e in range(nvals):
-                        acc += t[e] * t[e]
-                    keep_step(t, part, j, nt)
+                    acc = part_keep(t, tu, rn, part, j, nt, acc)
                 j += nvec * threads
             if more:
-                load_row(v, xn, n, float32(0.0))
-                for e in range(per):
-                    acc += v[e] * v[e]
+                head_load(v, u, xn, rn, n)
+                head_add(v, u, rn)
+                acc = head_sum(v, acc)
             row = nxt
+
+    if add:
+
+        @cuda.jit(**vec_jit(threads, config.min_blocks, False))
+        def fused(x, r, w, out, eps):  # type: ignore[no-untyped-def]
+            sm = cuda.shared.array(nsm, float32)
+            part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
+            v = cuda.local.array(per, float32)
+            u = cuda.local.array(per, float32)  # the register part's residual, on its way in
+            t = cuda.local.array(nvals, float32)  # the next row's vectors, in flight
+            tu = cuda.local.array(nvals, float32)  # and its residual's
+            tw = cuda.local.array(width, float32)
+            to = cuda.local.array(width, float32)  # this row's vector on its way out
+            rows_on_chip(x, r, w, out, eps, sm, part, v, u, t, tu, tw, to)
+
+        return fused
+
+    @cuda.jit(**vec_jit(threads, config.min_blocks, False))
+    def k(x, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)
+        part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
+        v = cuda.local.array(per, float32)
+        t = cuda.local.array(nvals, float32)  # the next row's vectors, in flight
+        tw = cuda.local.array(width, float32)
+        to = cuda.local.array(width, float32)  # this row's vector on its way out
+        rows_on_chip(x, x, w, out, eps, sm, part, v, v, t, t, tw, to)  # r, u, tu: unused without `add`
 
     return k
 

@@ -3,6 +3,8 @@ in-place residual, out over x, aliasing and validation errors."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -73,11 +75,12 @@ def test_vector_path_is_the_rounded_sum_then_rmsnorm_of_it(dt):  # type: ignore[
         _check_rounded_sum_then_rmsnorm(dt, n)
 
 
-def _check_rounded_sum_then_rmsnorm(dt, n: int):  # type: ignore[no-untyped-def]
-    """fused_add_rmsnorm on path="vector" at 3 rows of `n`, row 1 holding a NaN, an inf and a -inf: residual
-    is round(x + residual), and out is rmsnorm's path="vector" on that rounded residual, both compared as
-    values (a GPU's NaN is the canonical one, numpy's keeps x's payload). Returns (x, r, w, out)."""
-    x, r, w = _inputs(3, n, dt, seed=n)
+def _check_rounded_sum_then_rmsnorm(dt, n: int, rows: int = 3):  # type: ignore[no-untyped-def]
+    """fused_add_rmsnorm on path="vector" at `rows` rows of `n`, row 1 holding a NaN, an inf and a -inf:
+    residual is round(x + residual), and out is rmsnorm's path="vector" on that rounded residual, both
+    compared as values (a GPU's NaN is the canonical one, numpy's keeps x's payload). Returns (x, r, w,
+    out)."""
+    x, r, w = _inputs(rows, n, dt, seed=n)
     x[1] = poison(x[1:2], 1)[0]
     want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(dt)
     res = r.copy()
@@ -85,8 +88,65 @@ def _check_rounded_sum_then_rmsnorm(dt, n: int):  # type: ignore[no-untyped-def]
     np.testing.assert_array_equal(res.astype(np.float32), want_r.astype(np.float32), err_msg=f"n={n}")
     want = rmsnorm.rmsnorm(want_r, w, eps=1e-6, path="vector")
     np.testing.assert_array_equal(out.astype(np.float32), want.astype(np.float32), err_msg=f"n={n}")
-    assert np.isnan(out[1].astype(np.float32)).all() and np.isfinite(out[[0, 2]].astype(np.float32)).all()
+    assert np.isnan(out[1].astype(np.float32)).all()
+    assert np.isfinite(np.delete(out, 1, axis=0).astype(np.float32)).all()
     return x, r, w, out
+
+
+def _onchip_widths(config, dt) -> list[int]:  # type: ignore[no-untyped-def]
+    """Widths the on-chip kernel of `config` (as it runs here) holds that leave every tail of its shared part
+    (one vector of each input a step: half the config's vectors): the first past what registers hold, one
+    and two steps less one vector, exactly, and plus one vector; its longest; on a GPU Llama-3's vocabulary
+    and the round widths past 32768."""
+    from kernels.ops.rows import for_machine, vector_cols
+    from kernels.primitives.vector import WIDTH
+
+    c = for_machine(config)
+    w, head = WIDTH[np.dtype(dt)], c.threads * c.per
+    step = c.threads * max(1, c.vectors // 2) * w
+    k0 = max(1, (vector_cols(np.dtype(dt)) - head) // step + 1)
+    widths = {vector_cols(np.dtype(dt)) + w, c.cols - c.cols % w}
+    widths |= {head + k * step + d for k in (k0, k0 + 1) for d in (-w, 0, w)}
+    if not SIMULATED:
+        widths |= {40960, 65536, 128256, 131072}
+    held = replace(c, from_cols=0)
+    return sorted(n for n in widths if n > vector_cols(np.dtype(dt)) and held.takes(n))
+
+
+@needs_device
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's numpy on NaN / inf (its threads)
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", ["vocabulary", "mid"])
+def test_onchip_rows_are_the_rounded_sum_then_rmsnorm_on_chip(dt, shape, monkeypatch):  # type: ignore[no-untyped-def]
+    """Rows past what registers hold, kept on chip (rmsnorm's on-chip kernel text with the add in front:
+    kernels.ops.rmsnorm.make_onchip's `add`), at widths that leave every tail of the shared part and over
+    more rows than blocks (each block loads its next row, x and residual, in the write pass; some blocks
+    twice): residual is round(x + residual) bit for bit, and out is rmsnorm's on-chip kernel of the same
+    shape on that rounded residual, bit for bit (the same sums in the same order). Row 1 holds a NaN, an inf
+    and a -inf; rows past it are finite."""
+    from kernels.ops.rows import ONCHIP_MID_ROWS, ONCHIP_ROWS, WithShared, chip_fits
+    from kernels.runtime.launch import FastCache, sm_count
+
+    config = ONCHIP_ROWS if shape == "vocabulary" else ONCHIP_MID_ROWS
+    if not chip_fits(config):
+        pytest.skip("this GPU cannot give a block the on-chip rows' shared memory (they stream here)")
+    attr, other = ("chip", "mid") if shape == "vocabulary" else ("mid", "chip")
+    for mod in (op, rmsnorm):  # both ops on this shape alone, from its first width past the registers
+        monkeypatch.setattr(mod._K, f"{attr}_shape", replace(getattr(mod._K, f"{attr}_shape"), from_cols=0))
+        monkeypatch.setattr(mod._K, f"{other}_k", {})
+        monkeypatch.setattr(mod, "_FAST", FastCache())
+    held, d = op._K.mid_shape if attr == "mid" else op._K.chip_shape, np.dtype(dt)
+    rows = 2 * sm_count() + 1
+    for n in _onchip_widths(config, dt):
+        k, threads, grid = op._K.pick("vector", d, True, n, rows)
+        assert isinstance(k, WithShared) and k.kernel is getattr(op._K, f"{attr}_k")[d], n
+        assert (threads, grid) == (held.threads, min(rows, held.min_blocks * sm_count()))
+        theirs = rmsnorm._K.pick("vector", d, True, n, rows)[0]
+        assert isinstance(theirs, WithShared) and theirs.kernel is getattr(rmsnorm._K, f"{attr}_k")[d], n
+        x, r, w, out = _check_rounded_sum_then_rmsnorm(dt, n, rows)
+        _, ref = op.reference(x[2:], r[2:], w, 1e-6)
+        err = np.linalg.norm(out[2:].astype(np.float64) - ref) / np.linalg.norm(ref)
+        assert err < op.SPEC.tolerance[d.name], (n, err)
 
 
 def _built(dt, vectors: int) -> int:  # type: ignore[no-untyped-def]
@@ -116,11 +176,14 @@ def test_stream_vector_path_is_the_rounded_sum_then_rmsnorm_of_it(dt, monkeypatc
     on that rounded residual, bit for bit (the same sums in the same order), at widths that leave every tail.
     Row 1 holds a NaN, an inf and a -inf."""
     from kernels.ops.rows import STREAM_ROWS, for_machine
+    from kernels.runtime.launch import FastCache
 
     cfg = for_machine(STREAM_ROWS)
-    # rmsnorm's streaming kernel as the reference, not its on-chip one (another order of sums)
-    monkeypatch.setattr(rmsnorm._K, "chip_k", {})
-    monkeypatch.setattr(rmsnorm._K, "mid_k", {})
+    # the streaming kernels of both ops, not their on-chip ones (another order of sums)
+    for mod in (op, rmsnorm):
+        monkeypatch.setattr(mod._K, "chip_k", {})
+        monkeypatch.setattr(mod._K, "mid_k", {})
+        monkeypatch.setattr(mod, "_FAST", FastCache())
     widths = _stream_widths(dt, _built(dt, cfg.vectors), cfg.threads)
     if np.dtype(dt).itemsize == 2 and not SIMULATED:
         widths.append(128256)  # Llama-3's vocabulary
@@ -168,6 +231,8 @@ def test_vector_path_refuses_rows_it_cannot_hold_without_a_streaming_kernel(monk
     from kernels.ops.rows import vector_cols
 
     monkeypatch.delitem(op._K.svec_k, np.dtype(np.float16))
+    monkeypatch.setattr(op._K, "chip_k", {})  # and no on-chip kernel for the row either
+    monkeypatch.setattr(op._K, "mid_k", {})
     n = vector_cols(np.dtype(np.float16)) + 8
     x, r, w = _inputs(1, n, np.float16)
     with pytest.raises(ValueError, match=f"path: 'vector' holds rows of up to {n - 8} columns in float16"):
@@ -186,17 +251,33 @@ def test_device_arrays_out_over_x_and_nd():  # type: ignore[no-untyped-def]
 
 
 @needs_device
-def test_stream_vector_path_writes_out_over_x():  # type: ignore[no-untyped-def]
-    """vLLM's layout (out is x) on the 16-byte streaming kernel: each row's x is read in pass 1, before that
-    row of out is written in pass 2, over more rows than blocks."""
-    from kernels.ops.rows import vector_cols
+@pytest.mark.parametrize("kernel", ["stream-vector", "on-chip"])
+def test_rows_past_the_registers_write_out_over_x(kernel, monkeypatch):  # type: ignore[no-untyped-def]
+    """vLLM's layout (out is x) past what registers hold, over more rows than blocks: on the 16-byte
+    streaming kernel each row's x is read in pass 1, before that row of out is written in pass 2; on chip a
+    block loads its next row's x while it writes this row's out (another row, never one it has not read)."""
+    from kernels.ops.rows import WithShared, chip_fits, vector_cols
+    from kernels.runtime.launch import FastCache
 
-    n = vector_cols(np.dtype(np.float16)) + 2 * 8 * 32  # past the registers: the streaming kernel
-    x, r, w = _inputs(7, n, np.float16, seed=3)
+    n = vector_cols(np.dtype(np.float16)) + 2 * 8 * 32  # past the registers
+    if kernel == "stream-vector":
+        monkeypatch.setattr(op._K, "chip_k", {})
+        monkeypatch.setattr(op._K, "mid_k", {})
+    else:
+        if not chip_fits(op._K.mid_shape):
+            pytest.skip("this GPU cannot give a block the on-chip rows' shared memory (they stream here)")
+        monkeypatch.setattr(op._K, "mid_shape", replace(op._K.mid_shape, from_cols=0))
+        n = max(n, 40960 if not SIMULATED else n)
+    monkeypatch.setattr(op, "_FAST", FastCache())
+    x, r, w = _inputs(7 if SIMULATED else 300, n, np.float16, seed=3)
     want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(np.float16)
     want_out = op.fused_add_rmsnorm(x, r.copy(), w, eps=1e-5, path="vector")
     dx, dr, dw = cuda.to_device(x), cuda.to_device(r), cuda.to_device(w)
-    assert op._K.pick("vector", np.dtype(np.float16), True, n, 7)[0] is op._K.svec_k[np.dtype(np.float16)]
+    k = op._K.pick("vector", np.dtype(np.float16), True, n, x.shape[0])[0]
+    if kernel == "stream-vector":
+        assert k is op._K.svec_k[np.dtype(np.float16)]
+    else:
+        assert isinstance(k, WithShared) and k.kernel is op._K.mid_k[np.dtype(np.float16)]
     assert op.fused_add_rmsnorm(dx, dr, dw, dx, eps=1e-5, path="vector") is dx
     np.testing.assert_array_equal(dr.copy_to_host(), want_r)
     np.testing.assert_array_equal(dx.copy_to_host(), want_out)
