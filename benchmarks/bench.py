@@ -3,7 +3,8 @@ timing code), one row per case appended to benchmarks/results.jsonl (date, commi
 path, median, SOL, ratio vs CuPy), optionally the full report as a new latest.json, and a comparison with a
 previous report: every case more than --max-slower slower than it there is flagged (exit 1).
 
-    python benchmarks/bench.py --compare cupy --baseline benchmarks/h200/latest.json [--ops gemm,softmax]
+    python benchmarks/bench.py --compare cupy --baseline benchmarks/h200/bench-2026-11-30.json \
+        [--ops gemm,softmax]
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def main() -> int:
     p.add_argument("--ops", help="comma-separated op names (default: all)")
     p.add_argument("--compare", choices=("cupy",))
     p.add_argument("--iters", type=int, default=bench.ITERS)
-    p.add_argument("--baseline", type=Path, help="a previous report (e.g. benchmarks/h200/latest.json)")
+    p.add_argument(
+        "--baseline", type=Path, help="a previous report (e.g. benchmarks/h200/bench-2026-11-30.json)"
+    )
     p.add_argument(
         "--max-slower", type=float, default=0.02, help="flag cases slower than this (default 0.02)"
     )

@@ -8,8 +8,8 @@
 #     16 cores); H200_CHECK_VERIFY=0 skips verify (after a real-node run verified every op on this GPU);
 #   call 2 (speed):        H200_CHECK_TESTS=0 H200_CHECK_VERIFY=0 H200_CHECK_BENCH=1 OUT=... bash benchmarks/h200_check.sh
 #     benchmarks/h200_llm.sh (the LLM ops beside torch eager and Liger-Kernel; H200_CHECK_LLM=0 skips it), then
-#     the bench with --compare cupy, every figure compared with benchmarks/h200/latest.json (> 2 % slower is
-#     flagged). The benches run alone on the GPU.
+#     the bench with --compare cupy, every figure compared with benchmarks/h200/bench-2026-11-30.json (the
+#     last registry bench report of the H200; > 2 % slower is flagged). The benches run alone on the GPU.
 # The image's python (torch, numba, numba-cuda, CuPy in its venv) with the carried numpy 2.4 ahead on
 # PYTHONPATH (numpy 2.5 breaks numba-cuda; a venv made from the image's venv would see the system
 # site-packages, not the image's). Wheels: .whl/numpy-2.4.*-cp312-*manylinux*x86_64.whl, and
@@ -57,8 +57,8 @@ if [ "${H200_CHECK_BENCH:-0}" = 1 ]; then
     echo "== benchmarks/h200_llm.sh: ours vs torch eager vs Liger-Kernel"
     VERIFY=0 BENCH_DEADLINE=420 PY=$PY OUT="$OUT" bash benchmarks/h200_llm.sh > "$OUT/llm.txt" 2>&1; l=$?
   fi
-  echo "== bench --compare cupy vs benchmarks/h200/latest.json"
-  timeout 240 $PY benchmarks/bench.py --compare cupy --baseline benchmarks/h200/latest.json \
+  echo "== bench --compare cupy vs benchmarks/h200/bench-2026-11-30.json"
+  timeout 240 $PY benchmarks/bench.py --compare cupy --baseline benchmarks/h200/bench-2026-11-30.json \
     --out "$OUT/latest.json" --results "$OUT/results.jsonl" > "$OUT/bench-compare.txt" 2>"$OUT/bench-stderr.txt"; b=$?
   nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.csv" 2>&1
 fi

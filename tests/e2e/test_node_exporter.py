@@ -54,7 +54,7 @@ def node_root(tmp_path: Path) -> Path:
     m = metrics.NodeMetrics(
         release=metrics.ReleaseInfo(version="1.4.0", sha256="cd" * 32, stack_id="s-3f2a9c"),
         verify=json.loads((REPO / "tests/data/h200/verify-2026-11-30.json").read_text()),
-        bench=json.loads((REPO / "benchmarks/h200/latest.json").read_text()),
+        bench=json.loads((REPO / "benchmarks/h200/bench-2026-11-30.json").read_text()),
         checks=gh.check_facts(facts=facts, expect=gh.GpuExpectations(count=1, model="H200")),
         last_rollout_s=time.time(),
     )

@@ -1,5 +1,6 @@
-"""Performance gates on real figures: the committed H200 bench report (benchmarks/h200/latest.json) as the
-previous release, and copies of it where one figure is made slower, as the new one."""
+"""Performance gates on real figures: the committed H200 bench report (benchmarks/h200/bench-2026-11-30.json,
+the format a node's `kernels bench` writes) as the previous release, and copies of it where one figure is made
+slower, as the new one."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from fleet import gates
 from fleet.gates import Verdict
 
 REPO = Path(__file__).resolve().parents[2]
-REPORT: dict[str, Any] = json.loads((REPO / "benchmarks/h200/latest.json").read_text())
+REPORT: dict[str, Any] = json.loads((REPO / "benchmarks/h200/bench-2026-11-30.json").read_text())
 OPS = sorted({r["op"] for r in REPORT["results"]})
 
 
@@ -30,7 +31,7 @@ def slowed(report: dict[str, Any], op: str, dtype: str, factor: float) -> dict[s
 
 
 def with_clock(report: dict[str, Any], mhz: float) -> dict[str, Any]:
-    """latest.json records no SM clock per case; the throttle tests add one to every row."""
+    """The 2026-11-30 report records no SM clock per case; the throttle tests add one to every row."""
     out = copy.deepcopy(report)
     for r in out["results"]:
         r["sm_clock_mhz"] = mhz
@@ -134,7 +135,7 @@ def test_throttled_node_is_reported_as_throttled_not_regressed():
 
 def test_min_sol_per_op_and_per_dtype():
     figs = gates.figures_from_bench(REPORT)
-    # gemm: fp32 0.70, fp16 (tensor cores) 0.39-0.40 in latest.json
+    # gemm: fp32 0.70, fp16 (tensor cores) 0.39-0.40 in the 2026-11-30 report
     res = gates.evaluate(new=figs, previous=None, min_sol={"gemm": 0.5}, max_regression=None, simulated=False)
     got = verdicts(res, "min_sol")
     assert {k for k, v in got.items() if v is Verdict.FAILED} == {

@@ -1,6 +1,6 @@
 """Gates in a rollout, on real figures: a host's node-module result carrying the committed H200 bench report
-(benchmarks/h200/latest.json) as `bench_previous` and a copy with one op made slower as `bench`; verdicts
-stored in and read back from a real SQLite ledger."""
+(benchmarks/h200/bench-2026-11-30.json, the format a node's `kernels bench` writes) as `bench_previous` and a
+copy with one op made slower as `bench`; verdicts stored in and read back from a real SQLite ledger."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from fleet.policy import Gates
 from fleet.spec import FleetSpec
 
 REPO = Path(__file__).resolve().parents[2]
-REPORT: dict[str, Any] = json.loads((REPO / "benchmarks/h200/latest.json").read_text())
+REPORT: dict[str, Any] = json.loads((REPO / "benchmarks/h200/bench-2026-11-30.json").read_text())
 
 
 def slowed(op: str, dtype: str, factor: float) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from fleet.ledger import HostRecord, Ledger, OpStatus
 from fleet.policy import Gates
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH: dict[str, Any] = json.loads((REPO / "benchmarks/h200/latest.json").read_text())
+BENCH: dict[str, Any] = json.loads((REPO / "benchmarks/h200/bench-2026-11-30.json").read_text())
 HOSTS = ("gpu-a1", "gpu-a2", "gpu-b1")
 CHROMIUM = shutil.which("chromium")
 

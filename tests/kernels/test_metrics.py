@@ -16,7 +16,7 @@ from kernels.harness import gpu_health as gh
 from kernels.harness import metrics
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = json.loads((REPO / "benchmarks/h200/latest.json").read_text())
+BENCH = json.loads((REPO / "benchmarks/h200/bench-2026-11-30.json").read_text())
 VERIFY = json.loads((REPO / "tests/data/h200/verify-2026-11-30.json").read_text())
 FACTS = gh.facts_from_nvml_dump(json.loads((REPO / "tests/data/gpu/h200-healthy/nvml.json").read_text()))
 CHECKS = gh.check_facts(facts=FACTS, expect=gh.GpuExpectations(count=1, model="H200", cc="9.0"))
@@ -57,7 +57,7 @@ def test_file_carries_every_part(tmp_path):
         lv = {"op": r["op"], "dtype": r["dtype"], "case": r["case"]}
         assert value(ss, "solfleet_sol_ratio", **lv) == pytest.approx(r["sol"])
         assert value(ss, "solfleet_bench_median_seconds", **lv) == pytest.approx(r["median_us"] * 1e-6)
-    assert "solfleet_bench_sm_clock_hertz" not in ss  # latest.json records no clock per case
+    assert "solfleet_bench_sm_clock_hertz" not in ss  # the 2026-11-30 report records no clock per case
     for c in CHECKS:
         for st in metrics.STATUSES:
             assert value(ss, "solfleet_health_check", check=c.name, status=st) == int(st == c.status.value)
