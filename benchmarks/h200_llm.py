@@ -7,7 +7,7 @@ the registry's bench shapes plus a bf16 width sweep of the row ops (1024 to 1310
 
 Method (kernels.harness.bench.time_interleaved): the providers' calls interleaved call by call, each timed
 call right after an untimed one of its own provider (so it starts from L2 as its own op leaves it, not as
-another library's call did: in plain interleaving the order alone moved softmax's "x Liger" by 5-10 %), CUDA
+another library's call did: in plain interleaving the order alone moved softmax's "x Liger" by 3-12 %), CUDA
 events per call, inputs rotated over SETS device copies so that no call finds its inputs in L2, the median of
 ITERS calls. SOL is GB/s over the measured device-to-device copy bandwidth (`device.peaks()["mem_gbs"]`), so
 it is the op's "fraction of copy"; every provider's GB/s counts the same bytes (the op's byte model), so the
