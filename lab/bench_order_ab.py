@@ -8,9 +8,9 @@ gives softmax 0.95-0.97x Liger there. ncu flushes L2 before each launch; the ben
 starts with L2 as the previous provider's call left it, its dirty lines still to be written back. This times
 the same kernels on the same buffers in several orders:
 
-  bench      ours, torch, Liger, call by call (h200_llm.py's order and its harness, time_interleaved)
+  bench      ours, torch, Liger, call by call (h200_llm.py's order; the harness's loop as it was then)
   reversed   Liger, torch, ours
-  alone      each provider's calls back to back (its own leftovers only)
+  alone      each provider's calls back to back (its own leftovers only; time_interleaved, one provider)
   clean      every call after a read-only pass over twice L2's size (dirty lines written back, L2 holding
              none of the operands), then the pause: each call starts from the same L2 state
 
@@ -62,6 +62,25 @@ def make_clean() -> Any:
         _read_all[1024, 256](buf, sink)
 
     return clean
+
+
+def plain_interleaved(providers: list[tuple[Any, list[dict[str, Any]]]], iters: int) -> list[list[float]]:
+    """The harness's loop as it was when this probe first ran (4170a13): the providers' calls interleaved
+    call by call, a device-side pause before each, no untimed call of the provider's own in between (the
+    harness has taken one since, from this probe's result)."""
+    spin = spin_kernel()
+    events: list[list[Any]] = [[] for _ in providers]
+    for i in range(3 + iters):
+        for j, (fn, sets) in enumerate(providers):
+            spin[1, 1](PAUSE_US)
+            a, b = cuda.event(), cuda.event()
+            a.record()
+            fn(sets[i % len(sets)])
+            b.record()
+            if i >= 3:
+                events[j].append((a, b))
+    cuda.synchronize()
+    return [[cuda.event_elapsed_time(a, b) * 1e3 for a, b in ev] for ev in events]
 
 
 def rel_err(got: np.ndarray, want: np.ndarray) -> float:
@@ -146,7 +165,7 @@ def main() -> int:
                             if i >= 3:
                                 times[k].append(cuda.event_elapsed_time(a, b) * 1e3)
                 else:
-                    got = time_interleaved([(provs[k][0], provs[k][1], None) for k in names], ITERS)
+                    got = plain_interleaved([(provs[k][0], provs[k][1]) for k in names], ITERS)
                     times = dict(zip(names, got, strict=True))
                 med[regime] = {k: float(np.median(v)) for k, v in times.items()}
             cuda.synchronize()

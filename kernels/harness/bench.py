@@ -13,9 +13,10 @@ achieved / binding peak (memory ops: the measured copy bandwidth; compute ops: t
 fp16 tensor-core peak for a case that ran on tensor cores, path "mma").
 With `--compare cupy` the op's CuPy provider runs in the same process on the same buffers (wrapped with
 no copy), is timed the same way with its calls interleaved with ours (call i of ours, then call i of
-CuPy's, so clock drift and throttling hit both alike; each timed call right after an untimed one of the same
-provider, so that it starts from L2 as its own op leaves it: `time_interleaved`), its result is checked
-against the same reference, and `ratio = cupy median / our median` (> 1: ours is faster).
+CuPy's, so clock drift and throttling hit both alike; each timed call of an op without a restore right after
+an untimed one of the same provider, so that it starts from L2 as its own op leaves it: `time_interleaved`),
+its result is checked against the same reference, and `ratio = cupy median / our median` (> 1: ours is
+faster).
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ def time_interleaved(providers: list[Provider], iters: int) -> list[list[float]]
     kernel 43 us (benchmarks/PERF.md, "rmsnorm's constant 66 us").
 
     With several providers, each timed call of a provider without a restore comes right after an untimed
-    call of its own (on the set before, in the rotation): it starts from L2 as its own op leaves it, the
+    call of its own (on the set before, in the rotation; none with a single set, whose inputs it would leave
+    in L2): it starts from L2 as its own op leaves it, the
     steady state of a loop of that op (as the copy ceiling is measured), never as another library's call
     left it. A call pays for the dirty lines still in L2 when it starts, and ops leave different amounts:
     interleaved plainly (ours, torch, Liger), softmax bf16 at 1024-8192 columns measured 0.95-0.96x Liger,
@@ -131,7 +133,7 @@ def time_interleaved(providers: list[Provider], iters: int) -> list[list[float]]
             if restore is not None:
                 restore(args)
                 flush_l2()
-            elif lead:
+            elif lead and len(sets) > 1:  # (one set: the lead call would leave the inputs in L2)
                 fn(sets[(i - 1) % len(sets)])
             spin[1, 1](SPIN_US)
             a, b = cuda.event(), cuda.event()

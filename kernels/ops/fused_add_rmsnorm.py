@@ -334,7 +334,8 @@ def fused_add_rmsnorm(
     """residual <- x + residual (rounded to the dtype, in place); returns out = rmsnorm(residual) * weight
     over the last dimension (any ndim >= 1; weight [x.shape[-1]]). `out` may be x itself. `path`: "auto",
     "scalar" (the register kernel for rows of <= BLOCK * PER, streaming beyond) or "vector" (16-byte aligned
-    operands; the 16-byte streaming kernel past rows.vector_cols columns)."""
+    operands; past rows.vector_cols columns the on-chip kernel where rmsnorm's holds the row, else the 16-byte
+    streaming kernel)."""
     if out is not None:
         bound, ptrs = _FAST.find((x, residual, weight, out), (eps, path))
         if bound is not None:
