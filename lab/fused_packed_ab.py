@@ -1,0 +1,244 @@
+# ruff: noqa: B023  (a probe: each closure is called within its own loop iteration)
+"""A/B probe (GPU timing; correctness in the simulator too; not shipped): fused_add_rmsnorm's rows of
+8192-32768 columns held as packed pairs, as rmsnorm's are (kernels.ops.rows.WIDE_PACKED), against the
+WIDE_ROWS kernel `auto` takes there today.
+
+Why. On the H200 (fourteenth session, `benchmarks/h200/latest.json`, the bench's new method) fused_add_rmsnorm
+bf16 is 0.84 / 0.82 / 0.77 of copy at 8192 / 16384 / 32768 columns and 0.91x / 0.89x / 0.87x Liger, where
+rmsnorm, on packed pairs, is 0.85 / 0.84 / 0.81 and 1.02-1.13x Liger. rmsnorm's packed pairs took it from
+54-55 registers to 32 and twice the blocks per SM (twelfth session: 1.03-1.04x in bf16); ncu on layernorm
+(the fourteenth session) showed what half the occupancy costs a row kernel at these widths (1.15-1.25x
+rmsnorm's time).
+
+Variant ("packed"): the row of x loaded as packed pairs (rows.packed_row_io); then every residual vector
+loaded (all in flight: no store in between), added to its pairs in fp32, rounded to the dtype (round_like:
+what storing and reloading gives) and packed back, exact, into the same words; then the rounded sums stored to
+residual, their squares summed in column order (rmsnorm's packed kernel's order, so out is bit for bit
+rmsnorm's packed kernel on the rounded residual), and rmsnorm's packed write pass. The same bytes as the
+WIDE_ROWS kernel (x and residual read once, residual and out written once).
+
+Shapes: rmsnorm's WIDE_PACKED threads x 32 values at its blocks per SM (8 / 4 / 2: a 32-register cap), and
+at 8192-16384 at fewer blocks (6 / 3: 40 registers), in case the residual's loads in flight beside the packed
+row need more registers than rmsnorm's row alone. ptxas sm_90 (offline, `--ptxas`): bf16 32 registers and no
+spills at 8 / 4 / 2 blocks, 40 at 6 / 3; fp16 spills 24 bytes at 32 registers and 16 at 40 (its pairs are
+packed through cvt.rn.f16.f32).
+
+Prediction (from rmsnorm's packed gain, 1.03-1.04x, and the twice-occupancy gap ncu measured on layernorm):
+1.03-1.10x at 8192-32768 if the 32-register build does not spill; level if it has to drop to fewer blocks.
+
+Timing: kernels.harness.bench.time_interleaved (a device-side pause before each call, each timed call after an
+untimed one of its own arm, CUDA events, rotation over SETS input sets). The residual drifts (each call adds x
+to it), the same for both arms; each arm's output and residual are then checked once from fresh inputs against
+float64 (rows at their own scales, so a row normed with another's statistics fails), the residual bit for bit.
+
+    source benchmarks/h200_env.sh; OUT=$OUT $PY lab/fused_packed_ab.py     (FP_COLS, FP_DTYPES narrow it)
+    NUMBA_ENABLE_CUDASIM=1 python lab/fused_packed_ab.py                   (simulator: correctness only)
+    NUMBA_ENABLE_CUDASIM=0 python lab/fused_packed_ab.py --ptxas           (offline: registers, spills; sm_90)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Any
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from kernels.harness.bench import SETS, time_interleaved
+from kernels.ops import fused_add_rmsnorm as fam
+from kernels.ops.rows import WideRows, for_machine, onchip_pairs, packed_row_io, vec_jit
+from kernels.primitives.reductions import make_block_sum, row_slots
+from kernels.primitives.vector import ldg_into, round_like, stg_from
+from kernels.runtime import arrays
+from kernels.runtime.arrays import BF16, SIMULATED, HostSync
+from kernels.runtime.launch import kernel
+
+F16 = np.dtype(np.float16)
+# columns -> the shapes timed (threads, values a thread, blocks per SM): rmsnorm's WIDE_PACKED and one less
+SHAPES: dict[int, list[WideRows]] = {
+    8192: [WideRows(256, 32, 8, packed=True), WideRows(256, 32, 6, packed=True)],
+    16384: [WideRows(512, 32, 4, packed=True), WideRows(512, 32, 3, packed=True)],
+    32768: [WideRows(1024, 32, 2, packed=True)],
+}
+
+
+def make_fused_packed(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
+    """fused_add_rmsnorm at a WideRows.packed shape (the module doc)."""
+    load_row, col_of, lo, hi = packed_row_io(width, threads, per, word)
+    pack, _, _ = onchip_pairs(word)
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm, npair, nv, hw = 2 * slots, per // 2, per // width, width // 2
+
+    @cuda.jit(**vec_jit(threads, min_blocks, False))
+    def k(x, r, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)  # two halves: consecutive rows alternate (reductions)
+        v = cuda.local.array(npair, uint32)
+        t = cuda.local.array(width, float32)
+        rows, n = x.shape[0], x.shape[1]
+        row, base = cuda.blockIdx.x, 0
+        while row < rows:
+            rr = r[row]
+            load_row(v, t, x[row], n, float32(0.0))
+            for q in range(nv):  # every residual load issues before the first store
+                if col_of(q) < n:
+                    ldg_into(t, 0, rr, col_of(q))
+                    for p in range(hw):
+                        i = q * hw + p
+                        v[i] = pack(
+                            round_like(rr, lo(v[i]) + t[2 * p]), round_like(rr, hi(v[i]) + t[2 * p + 1])
+                        )
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    for p in range(hw):
+                        t[2 * p] = lo(v[q * hw + p])
+                        t[2 * p + 1] = hi(v[q * hw + p])
+                    stg_from(rr, col, t, 0)
+            acc = float32(0.0)
+            for i in range(npair):  # column order: rmsnorm's packed kernel's sum
+                a, b = lo(v[i]), hi(v[i])
+                acc += a * a
+                acc += b * b
+            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
+            base = slots - base
+            orow = out[row]
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    ldg_into(t, 0, w, col)
+                    for p in range(hw):
+                        t[2 * p] = lo(v[q * hw + p]) * inv * t[2 * p]
+                        t[2 * p + 1] = hi(v[q * hw + p]) * inv * t[2 * p + 1]
+                    stg_from(orow, col, t, 0)
+            row += cuda.gridDim.x
+
+    return k
+
+
+def cases() -> list[tuple[int, int, list[WideRows]]]:
+    """(rows, cols, shapes); under the simulator the shapes as they run there (1/32 of the threads) at rows
+    with masked vectors."""
+    if SIMULATED:
+        out = []
+        for shapes in SHAPES.values():
+            sim = list(dict.fromkeys(s for s in map(for_machine, shapes) if isinstance(s, WideRows)))
+            out.append((5, sim[0].threads * sim[0].per - 8 * 3, sim))  # the last vectors masked
+        return out
+    cols = [int(c) for c in os.environ.get("FP_COLS", "8192,16384,32768").split(",")]
+    return [((1 << 25) // n, n, SHAPES[n]) for n in cols]
+
+
+def main() -> int:
+    from kernels.runtime.device import peaks
+
+    out_dir = os.environ.get("OUT")
+    gbs = 1.0 if SIMULATED else float(peaks()["mem_gbs"] or 1.0)
+    print(f"copy {gbs:.0f} GB/s", flush=True)
+    rng = np.random.default_rng(0)
+    names = os.environ.get("FP_DTYPES", "bfloat16,float16").split(",")
+    dts = [np.dtype(BF16 if d == "bfloat16" else d) for d in names]
+    rows_out: list[dict[str, Any]] = []
+    resources: dict[str, Any] = {}
+    ok = True
+    for m, n, shapes in cases():
+        for dt in dts:
+            sync = HostSync()
+            width = 16 // dt.itemsize
+            rs_ = (2.0 ** (np.arange(m) % 5 - 2))[:, None]  # each row at its own scale
+            xh = [(rng.standard_normal((m, n)) * rs_).astype(dt) for _ in range(SETS)]
+            rh = [(rng.standard_normal((m, n)) * 2 * rs_).astype(dt) for _ in range(SETS)]
+            wh = (1 + 0.5 * rng.standard_normal(n)).astype(dt)
+            xs = [arrays.to_device(a) for a in xh]
+            w = arrays.to_device(wh)
+            labels = ["auto"] + [f"packed {s.threads}x{s.per}/{s.min_blocks}" for s in shapes]
+            rs = {a: [arrays.to_device(b) for b in rh] for a in labels}
+            outs = {a: [cuda.device_array((m, n), dt) for _ in range(SETS)] for a in labels}
+            arms: dict[str, Any] = {
+                "auto": lambda s: fam.fused_add_rmsnorm(xs[s], rs["auto"][s], w, outs["auto"][s], eps=1e-6)
+            }
+            for label, shape in zip(labels[1:], shapes, strict=True):
+                fn = make_fused_packed(width, shape.threads, shape.per, shape.min_blocks, dt == BF16)
+                kk = kernel(fn, fam._K.sigs[dt])
+                if not SIMULATED:
+                    d = kk.dispatcher
+                    kk._prepare()
+                    res = {
+                        "registers": next(iter(d.get_regs_per_thread().values())),
+                        "local_bytes": next(iter(d.get_local_mem_per_thread().values())),
+                    }
+                    resources[f"{dt.name} {m}x{n} {label}"] = res
+                    print(f"{dt.name} {m}x{n} {label}: {res}", flush=True)
+                argsets = [
+                    (
+                        arrays.as_rows(arrays.operand("x", xs[s], sync)),
+                        arrays.as_rows(arrays.operand("residual", rs[label][s], sync)),
+                        arrays.operand("weight", w, sync),
+                        arrays.as_rows(arrays.operand("out", outs[label][s], sync)),
+                        1e-6,
+                    )
+                    for s in range(SETS)
+                ]
+                arms[label] = lambda s, a=argsets, kk=kk, th=shape.threads: kk.launch(m, th, a[s])
+            if SIMULATED:
+                ts = [[1.0] for _ in labels]
+            else:
+                ts = time_interleaved([(arms[a], list(range(SETS)), None) for a in labels], 30)
+            o64 = fam.reference(xh[0], rh[0], wh, 1e-6)[1]
+            r_ref = (xh[0].astype(np.float32) + rh[0].astype(np.float32)).astype(dt).astype(np.float64)
+            for a in labels:
+                cuda.synchronize()
+                arrays.words(rs[a][0]).copy_to_device(arrays.host_words(rh[0]))
+                arms[a](0)
+                cuda.synchronize()
+                got_o = arrays.to_host(outs[a][0]).astype(np.float64)
+                got_r = arrays.to_host(rs[a][0]).astype(np.float64)
+                err = float((np.abs(got_o - o64).max(axis=1) / np.abs(o64).max(axis=1)).max())  # worst row
+                r_exact = bool(np.array_equal(got_r, r_ref))
+                good = bool(np.isfinite(got_o).all()) and err < (8e-3 if dt == BF16 else 2e-3) and r_exact
+                ok &= good
+                us = float(np.median(ts[labels.index(a)]))
+                rec = {
+                    "dtype": dt.name, "rows": m, "cols": n, "kernel": a, "us": round(us, 2),
+                    "of_copy": round(4 * m * n * dt.itemsize / us / 1e3 / gbs, 3),
+                    "x_auto": round(float(np.median(ts[0])) / us, 3), "err": err, "residual_exact": r_exact,
+                    "ok": good,
+                }  # fmt: skip
+                rows_out.append(rec)
+                print(json.dumps(rec), flush=True)
+    if out_dir:
+        with open(os.path.join(out_dir, "fused_packed_ab.json"), "w") as f:
+            json.dump({"copy_gbs": gbs, "rows": rows_out, "resources": resources}, f, indent=1)
+    print(f"{'dtype':9s} {'shape':12s} {'kernel':20s} {'us':>8s} {'of copy':>7s} {'x auto':>6s} err")
+    for r in rows_out:
+        shape = f"{r['rows']}x{r['cols']}"
+        print(
+            f"{r['dtype']:9s} {shape:12s} {r['kernel']:20s} {r['us']:8.2f} {r['of_copy']:7.3f} "
+            f"{r['x_auto']:6.3f} {r['err']:.1e}{'' if r['ok'] else ' BAD'}"
+        )
+    print("all outputs right:", "yes" if ok else "NO")
+    return 0 if ok else 1
+
+
+def ptxas_report() -> int:
+    """Offline (no GPU): registers and spills (ptxas sm_90) of every shape in SHAPES, fp16 and bf16."""
+    from kernels.runtime import ptx
+
+    for dt in (BF16, F16):
+        for n, shapes in SHAPES.items():
+            for s in shapes:
+                fn = make_fused_packed(16 // dt.itemsize, s.threads, s.per, s.min_blocks, dt == BF16)
+                r = ptx._ptxas(ptx.compile_one(fn, fam._K.sigs[dt], (9, 0)), (9, 0), False)
+                shape = f"{s.threads}x{s.per}/{s.min_blocks}"
+                print(
+                    f"{dt.name:8s} {n:6d} {shape}: registers {r.get('registers')}, "
+                    f"spills {r.get('spill_bytes')}",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(ptxas_report() if "--ptxas" in sys.argv else main())
