@@ -3,9 +3,12 @@
 Why: softmax bf16 is 0.95-0.97x Liger at 1024, 4096 and 8192 columns (thirteenth session, `h200_llm.py`), and
 rmsnorm 0.98x at 1024, while both kernels move the same bytes. The bench says how far apart they are, not why;
 ncu's counters on the two kernels at one shape (DRAM throughput, registers, achieved occupancy, instructions
-executed, warp-stall reasons) say which of them is the difference.
+executed, warp-stall reasons) say which of them is the difference. Outcome (fourteenth session, an H100,
+benchmarks/h100/2026-12-06/fourteenth/ncu/): the same time within 3 %, so the gap was the bench's call order
+(lab/bench_order_ab.py).
 
-Between cuda.profile_start() and profile_stop() this makes, for each op in RL_OPS and each width in RL_COLS
+Between cuda.profile_start() and profile_stop() this makes, for each op in RL_OPS (softmax, rmsnorm,
+fused_add_rmsnorm: Liger's out of place, ours in place) and each width in RL_COLS
 (bf16, 2^25 elements: the bench's sweep shapes), two launches of ours (auto's path) and then two of Liger's,
 so run it under ncu with profiling from the start off:
 
@@ -24,7 +27,7 @@ import os
 import numpy as np
 from numba import cuda
 
-from kernels.ops import rmsnorm, softmax
+from kernels.ops import fused_add_rmsnorm, rmsnorm, softmax
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16
 
@@ -50,40 +53,54 @@ def main() -> int:
             rows = ELEMS // n
             x = rng.standard_normal((rows, n), dtype=np.float32).astype(BF16)
             w = (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(BF16)
-            dx, dw = arrays.to_device(x), arrays.to_device(w)
+            r = rng.standard_normal((rows, n), dtype=np.float32).astype(BF16)
+            dx, dw, dr = arrays.to_device(x), arrays.to_device(w), arrays.to_device(r)
             dout = arrays.to_device(np.zeros((rows, n), BF16))
             tx = torch.from_numpy(x.view(np.int16)).cuda().view(torch.bfloat16)
             tw = torch.from_numpy(w.view(np.int16)).cuda().view(torch.bfloat16)
-            cases.append((op, n, x, w, dx, dw, dout, tx, tw))
+            tr = torch.from_numpy(r.view(np.int16)).cuda().view(torch.bfloat16)
+            cases.append((op, n, x, w, r, dx, dw, dr, dout, tx, tw, tr))
     cuda.synchronize()
     torch.cuda.synchronize()
     outs = []
     cuda.profile_start()
-    for op, n, x, _w, dx, dw, dout, tx, tw in cases:
+    for op, n, x, _w, _r, dx, dw, dr, dout, tx, tw, tr in cases:
         for who in ("ours", "ours", "liger", "liger"):
             print(f"launch: {op} {x.shape[0]}x{n} {who}", flush=True)
             if who == "ours":
                 if op == "softmax":
                     softmax.softmax(dx, dout)
+                elif op == "fused_add_rmsnorm":  # residual += x in place: twice over the two launches
+                    fused_add_rmsnorm.fused_add_rmsnorm(dx, dr, dw, dout, eps=EPS)
                 else:
                     rmsnorm.rmsnorm(dx, dw, dout, eps=EPS)
                 cuda.synchronize()
             else:
                 if op == "softmax":
                     t = lf.liger_softmax(tx)
+                elif op == "fused_add_rmsnorm":  # out of place: its residual input is left as it was
+                    t, _ = lf.liger_fused_add_rms_norm(tx, tr, tw, EPS, in_place=False)
                 else:
                     t = lf.liger_rms_norm(tx, tw, EPS, in_place=False)
                 torch.cuda.synchronize()
         outs.append(t)
     cuda.profile_stop()
     worst = 0.0
-    for (op, n, x, w, _dx, _dw, dout, _tx, _tw), t in zip(cases, outs, strict=True):
+    f32 = np.float32
+    for (op, n, x, w, r, _dx, _dw, _dr, dout, *_), t in zip(cases, outs, strict=True):
         ours = arrays.to_host(dout)
         theirs = t.view(torch.int16).cpu().numpy().view(BF16)
+        once = (r.astype(f32) + x.astype(f32)).astype(BF16)  # fused: the residual after one call, rounded
+        twice = (once.astype(f32) + x.astype(f32)).astype(BF16)
         for name, got in (("ours", ours), ("liger", theirs)):
             err = 0.0
             for sl in (slice(0, 64), slice(-64, None)):
-                want = softmax.reference(x[sl]) if op == "softmax" else rmsnorm.reference(x[sl], w, EPS)
+                if op == "softmax":
+                    want = softmax.reference(x[sl])
+                elif op == "fused_add_rmsnorm":  # ours ran twice in place, Liger's out of place
+                    want = rmsnorm.reference((twice if name == "ours" else once)[sl], w, EPS)
+                else:
+                    want = rmsnorm.reference(x[sl], w, EPS)
                 err = max(err, rel_err(got[sl], want))
             worst = max(worst, err)
             print(f"{op} bf16 {x.shape[0]}x{n} {name}: max rel err {err:.3g}", flush=True)
