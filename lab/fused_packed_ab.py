@@ -3,33 +3,40 @@
 8192-32768 columns held as packed pairs, as rmsnorm's are (kernels.ops.rows.WIDE_PACKED), against the
 WIDE_ROWS kernel `auto` takes there today.
 
-Why. On the H200 (fourteenth session, `benchmarks/h200/latest.json`, the bench's new method) fused_add_rmsnorm
-bf16 is 0.84 / 0.82 / 0.77 of copy at 8192 / 16384 / 32768 columns and 0.91x / 0.89x / 0.87x Liger, where
-rmsnorm, on packed pairs, is 0.85 / 0.84 / 0.81 and 1.02-1.13x Liger. rmsnorm's packed pairs took it from
-54-55 registers to 32 and twice the blocks per SM (twelfth session: 1.03-1.04x in bf16); ncu on layernorm
-(the fourteenth session) showed what half the occupancy costs a row kernel at these widths (1.15-1.25x
-rmsnorm's time).
+Why. On the H200 (fourteenth session, `benchmarks/h200/2026-12-06/rows/llm.txt`, the bench's new method)
+fused_add_rmsnorm bf16 is 0.84 / 0.82 / 0.77 of copy at 8192 / 16384 / 32768 columns and 0.91x / 0.89x /
+0.87x Liger, where rmsnorm, on packed pairs, is 0.86 / 0.85 / 0.81 and 1.02-1.13x Liger. rmsnorm's packed
+pairs took it from 54-55 registers to 32 and twice the blocks per SM (twelfth session, an H100: 1.02-1.04x in
+bf16); ncu on layernorm (fourteenth session, the H200) put it at half rmsnorm's occupancy and 1.12-1.26x its
+time (with 1.3x its instructions).
 
 Variant ("packed"): the row of x loaded as packed pairs (rows.packed_row_io); then every residual vector
-loaded (all in flight: no store in between), added to its pairs in fp32, rounded to the dtype (round_like:
+loaded (a full row takes no bounds compare, as load_row, so the loads can issue together: no store in
+between), added to its pairs in fp32, rounded to the dtype (round_like:
 what storing and reloading gives) and packed back, exact, into the same words; then the rounded sums stored to
 residual, their squares summed in column order (rmsnorm's packed kernel's order, so out is bit for bit
 rmsnorm's packed kernel on the rounded residual), and rmsnorm's packed write pass. The same bytes as the
 WIDE_ROWS kernel (x and residual read once, residual and out written once).
 
 Shapes: rmsnorm's WIDE_PACKED threads x 32 values at its blocks per SM (8 / 4 / 2: a 32-register cap), and
-at 8192-16384 at fewer blocks (6 / 3: 40 registers), in case the residual's loads in flight beside the packed
-row need more registers than rmsnorm's row alone. ptxas sm_90 (offline, `--ptxas`): bf16 32 registers and no
-spills at 8 / 4 / 2 blocks, 40 at 6 / 3; fp16 spills 24 bytes at 32 registers and 16 at 40 (its pairs are
-packed through cvt.rn.f16.f32).
+at 8192-16384 at fewer blocks (6 / 3: 40 registers), since the residual's loads in flight beside the packed
+row need more registers than rmsnorm's row alone. ptxas sm_90 (offline, `--ptxas`): at 32 registers bf16
+spills 48 bytes and fp16 16; at 40 neither spills. (Without the full-row path the residual's loads issued
+one at a time, a helper's read of the SASS found, and bf16 fit 32 registers with no spills.) Which wins,
+twice the blocks with spills or 1.5x with the loads in flight, is what the probe measures.
 
-Prediction (from rmsnorm's packed gain, 1.03-1.04x, and the twice-occupancy gap ncu measured on layernorm):
-1.03-1.10x at 8192-32768 if the 32-register build does not spill; level if it has to drop to fewer blocks.
+Prediction (from rmsnorm's packed gain, 1.02-1.04x, and the occupancy gap ncu measured on layernorm):
+1.03-1.10x at 8192-16384 for the 40-register builds; the 32-register builds level or worse (their spills sit
+in the row's add loop).
 
 Timing: kernels.harness.bench.time_interleaved (a device-side pause before each call, each timed call after an
 untimed one of its own arm, CUDA events, rotation over SETS input sets). The residual drifts (each call adds x
-to it), the same for both arms; each arm's output and residual are then checked once from fresh inputs against
-float64 (rows at their own scales, so a row normed with another's statistics fails), the residual bit for bit.
+to it), the same for both arms. Each arm is then checked once from fresh inputs, the packed arms on a grid of
+two blocks (each loops over rows and alternates its reduction halves): the residual bit for bit against the
+op's rule (the sum in fp32, rounded once); out within the op's per-element bound of float64 in every row
+(rows at their own scales, so a row normed with another's statistics fails), and, for the packed arms, bit
+for bit rmsnorm's packed kernel at the same shape on the new residual. Planted faults caught in the simulator:
+the sums left unrounded (bf16), the reduction halves not alternating, out scaled by 1.0039.
 
     source benchmarks/h200_env.sh; OUT=$OUT $PY lab/fused_packed_ab.py     (FP_COLS, FP_DTYPES narrow it)
     NUMBA_ENABLE_CUDASIM=1 python lab/fused_packed_ab.py                   (simulator: correctness only)
@@ -49,6 +56,7 @@ from numba import cuda, float32, uint32
 
 from kernels.harness.bench import SETS, time_interleaved
 from kernels.ops import fused_add_rmsnorm as fam
+from kernels.ops import rmsnorm
 from kernels.ops.rows import WideRows, for_machine, onchip_pairs, packed_row_io, vec_jit
 from kernels.primitives.reductions import make_block_sum, row_slots
 from kernels.primitives.vector import ldg_into, round_like, stg_from
@@ -83,7 +91,7 @@ def make_fused_packed(width: int, threads: int, per: int, min_blocks: int, word:
             rr = r[row]
             load_row(v, t, x[row], n, float32(0.0))
             for q in range(nv):  # every residual load issues before the first store
-                if col_of(q) < n:
+                if n >= threads * per or col_of(q) < n:  # full rows: no compare (as load_row)
                     ldg_into(t, 0, rr, col_of(q))
                     for p in range(hw):
                         i = q * hw + p
@@ -159,6 +167,9 @@ def main() -> int:
             arms: dict[str, Any] = {
                 "auto": lambda s: fam.fused_add_rmsnorm(xs[s], rs["auto"][s], w, outs["auto"][s], eps=1e-6)
             }
+            checks: dict[str, Any] = {"auto": lambda: arms["auto"](0)}
+            theirs: dict[str, Any] = {}
+            ref_out = cuda.device_array((m, n), dt)
             for label, shape in zip(labels[1:], shapes, strict=True):
                 fn = make_fused_packed(width, shape.threads, shape.per, shape.min_blocks, dt == BF16)
                 kk = kernel(fn, fam._K.sigs[dt])
@@ -182,6 +193,23 @@ def main() -> int:
                     for s in range(SETS)
                 ]
                 arms[label] = lambda s, a=argsets, kk=kk, th=shape.threads: kk.launch(m, th, a[s])
+                # the check's call: two blocks, so each loops over rows and alternates its reduction halves
+                checks[label] = lambda a=argsets, kk=kk, th=shape.threads: kk.launch(min(m, 2), th, a[0])
+                # and rmsnorm's packed kernel at the same shape, for out bit for bit from the new residual
+                rk = kernel(
+                    rmsnorm._make_packed(width, shape.threads, shape.per, shape.min_blocks, dt == BF16),
+                    rmsnorm._K.sigs[dt],
+                )
+                theirs[label] = lambda rk=rk, th=shape.threads, lab=label: rk.launch(
+                    m,
+                    th,
+                    (
+                        arrays.as_rows(arrays.operand("x", rs[lab][0], sync)),
+                        arrays.operand("weight", w, sync),
+                        arrays.as_rows(arrays.operand("out", ref_out, sync)),
+                        1e-6,
+                    ),
+                )
             if SIMULATED:
                 ts = [[1.0] for _ in labels]
             else:
@@ -191,20 +219,27 @@ def main() -> int:
             for a in labels:
                 cuda.synchronize()
                 arrays.words(rs[a][0]).copy_to_device(arrays.host_words(rh[0]))
-                arms[a](0)
+                checks[a]()
                 cuda.synchronize()
                 got_o = arrays.to_host(outs[a][0]).astype(np.float64)
                 got_r = arrays.to_host(rs[a][0]).astype(np.float64)
                 err = float((np.abs(got_o - o64).max(axis=1) / np.abs(o64).max(axis=1)).max())  # worst row
                 r_exact = bool(np.array_equal(got_r, r_ref))
-                good = bool(np.isfinite(got_o).all()) and err < (8e-3 if dt == BF16 else 2e-3) and r_exact
+                same = True  # a packed arm's out: rmsnorm's packed kernel on its new residual, bit for bit
+                if a in theirs:
+                    theirs[a]()
+                    cuda.synchronize()
+                    same = bool(np.array_equal(arrays.host_words(arrays.to_host(ref_out)),
+                                               arrays.host_words(arrays.to_host(outs[a][0]))))  # fmt: skip
+                tol = 5e-3 if dt == BF16 else 2e-3  # bf16: kernels.ops.rows.BF16_ELEM_TOL
+                good = bool(np.isfinite(got_o).all()) and err < tol and r_exact and same
                 ok &= good
                 us = float(np.median(ts[labels.index(a)]))
                 rec = {
                     "dtype": dt.name, "rows": m, "cols": n, "kernel": a, "us": round(us, 2),
                     "of_copy": round(4 * m * n * dt.itemsize / us / 1e3 / gbs, 3),
                     "x_auto": round(float(np.median(ts[0])) / us, 3), "err": err, "residual_exact": r_exact,
-                    "ok": good,
+                    "out_as_rmsnorm": same, "ok": good,
                 }  # fmt: skip
                 rows_out.append(rec)
                 print(json.dumps(rec), flush=True)
