@@ -19,13 +19,12 @@ shared slots as packed pairs (exact: the values are the dtype's). Then row after
 and one pass that writes out from registers and slots and, in the same step, loads the next row's x and
 residual into the freed slots (their loads issued before this row's stores). One read of x and residual,
 one write of residual and out, no second pass. `vectors` = 1: two inputs in flight per step, the bytes
-rmsnorm's 2 hold. ptxas sm_90 (offline, `--ptxas`): 61-64 registers and no spills at 1; at 2, 244-296 bytes
-of spills.
+rmsnorm's 2 hold. ptxas sm_90 (offline, `--ptxas`): the copy first timed took 61-64 registers and no spills
+at 1, and spilled 244-296 bytes at 2; the product's kernel takes 63-64 and none at 1, and spills 284-444 at 2.
 
-The kernel is rmsnorm.make_onchip's text with the add in front (duplicates' D1: the write pass is the same
-lines). Outcome (fourteenth session, an H100, benchmarks/h100/2026-12-06/fourteenth/probes/): 1.09-1.11x at
-the vocabulary widths, 1.00-1.02x at 40960-65536; shipped as one kernel text for both ops
-(kernels.ops.rmsnorm.make_onchip's `add`). This copy stays as the record of what was timed.
+Outcome (fourteenth session, an H100, benchmarks/h100/2026-12-06/fourteenth/probes/): 1.09-1.11x at the
+vocabulary widths, 1.00-1.02x at 40960-65536; shipped as one kernel text for both ops
+(kernels.ops.rmsnorm.make_onchip's `add`), which this probe now times (its own copy is in the git history).
 
 Shapes: ONCHIP_ROWS (one block of 1024 threads per SM) at 261 x 128256 and 256 x 131072, ONCHIP_MID_ROWS
 (two blocks of 512) at 512 x 65536 and 1024 x 40960, where today's auto streams all four.
@@ -47,20 +46,18 @@ included.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32, uint32
+from numba import cuda
 
 from kernels.harness.bench import SETS, time_interleaved
 from kernels.ops import fused_add_rmsnorm as fam
-from kernels.ops.rows import ONCHIP_MID_ROWS, ONCHIP_ROWS, OnChipRows, for_machine, onchip_part, vec_jit
-from kernels.primitives.reductions import make_block_sum, row_slots
-from kernels.primitives.vector import ldg_into, make_row_io, round_like, stg_from
+from kernels.ops.rmsnorm import make_onchip
+from kernels.ops.rows import ONCHIP_MID_ROWS, ONCHIP_ROWS, OnChipRows, for_machine
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, SIMULATED, HostSync
 from kernels.runtime.launch import dynamic_smem, kernel, sm_count
@@ -70,115 +67,11 @@ VECTORS = 1  # 16-byte loads in flight per input and step of the shared part
 
 
 def make_fused_onchip(config: OnChipRows, width: int, word: bool):  # type: ignore[no-untyped-def]
-    """fused_add_rmsnorm on chip (the module doc): rmsnorm.make_onchip's structure, x + residual rounded to
-    the dtype and stored to residual as each vector arrives, the rounded sums kept on chip."""
-    threads, per, nvec = config.threads, config.per, config.vectors
-    load_row, col_of = make_row_io(width, threads, per)
-    bsum, slots = make_block_sum(threads), row_slots(threads)
-    nsm = 2 * slots  # two halves: consecutive rows alternate (reductions)
-    head = threads * per  # columns held in registers
-    nv = per // width
-    nvals = nvec * width
-    load_step, keep_step, take = onchip_part(config, width, word)
-
-    @cuda.jit(device=True, inline="always")
-    def add_head(v, u, rr):  # type: ignore[no-untyped-def]
-        """v <- round(v + u) over the register part (always whole: OnChipRows.takes), stored to rr; the sum
-        of their squares."""
-        acc = float32(0.0)
-        for q in range(nv):
-            for e in range(width):
-                s = round_like(rr, v[q * width + e] + u[q * width + e])
-                v[q * width + e] = s
-                acc += s * s
-            stg_from(rr, col_of(q), v, q * width)
-        return acc
-
-    @cuda.jit(device=True, inline="always")
-    def add_step(t, u, rr, j, nt):  # type: ignore[no-untyped-def]
-        """t <- round(t + u) for the shared part's vectors j + k * threads, k < nvec, stored to rr; the sum of
-        their squares (vectors past nt: t holds zeros, nothing stored)."""
-        acc = float32(0.0)
-        for k in range(nvec):
-            if j + k * threads < nt:
-                for e in range(width):
-                    s = round_like(rr, t[k * width + e] + u[k * width + e])
-                    t[k * width + e] = s
-                    acc += s * s
-                stg_from(rr, head + (j + k * threads) * width, t, k * width)
-        return acc
-
-    @cuda.jit(**vec_jit(threads, config.min_blocks, False))
-    def k(x, r, w, out, eps):  # type: ignore[no-untyped-def]
-        sm = cuda.shared.array(nsm, float32)
-        part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
-        v = cuda.local.array(per, float32)
-        u = cuda.local.array(per, float32)  # the register part's residual, on its way in
-        t = cuda.local.array(nvals, float32)  # the next row's x vectors, in flight
-        tu = cuda.local.array(nvals, float32)  # and its residual vectors
-        tw = cuda.local.array(width, float32)
-        to = cuda.local.array(width, float32)  # this row's vector on its way out
-        tid = cuda.threadIdx.x
-        rows = x.shape[0]
-        n = x.shape[1]
-        nt = (n - head) // width
-        row = cuda.blockIdx.x
-        if row >= rows:
-            return
-        # the block's first row: its load pass alone
-        xr = x[row]
-        rr = r[row]
-        load_row(v, xr, n, float32(0.0))
-        load_row(u, rr, n, float32(0.0))
-        acc = add_head(v, u, rr)
-        j = tid
-        while j < nt:
-            load_step(t, xr, j, nt, float32(0.0))
-            load_step(tu, rr, j, nt, float32(0.0))
-            acc += add_step(t, tu, rr, j, nt)
-            keep_step(t, part, j, nt)
-            j += nvec * threads
-        base = 0
-        while row < rows:
-            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
-            base = slots - base
-            nxt = row + cuda.gridDim.x
-            more = nxt < rows
-            xn = x[nxt if more else row]
-            rn = r[nxt if more else row]
-            orow = out[row]
-            for q in range(nv):
-                col = col_of(q)
-                ldg_into(tw, 0, w, col)
-                for e in range(width):
-                    to[e] = v[q * width + e] * inv * tw[e]
-                stg_from(orow, col, to, 0)
-            acc = float32(0.0)
-            j = tid
-            while j < nt:  # this thread's own slots: no other thread reads or writes them
-                if more:
-                    load_step(t, xn, j, nt, float32(0.0))  # in flight while this row's vectors go out
-                    load_step(tu, rn, j, nt, float32(0.0))
-                for kk in range(nvec):
-                    i = j + kk * threads
-                    if i < nt:
-                        col = head + i * width
-                        ldg_into(tw, 0, w, col)
-                        take(to, part, i, nt)
-                        for e in range(width):
-                            to[e] = to[e] * inv * tw[e]
-                        stg_from(orow, col, to, 0)
-                if more:
-                    acc += add_step(t, tu, rn, j, nt)
-                    keep_step(t, part, j, nt)
-                j += nvec * threads
-            if more:
-                load_row(v, xn, n, float32(0.0))
-                load_row(u, rn, n, float32(0.0))
-                acc += add_head(v, u, rn)
-            row = nxt
-
-    return k
+    """fused_add_rmsnorm on chip with `config.vectors` 16-byte loads of each input in flight: the product's
+    kernel (kernels.ops.rmsnorm.make_onchip's `add`, which takes half the config's vectors per input). The
+    copy this probe first timed (at 4170a13, benchmarks/h100/2026-12-06/fourteenth/probes/) differed only in
+    the first row's order of sums; it is in the git history."""
+    return make_onchip(replace(config, vectors=2 * config.vectors), width, word, add=True)
 
 
 def shapes() -> list[tuple[int, int, OnChipRows]]:
