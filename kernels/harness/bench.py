@@ -126,24 +126,39 @@ def time_interleaved(providers: list[Provider], iters: int) -> list[list[float]]
     with a restore starts every call after the restore and L2 flush, the same state for every provider."""
     spin = spin_kernel()
     events: list[list[Any]] = [[] for _ in providers]
-    lead = len(providers) > 1
-    for i in range(WARMUP + iters):
-        for j, (fn, sets, restore) in enumerate(providers):
-            args = sets[i % len(sets)]
-            if restore is not None:
-                restore(args)
-                flush_l2()
-            elif lead and len(sets) > 1:  # (one set: the lead call would leave the inputs in L2)
-                fn(sets[(i - 1) % len(sets)])
-            spin[1, 1](SPIN_US)
-            a, b = cuda.event(), cuda.event()
-            a.record()
-            fn(args)
-            b.record()
-            if i >= WARMUP:
-                events[j].append((a, b))
+    shape = [(len(sets), restore is not None) for _, sets, restore in providers]
+    for i, j, s, timed in call_order(shape, iters):
+        fn, sets, restore = providers[j]
+        if not timed:
+            fn(sets[s])
+            continue
+        if restore is not None:
+            restore(sets[s])
+            flush_l2()
+        spin[1, 1](SPIN_US)
+        a, b = cuda.event(), cuda.event()
+        a.record()
+        fn(sets[s])
+        b.record()
+        if i >= WARMUP:
+            events[j].append((a, b))
     cuda.synchronize()
     return [[cuda.event_elapsed_time(a, b) * 1e3 for a, b in ev] for ev in events]
+
+
+def call_order(providers: list[tuple[int, bool]], iters: int) -> list[tuple[int, int, int, bool]]:
+    """time_interleaved's calls, in order, as (round, provider, input set, timed?), for providers given as
+    (number of input sets, has a restore?): WARMUP + iters rounds, each provider once a round on set round %
+    sets; with several providers, a provider without a restore and with more than one set is first called,
+    untimed, on the set before (one set: the untimed call would leave the timed call's inputs in L2)."""
+    lead = len(providers) > 1
+    out: list[tuple[int, int, int, bool]] = []
+    for i in range(WARMUP + iters):
+        for j, (nsets, restored) in enumerate(providers):
+            if lead and not restored and nsets > 1:
+                out.append((i, j, (i - 1) % nsets, False))
+            out.append((i, j, i % nsets, True))
+    return out
 
 
 def _stats(us: list[float]) -> dict[str, float]:

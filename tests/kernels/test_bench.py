@@ -134,3 +134,28 @@ def test_roofline_plot_from_a_report(tmp_path):  # type: ignore[no-untyped-def]
     out = plot(rep, tmp_path / "roofline.png")
     assert out == tmp_path / "roofline.png"
     assert out.stat().st_size > 10_000 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("providers", "sets", "restore", "lead"),
+    [(2, 3, False, True), (1, 3, False, False), (2, 1, False, False), (2, 3, True, False)],
+    ids=["two-providers", "one-provider", "one-set", "restored"],
+)
+def test_each_timed_call_follows_one_of_its_own(providers, sets, restore, lead):  # type: ignore[no-untyped-def]
+    """time_interleaved's call order (bench.call_order, which it walks): with several providers and several
+    input sets, before each timed call of a provider (on set i), one untimed call of the same provider on the
+    set before, so that the call starts from L2 as its own op leaves it (benchmarks/PERF.md, "the bench's
+    call order"). No such call with one provider (its calls already follow each other), with one set (it
+    would leave the timed call's inputs in L2), or for a provider with a restore (the restore and L2 flush
+    come first)."""
+    calls = bench.call_order([(sets, restore)] * providers, 4)
+    rounds = bench.WARMUP + 4
+    per_round = providers * (2 if lead else 1)
+    assert len(calls) == rounds * per_round
+    for i in range(rounds):
+        want = []
+        for j in range(providers):
+            if lead:
+                want.append((i, j, (i - 1) % sets, False))
+            want.append((i, j, i % sets, True))
+        assert calls[i * per_round : (i + 1) * per_round] == want, i
