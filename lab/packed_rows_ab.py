@@ -71,6 +71,15 @@ CANDIDATES: dict[int, list[tuple[int, int, int]]] = {
     8192: [(128, 64, 8), (256, 32, 8)],
 }
 SIM_CANDIDATES: dict[int, list[tuple[int, int, int]]] = {128: [(2, 64, 1), (4, 32, 1)], 120: [(2, 64, 1)]}
+# PR_CANDS="8192:256x32/6,16384:512x32/3" replaces CANDIDATES (fifteenth session: layernorm's packed builds
+# at fewer blocks per SM, 39-40 registers and no spills where the 8-block / 4-block builds spill 20-48 bytes)
+if os.environ.get("PR_CANDS"):
+    CANDIDATES = {}
+    for _c in os.environ["PR_CANDS"].split(","):
+        _w, _s = _c.split(":")
+        _t, _rest = _s.split("x")
+        _p, _mb = _rest.split("/")
+        CANDIDATES.setdefault(int(_w), []).append((int(_t), int(_p), int(_mb)))
 
 
 def log(msg: str) -> None:
@@ -246,6 +255,8 @@ MAKERS = {"rmsnorm": rmsnorm._make_packed, "layernorm": make_layernorm, "softmax
 EXTRA: dict[str, list[tuple[str, Any]]] = {
     "layernorm": [("shifted", make_layernorm_shifted), ("held", make_layernorm_held)]
 }
+if "PR_EXTRA" in os.environ:  # PR_EXTRA=shifted: only those further builds (PR_EXTRA= : none)
+    EXTRA = {op: [(x, f) for x, f in fs if x in os.environ["PR_EXTRA"].split(",")] for op, fs in EXTRA.items()}
 # builds launched on a persistent grid (resident blocks x SMs, rows looped) instead of one block per row
 PERSISTENT = {"packed-held"}
 # a build's own shapes where they differ from CANDIDATES (threads x per / blocks per SM). "held" keeps three

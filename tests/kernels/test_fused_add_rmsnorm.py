@@ -155,6 +155,48 @@ def test_onchip_rows_are_the_rounded_sum_then_rmsnorm_on_chip(dt, shape, monkeyp
             assert err < op.SPEC.tolerance[d.name], (n, i, err)
 
 
+@needs_device
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's numpy on NaN / inf (its threads)
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_packed_rows_are_the_rounded_sum_then_rmsnorm_packed(dt):  # type: ignore[no-untyped-def]
+    """The op's packed shapes (kernels.ops.rows.WIDE_PACKED: rmsnorm's packed kernel text with the add in
+    front, kernels.ops.rmsnorm._make_packed's `add`), each at its full width and with padding lanes, path
+    "vector" picks it; residual is round(x + residual) bit for bit, out is rmsnorm's packed kernel of the same
+    threads x values on that rounded residual bit for bit (the same sums in the same order), and every finite
+    row, each at its own scale, is within the op's tolerance of float64 on its own. Row 1 holds a NaN, an inf
+    and a -inf. Then the same kernel on a grid of two blocks (each loops over rows, alternating its reduction
+    halves) gives the same words."""
+    from kernels.ops.rows import WIDE_PACKED, for_machine, wide_for
+    from kernels.primitives.vector import WIDTH
+    from kernels.runtime import arrays
+    from kernels.runtime.arrays import HostSync
+
+    d = np.dtype(dt)
+    ran = 0
+    for c in WIDE_PACKED["fused_add_rmsnorm"]:
+        shape = for_machine(c)
+        if shape.cols == BLOCK * PER:
+            continue  # the simulator's 512 columns tie with the op's own BLOCK x PER kernel, which runs them
+        for n in (shape.cols, shape.cols - 3 * WIDTH[d]):
+            assert wide_for(d, n, "fused_add_rmsnorm") == shape
+            k, threads, grid = op._K.pick("vector", d, True, n, 5)
+            assert k is op._K.wide_k[(d, shape)] and (threads, grid) == (shape.threads, 5), n
+            theirs = wide_for(d, n, "rmsnorm")
+            assert theirs is not None and theirs.packed and (theirs.threads, theirs.per) == (shape.threads, shape.per)
+            x, r, w, out = _check_rounded_sum_then_rmsnorm(dt, n, rows=5, scaled=True)
+            _, ref = op.reference(x, r, w, 1e-6)
+            for i in (0, 2, 3, 4):
+                err = np.linalg.norm(out[i].astype(np.float64) - ref[i]) / np.linalg.norm(ref[i])
+                assert err < op.SPEC.tolerance[d.name], (n, i, err)
+            sync, o2 = HostSync(), arrays.to_device(np.zeros_like(x))
+            xo, ro, oo = (arrays.as_rows(arrays.operand(a, b, sync)) for a, b in
+                          (("x", arrays.to_device(x)), ("residual", arrays.to_device(r)), ("out", o2)))  # fmt: skip
+            k.launch(2, threads, (xo, ro, arrays.operand("weight", arrays.to_device(w), sync), oo, 1e-6))
+            np.testing.assert_array_equal(arrays.to_host(o2).view(np.uint16), out.view(np.uint16), err_msg=n)
+            ran += 1
+    assert ran >= 4
+
+
 def _built(dt, vectors: int) -> int:  # type: ignore[no-untyped-def]
     """The vectors per input make_stream_vec builds from a config of `vectors`: half in fp16 / bf16."""
     return vectors if np.dtype(dt).itemsize == 4 else max(1, vectors // 2)
