@@ -5,8 +5,9 @@
 # (default 560 s):
 #   1. lab/fused_packed_ab.py at 8192 and 16384 columns (the shapes rows.WIDE_PACKED lists for the op)
 #   2. the GPU tests of the packed kernel and its wiring
-#   3. benchmarks/h200_llm.py for swiglu, rope, cast_fp8 (missing from h200/latest.json), then
-#      fused_add_rmsnorm (its rows on the new shapes), bf16 and fp16, beside torch and Liger-Kernel
+#   3. on the H200, benchmarks/h200_llm.py for swiglu, rope, cast_fp8 (missing from h200/latest.json), then
+#      fused_add_rmsnorm (its rows on the new shapes), bf16 and fp16, beside torch and Liger-Kernel; on
+#      another GPU lab/packed_rows_ab.py for layernorm at 6 / 3 blocks per SM (gpu_call_fifteenth.sh's step 3)
 #   OUT=dir [TOTAL=560] bash lab/gpu_call_fifteenth_short.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-fifteenth}; mkdir -p "$OUT/f"
@@ -24,7 +25,14 @@ timeout "$(left $(( TOTAL * 48 / 100 )))" $PY -m pytest -q -p no:cacheprovider t
   tests/kernels/test_bf16.py -k "packed or vector_path" > "$OUT/f/pytest-gpu.txt" 2>&1
 echo "== pytest rc=$? at $(( $(date +%s) - t0 )) s"; tail -5 "$OUT/f/pytest-gpu.txt"
 pack
-timeout "$(left "$TOTAL")" $PY benchmarks/h200_llm.py --out "$OUT/f/llm" --ops swiglu,rope,cast_fp8,fused_add_rmsnorm \
-  --dtypes bfloat16,float16 > "$OUT/f/llm.txt" 2>&1
-echo "== llm rc=$? at $(( $(date +%s) - t0 )) s"; grep -c '"ok": true' "$OUT/f/llm.txt"; grep -E "ERROR|FAIL" "$OUT/f/llm.txt" | head
+if grep -q H200 "$OUT/f/gpu.txt"; then
+  timeout "$(left "$TOTAL")" $PY benchmarks/h200_llm.py --out "$OUT/f/llm" --ops swiglu,rope,cast_fp8,fused_add_rmsnorm \
+    --dtypes bfloat16,float16 > "$OUT/f/llm.txt" 2>&1
+  echo "== llm rc=$? at $(( $(date +%s) - t0 )) s"; grep -c '"ok": true' "$OUT/f/llm.txt"; grep -E "ERROR|FAIL" "$OUT/f/llm.txt" | head
+else  # not the H200: the table's rows would not belong in h200/latest.json; layernorm's packed probe instead
+  mkdir -p "$OUT/f/ln"
+  OUT="$OUT/f/ln" PR_OPS=layernorm PR_DTYPES=bfloat16,float16 PR_CANDS=8192:256x32/6,16384:512x32/3 PR_EXTRA=shifted \
+    timeout "$(left "$TOTAL")" $PY lab/packed_rows_ab.py > "$OUT/f/ln/packed-layernorm.txt" 2>&1
+  echo "== layernorm packed rc=$? at $(( $(date +%s) - t0 )) s"; grep -A40 "^op " "$OUT/f/ln/packed-layernorm.txt" || tail -20 "$OUT/f/ln/packed-layernorm.txt"
+fi
 pack && rm -rf "$OUT/f"
