@@ -18,18 +18,18 @@ left() { local s=$(( $1 - ($(date +%s) - t0) )); echo $(( s > 1 ? s : 1 )); }
 pack() { tar czf "$OUT/fifteenth.tgz" -C "$OUT" f; }
 source benchmarks/h200_env.sh || exit 2
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/f/gpu.txt"
-OUT="$OUT/f" timeout "$(left 250)" $PY lab/fused_packed_ab.py > "$OUT/f/fused-packed.txt" 2>&1
+OUT="$OUT/f" timeout -k 5 "$(left 250)" $PY lab/fused_packed_ab.py > "$OUT/f/fused-packed.txt" 2>&1
 echo "== fused packed rc=$? at $(( $(date +%s) - t0 )) s"; grep -A30 "^dtype " "$OUT/f/fused-packed.txt" || tail -30 "$OUT/f/fused-packed.txt"
 pack
-timeout "$(left 360)" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_fused_add_rmsnorm.py \
+timeout -k 5 "$(left 360)" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_fused_add_rmsnorm.py \
   tests/kernels/test_bf16.py -k "packed or vector_path" > "$OUT/f/pytest-gpu.txt" 2>&1
 echo "== pytest rc=$? at $(( $(date +%s) - t0 )) s"; tail -5 "$OUT/f/pytest-gpu.txt"
 pack
 OUT="$OUT/f/ln" PR_OPS=layernorm PR_DTYPES=bfloat16,float16 PR_CANDS=8192:256x32/6,16384:512x32/3 PR_EXTRA=shifted \
-  timeout "$(left 480)" $PY lab/packed_rows_ab.py > "$OUT/f/ln/packed-layernorm.txt" 2>&1
+  timeout -k 5 "$(left 480)" $PY lab/packed_rows_ab.py > "$OUT/f/ln/packed-layernorm.txt" 2>&1
 echo "== layernorm packed rc=$? at $(( $(date +%s) - t0 )) s"; grep -A40 "^op " "$OUT/f/ln/packed-layernorm.txt" || tail -20 "$OUT/f/ln/packed-layernorm.txt"
 pack
 NCU="ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats --csv --page details"
-RL_OPS=fused_add_rmsnorm RL_COLS=1024,8192,32768 timeout "$(left 570)" $NCU $PY lab/rows_liger_ncu.py > "$OUT/f/ncu-fused.csv" 2>&1
+RL_OPS=fused_add_rmsnorm RL_COLS=1024,8192,32768 timeout -k 5 "$(left 570)" $NCU $PY lab/rows_liger_ncu.py > "$OUT/f/ncu-fused.csv" 2>&1
 echo "== ncu rc=$? at $(( $(date +%s) - t0 )) s"; grep -E "launch:|rel err" "$OUT/f/ncu-fused.csv" | tail -20
 pack && rm -rf "$OUT/f"

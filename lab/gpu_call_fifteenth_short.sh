@@ -17,22 +17,22 @@ left() { local s=$(( $1 - ($(date +%s) - t0) )); echo $(( s > 1 ? s : 1 )); }
 pack() { tar czf "$OUT/fifteenth.tgz" -C "$OUT" f; }
 source benchmarks/h200_env.sh || exit 2
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/f/gpu.txt"
-OUT="$OUT/f" FP_COLS=8192,16384 timeout "$(left $(( TOTAL * 30 / 100 )))" $PY lab/fused_packed_ab.py \
+OUT="$OUT/f" FP_COLS=8192,16384 timeout -k 5 "$(left $(( TOTAL * 30 / 100 )))" $PY lab/fused_packed_ab.py \
   > "$OUT/f/fused-packed.txt" 2>&1
 echo "== fused packed rc=$? at $(( $(date +%s) - t0 )) s"; grep -A30 "^dtype " "$OUT/f/fused-packed.txt" || tail -30 "$OUT/f/fused-packed.txt"
 pack
-timeout "$(left $(( TOTAL * 48 / 100 )))" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_fused_add_rmsnorm.py \
+timeout -k 5 "$(left $(( TOTAL * 48 / 100 )))" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_fused_add_rmsnorm.py \
   tests/kernels/test_bf16.py -k "packed or vector_path" > "$OUT/f/pytest-gpu.txt" 2>&1
 echo "== pytest rc=$? at $(( $(date +%s) - t0 )) s"; tail -5 "$OUT/f/pytest-gpu.txt"
 pack
 if grep -q H200 "$OUT/f/gpu.txt"; then
-  timeout "$(left "$TOTAL")" $PY benchmarks/h200_llm.py --out "$OUT/f/llm" --ops swiglu,rope,cast_fp8,fused_add_rmsnorm \
+  timeout -k 5 "$(left "$TOTAL")" $PY benchmarks/h200_llm.py --out "$OUT/f/llm" --ops swiglu,rope,cast_fp8,fused_add_rmsnorm \
     --dtypes bfloat16,float16 > "$OUT/f/llm.txt" 2>&1
   echo "== llm rc=$? at $(( $(date +%s) - t0 )) s"; grep -c '"ok": true' "$OUT/f/llm.txt"; grep -E "ERROR|FAIL" "$OUT/f/llm.txt" | head
 else  # not the H200: the table's rows would not belong in h200/latest.json; layernorm's packed probe instead
   mkdir -p "$OUT/f/ln"
   OUT="$OUT/f/ln" PR_OPS=layernorm PR_DTYPES=bfloat16,float16 PR_CANDS=8192:256x32/6,16384:512x32/3 PR_EXTRA=shifted \
-    timeout "$(left "$TOTAL")" $PY lab/packed_rows_ab.py > "$OUT/f/ln/packed-layernorm.txt" 2>&1
+    timeout -k 5 "$(left "$TOTAL")" $PY lab/packed_rows_ab.py > "$OUT/f/ln/packed-layernorm.txt" 2>&1
   echo "== layernorm packed rc=$? at $(( $(date +%s) - t0 )) s"; grep -A40 "^op " "$OUT/f/ln/packed-layernorm.txt" || tail -20 "$OUT/f/ln/packed-layernorm.txt"
 fi
 pack && rm -rf "$OUT/f"
