@@ -1,7 +1,7 @@
 # ruff: noqa: B023  (a probe: each closure is called within its own loop iteration)
 """A/B probe (GPU timing; correctness in the simulator too; not shipped): fused_add_rmsnorm's rows of
 8192-32768 columns held as packed pairs, as rmsnorm's are (kernels.ops.rows.WIDE_PACKED), against the
-WIDE_ROWS kernel `auto` took there before (the "block" arm).
+WIDE_ROWS kernel `auto` takes there (the "block" arm, launched directly as the packed arms are).
 
 Why. On the H200 (fourteenth session, `benchmarks/h200/2026-12-06/rows/llm.txt`, the bench's new method)
 fused_add_rmsnorm bf16 is 0.84 / 0.82 / 0.77 of copy at 8192 / 16384 / 32768 columns and 0.91x / 0.89x /
@@ -29,6 +29,14 @@ Prediction (from rmsnorm's packed gain, 1.02-1.04x, and the occupancy gap ncu me
 1.03-1.10x at 8192-16384 for the 40-register builds; the 32-register builds level or worse (their spills sit
 in the row's add loop).
 
+The product form, ready to ship if this wins: rmsnorm's `_make_packed` with an `add` (this kernel as the
+same text, rmsnorm's packed PTX unchanged), wired into rows.WIDE_PACKED at 256x32/6 and 512x32/3 (1024x32/2
+spills, which test_ptx's no-spill rule refuses), and its test in test_fused_add_rmsnorm.py (residual bit
+for bit, out bit for bit rmsnorm's packed kernel, per-row float64, a bf16 row past fp16's range, a row of 5/8
+the columns, a two-block launch). Written in the fifteenth session and taken back
+out unmeasured (no device machine came): `git revert` the commit "fused_add_rmsnorm packed: taken back out
+unmeasured" restores it.
+
 Timing: kernels.harness.bench.time_interleaved (a device-side pause before each call, each timed call after an
 untimed one of its own arm, CUDA events, rotation over SETS input sets). The residual drifts (each call adds x
 to it), the same for both arms. Each arm is then checked once from fresh inputs, the packed arms on a grid of
@@ -46,17 +54,20 @@ the sums left unrounded (bf16), the reduction halves not alternating, out scaled
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from typing import Any
 
 import numpy as np
-from numba import cuda
+from numba import cuda, float32, uint32
 
 from kernels.harness.bench import SETS, time_interleaved
 from kernels.ops import fused_add_rmsnorm as fam
 from kernels.ops import rmsnorm
-from kernels.ops.rows import WIDE_ROWS, WideRows, for_machine
+from kernels.ops.rows import WIDE_ROWS, WideRows, for_machine, onchip_pairs, packed_row_io, vec_jit
+from kernels.primitives.reductions import make_block_sum, row_slots
+from kernels.primitives.vector import ldg_into, round_like, stg_from
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, SIMULATED, HostSync
 from kernels.runtime.launch import kernel
@@ -71,11 +82,56 @@ SHAPES: dict[int, list[WideRows]] = {
 
 
 def make_fused_packed(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
-    """fused_add_rmsnorm at a WideRows.packed shape: rmsnorm's packed kernel text with the add in front
-    (kernels.ops.rmsnorm._make_packed, `add`; the module doc). It was this probe's own copy until the
-    fifteenth session moved it into the product before the first GPU run, so the run times the product's
-    text and the GPU tests check the same kernel."""
-    return rmsnorm._make_packed(width, threads, per, min_blocks, word, add=True)
+    """fused_add_rmsnorm at a WideRows.packed shape (the module doc)."""
+    load_row, col_of, lo, hi = packed_row_io(width, threads, per, word)
+    pack, _, _ = onchip_pairs(word)
+    bsum, slots = make_block_sum(threads), row_slots(threads)
+    nsm, npair, nv, hw = 2 * slots, per // 2, per // width, width // 2
+
+    @cuda.jit(**vec_jit(threads, min_blocks, False))
+    def k(x, r, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)  # two halves: consecutive rows alternate (reductions)
+        v = cuda.local.array(npair, uint32)
+        t = cuda.local.array(width, float32)
+        rows, n = x.shape[0], x.shape[1]
+        row, base = cuda.blockIdx.x, 0
+        while row < rows:
+            rr = r[row]
+            load_row(v, t, x[row], n, float32(0.0))
+            for q in range(nv):  # every residual load issues before the first store
+                if n >= threads * per or col_of(q) < n:  # full rows: no compare (as load_row)
+                    ldg_into(t, 0, rr, col_of(q))
+                    for p in range(hw):
+                        i = q * hw + p
+                        v[i] = pack(
+                            round_like(rr, lo(v[i]) + t[2 * p]), round_like(rr, hi(v[i]) + t[2 * p + 1])
+                        )
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    for p in range(hw):
+                        t[2 * p] = lo(v[q * hw + p])
+                        t[2 * p + 1] = hi(v[q * hw + p])
+                    stg_from(rr, col, t, 0)
+            acc = float32(0.0)
+            for i in range(npair):  # column order: rmsnorm's packed kernel's sum
+                a, b = lo(v[i]), hi(v[i])
+                acc += a * a
+                acc += b * b
+            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
+            base = slots - base
+            orow = out[row]
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    ldg_into(t, 0, w, col)
+                    for p in range(hw):
+                        t[2 * p] = lo(v[q * hw + p]) * inv * t[2 * p]
+                        t[2 * p + 1] = hi(v[q * hw + p]) * inv * t[2 * p + 1]
+                    stg_from(orow, col, t, 0)
+            row += cuda.gridDim.x
+
+    return k
 
 
 def cases() -> list[tuple[int, int, list[WideRows]]]:
@@ -113,8 +169,7 @@ def main() -> int:
             wh = (1 + 0.5 * rng.standard_normal(n)).astype(dt)
             xs = [arrays.to_device(a) for a in xh]
             w = arrays.to_device(wh)
-            # first the WIDE_ROWS kernel of the packed shapes' width (auto's before rows.WIDE_PACKED listed
-            # this op): every ratio is against it
+            # first the WIDE_ROWS kernel of the packed shapes' width (auto's there): every ratio is against it
             block = next(c for c in map(for_machine, WIDE_ROWS) if c.cols == shapes[0].cols)
             arms_of = [block, *shapes]
             labels = [f"{'packed' if c.packed else 'block'} {c.threads}x{c.per}/{c.min_blocks}"
