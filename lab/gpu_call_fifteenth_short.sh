@@ -18,6 +18,8 @@ t0=$(date +%s)
 left() { local s=$(( $1 - ($(date +%s) - t0) )); echo $(( s > 1 ? s : 1 )); }
 pack() { tar czf "$OUT/fifteenth.tgz" -C "$OUT" f; }
 source benchmarks/h200_env.sh || exit 2
+grep -q '"fused_add_rmsnorm": (' kernels/ops/rows.py ||
+  echo "NOTE: rows.WIDE_PACKED has no fused_add_rmsnorm shapes: step 2 tests the product without them (git revert 53bd05a first)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/f/gpu.txt"
 OUT="$OUT/f" FP_COLS=8192,16384 timeout -k 5 "$(left $(( TOTAL * P1 / 100 )))" $PY lab/fused_packed_ab.py \
   > "$OUT/f/fused-packed.txt" 2>&1
