@@ -19,7 +19,7 @@ Kernels, one block of 256 threads per row, fp32 sums (warp shuffles, then one sl
     WIDE_ROWS shape (32 x 32 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
     32768 columns stay in registers (one read of the row) instead of streaming (two). Rows of 5121-32768
     columns (the 8192-32768 shapes) take `_make_packed` instead (rows.WIDE_PACKED): the same shapes with the
-    row as packed pairs, 32 registers, twice the blocks per SM (1.03-1.04x in bf16 on an H100).
+    row as packed pairs, 32 registers, twice the blocks per SM (1.02-1.04x in bf16 on an H100).
   - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
     131584, the vocabularies, and built again as rows.ONCHIP_MID_ROWS for rows of 32776 to 65536: two
     blocks of 512 threads per SM; "auto" and "vector" take it there, on GPUs that let a block opt in to its
