@@ -33,9 +33,8 @@ The product form, ready to ship if this wins: rmsnorm's `_make_packed` with an `
 same text, rmsnorm's packed PTX unchanged), wired into rows.WIDE_PACKED at 256x32/6 and 512x32/3 (1024x32/2
 spills, which test_ptx's no-spill rule refuses), and its test in test_fused_add_rmsnorm.py (residual bit
 for bit, out bit for bit rmsnorm's packed kernel, per-row float64, a bf16 row past fp16's range, a row of 5/8
-the columns, a two-block launch). Written in the fifteenth session and taken back
-out unmeasured (no device machine came): `git revert` the commit "fused_add_rmsnorm packed: taken back out
-unmeasured" restores it.
+the columns, a two-block launch). Written in the fifteenth session and taken back out unmeasured (no device
+machine came): `git revert 53bd05a` restores it.
 
 Timing: kernels.harness.bench.time_interleaved (a device-side pause before each call, each timed call after an
 untimed one of its own arm, CUDA events, rotation over SETS input sets). The residual drifts (each call adds x
