@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, uint32
 
-from kernels.ops.rmsnorm import make_onchip, reg_norm_store, stream_scale, stream_vec_scale
+from kernels.ops.rmsnorm import _make_packed, make_onchip, reg_norm_store, stream_scale, stream_vec_scale
 from kernels.ops.rows import (
     BF16_ELEM_TOL,
     BF16_TOL,
@@ -280,10 +280,13 @@ def make_stream_vec(config: StreamRows, width: int):  # type: ignore[no-untyped-
 
 
 def _row_kernel(config: RowConfig, width: int, *, word: bool) -> tuple[Any, int, bool]:
-    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows WIDE_ROWS shape (`word`: bf16
-    operands; this op has no packed shape, rows.WIDE_PACKED)."""
-    if isinstance(config, WideRows) and not config.packed:
+    """(dispatcher, threads per block, grid-stride?) of a kernels.ops.rows wide shape (`word`: bf16
+    operands, for a packed shape's pairs): the packed ones (rows.WIDE_PACKED) are rmsnorm's packed kernel text
+    with the add in front (kernels.ops.rmsnorm._make_packed, `add`)."""
+    if isinstance(config, WideRows):
         c = config
+        if c.packed:
+            return _make_packed(width, c.threads, c.per, c.min_blocks, word, add=True), c.threads, False
         return _make_vec(width, c.threads, c.per, c.min_blocks), c.threads, False
     raise ValueError(f"fused_add_rmsnorm: no row kernel for {config}")
 

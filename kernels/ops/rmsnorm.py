@@ -55,6 +55,7 @@ from kernels.ops.rows import (
     VectorRows,
     WideRows,
     make_stream_loads,
+    onchip_pairs,
     onchip_part,
     packed_row_io,
     row_cases,
@@ -237,24 +238,53 @@ def _make_vec(  # type: ignore[no-untyped-def]
     return k
 
 
-def _make_packed(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
+def _make_packed(  # type: ignore[no-untyped-def]
+    width: int, threads: int, per: int, min_blocks: int, word: bool, add: bool = False
+):
     """`_make_vec` at a WideRows.packed shape (kernels.ops.rows.WIDE_PACKED): the row's values kept as packed
     pairs (rows.packed_row_io; `word`: bf16 words, else fp16), unpacked where used, the same fp32 arithmetic
-    per value. 32 registers at 32 values a thread (ptxas sm_90), so launch_bounds(threads, 2x the blocks)."""
+    per value. 32 registers at 32 values a thread (ptxas sm_90), so launch_bounds(threads, 2x the blocks).
+
+    `add`: fused_add_rmsnorm's kernel, k(x, r, w, out, eps), from the same text (as make_onchip's): the row
+    of x loaded as pairs, then every residual vector loaded (a full row takes no bounds compare, so the loads
+    issue together, no store between them), added to its pair in fp32, rounded to the dtype (round_like: what
+    storing and reloading gives) and packed back, exact, into the same words; then the rounded sums stored to
+    r, and rmsnorm's sum and write pass over them, so out is bit for bit this kernel's rmsnorm of the new r.
+    The same bytes as the op's WIDE_ROWS kernel (x and r read once, r and out written once)."""
     load_row, col_of, lo, hi = packed_row_io(width, threads, per, word)
+    pack, _, _ = onchip_pairs(word)
     bsum, slots = make_block_sum(threads), row_slots(threads)
     nsm, npair, nv, hw = 2 * slots, per // 2, per // width, width // 2
 
-    @cuda.jit(**vec_jit(threads, min_blocks, False))
-    def k(x, w, out, eps):  # type: ignore[no-untyped-def]
-        sm = cuda.shared.array(nsm, float32)  # two halves: consecutive rows alternate (reductions)
-        v = cuda.local.array(npair, uint32)
-        t = cuda.local.array(width, float32)
+    @cuda.jit(device=True, inline="always")
+    def add_row(v, t, rr, n):  # type: ignore[no-untyped-def]
+        """With `add`: v <- round(x + r), pair by pair, every residual load before the first store; then
+        the sums stored to rr."""
+        if add:
+            for q in range(nv):
+                if n >= threads * per or col_of(q) < n:  # full rows: no compare (as load_row)
+                    ldg_into(t, 0, rr, col_of(q))
+                    for p in range(hw):
+                        i = q * hw + p
+                        v[i] = pack(
+                            round_like(rr, lo(v[i]) + t[2 * p]), round_like(rr, hi(v[i]) + t[2 * p + 1])
+                        )
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    for p in range(hw):
+                        t[2 * p] = lo(v[q * hw + p])
+                        t[2 * p + 1] = hi(v[q * hw + p])
+                    stg_from(rr, col, t, 0)
+
+    @cuda.jit(device=True, inline="always")
+    def rows_packed(x, r, w, out, eps, sm, v, t):  # type: ignore[no-untyped-def]
         rows, n = x.shape[0], x.shape[1]
         row, base = cuda.blockIdx.x, 0
         while row < rows:
             orow = out[row]
             load_row(v, t, x[row], n, float32(0.0))
+            add_row(v, t, r[row], n)
             acc = float32(0.0)
             for i in range(npair):
                 a, b = lo(v[i]), hi(v[i])
@@ -271,6 +301,24 @@ def _make_packed(width: int, threads: int, per: int, min_blocks: int, word: bool
                         t[2 * p + 1] = hi(v[q * hw + p]) * inv * t[2 * p + 1]
                     stg_from(orow, col, t, 0)
             row += cuda.gridDim.x
+
+    if add:
+
+        @cuda.jit(**vec_jit(threads, min_blocks, False))
+        def fused(x, r, w, out, eps):  # type: ignore[no-untyped-def]
+            sm = cuda.shared.array(nsm, float32)  # two halves: consecutive rows alternate (reductions)
+            v = cuda.local.array(npair, uint32)
+            t = cuda.local.array(width, float32)
+            rows_packed(x, r, w, out, eps, sm, v, t)
+
+        return fused
+
+    @cuda.jit(**vec_jit(threads, min_blocks, False))
+    def k(x, w, out, eps):  # type: ignore[no-untyped-def]
+        sm = cuda.shared.array(nsm, float32)  # two halves: consecutive rows alternate (reductions)
+        v = cuda.local.array(npair, uint32)
+        t = cuda.local.array(width, float32)
+        rows_packed(x, x, w, out, eps, sm, v, t)  # r: unused without `add`
 
     return k
 

@@ -231,6 +231,13 @@ WIDE_PACKED: dict[str, tuple[WideRows, ...]] = {
         WideRows(threads=256, per=64, min_blocks=4, packed=True),
         WideRows(threads=512, per=64, min_blocks=2, packed=True),
     ),
+    # PENDING the fifteenth session's measurement (lab/fused_packed_ab.py): rmsnorm's shapes with the add in
+    # front, at 6 / 3 blocks per SM where 8 / 4 spill (40 registers, no spills; ptxas sm_90); 32768 columns
+    # keep WIDE_ROWS (1024 x 32 at 2 blocks spills 16-48 bytes, and 1 block is WIDE_ROWS' occupancy)
+    "fused_add_rmsnorm": (
+        WideRows(threads=256, per=32, min_blocks=6, packed=True),
+        WideRows(threads=512, per=32, min_blocks=3, packed=True),
+    ),
 }
 
 

@@ -75,15 +75,18 @@ def test_vector_path_is_the_rounded_sum_then_rmsnorm_of_it(dt):  # type: ignore[
         _check_rounded_sum_then_rmsnorm(dt, n)
 
 
-def _check_rounded_sum_then_rmsnorm(dt, n: int, rows: int = 3, scaled: bool = False):  # type: ignore[no-untyped-def]
+def _check_rounded_sum_then_rmsnorm(dt, n: int, rows: int = 3, scaled: bool = False, big: int | None = None):  # type: ignore[no-untyped-def]
     """fused_add_rmsnorm on path="vector" at `rows` rows of `n`, row 1 holding a NaN, an inf and a -inf:
     residual is round(x + residual), and out is rmsnorm's path="vector" on that rounded residual, both
     compared as values (a GPU's NaN is the canonical one, numpy's keeps x's payload). `scaled`: row i of x
     and residual times 2^(i % 7 - 3), so a row normed with another row's statistics is off by 2x or more.
-    Returns (x, r, w, out)."""
+    `big`: that row times 2^20 more (|x| ~ 1e6, past fp16's range: a bf16 row kept as fp16 halves would
+    hold infinities). Returns (x, r, w, out)."""
     x, r, w = _inputs(rows, n, dt, seed=n)
-    if scaled:
-        s = (2.0 ** (np.arange(rows) % 7 - 3))[:, None]
+    if scaled or big is not None:
+        s = (2.0 ** (np.arange(rows) % 7 - 3 if scaled else np.zeros(rows)))[:, None]
+        if big is not None:
+            s[big] *= 2.0**20
         x, r = (x.astype(np.float32) * s).astype(dt), (r.astype(np.float32) * s).astype(dt)
     x[1] = poison(x[1:2], 1)[0]
     want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(dt)
@@ -153,6 +156,57 @@ def test_onchip_rows_are_the_rounded_sum_then_rmsnorm_on_chip(dt, shape, monkeyp
         for i in [0, *range(2, rows)]:
             err = np.linalg.norm(out[i].astype(np.float64) - ref[i]) / np.linalg.norm(ref[i])
             assert err < op.SPEC.tolerance[d.name], (n, i, err)
+
+
+@needs_device
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's numpy on NaN / inf (its threads)
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_packed_rows_are_the_rounded_sum_then_rmsnorm_packed(dt):  # type: ignore[no-untyped-def]
+    """The op's packed shapes (kernels.ops.rows.WIDE_PACKED: rmsnorm's packed kernel text with the add in
+    front, kernels.ops.rmsnorm._make_packed's `add`), each at its full width and with padding lanes, path
+    "vector" picks it; residual is round(x + residual) bit for bit, out is rmsnorm's packed kernel of the same
+    threads x values on that rounded residual bit for bit (the same sums in the same order), and every finite
+    row, each at its own scale, is within the op's tolerance of float64 on its own. Row 1 holds a NaN, an inf
+    and a -inf. Then the same kernel on a grid of two blocks (each loops over rows, alternating its reduction
+    halves) gives the same words. bf16 rows are packed as bf16 words (row 4 sits past fp16's range), and a
+    row of 5/8 the shape's columns leaves whole vectors of every thread empty."""
+    from kernels.ops.rows import WIDE_PACKED, for_machine, wide_for
+    from kernels.primitives.vector import WIDTH
+    from kernels.runtime import arrays
+    from kernels.runtime.arrays import HostSync
+
+    d = np.dtype(dt)
+    ran = 0
+    for c in WIDE_PACKED["fused_add_rmsnorm"]:
+        shape = for_machine(c)
+        if shape.cols == BLOCK * PER:
+            continue  # the simulator's 512 columns tie with the op's own BLOCK x PER kernel, which runs them
+        for n in (shape.cols, shape.cols - 3 * WIDTH[d], shape.cols * 5 // 8 + WIDTH[d]):
+            assert wide_for(d, n, "fused_add_rmsnorm") == shape
+            k, threads, grid = op._K.pick("vector", d, True, n, 5)
+            assert k is op._K.wide_k[(d, shape)] and (threads, grid) == (shape.threads, 5), n
+            theirs = wide_for(d, n, "rmsnorm")
+            assert (
+                theirs is not None
+                and theirs.packed
+                and (theirs.threads, theirs.per) == (shape.threads, shape.per)
+            )
+            x, r, w, out = _check_rounded_sum_then_rmsnorm(
+                dt, n, 5, True, 4 if d == ml_dtypes.bfloat16 else None
+            )
+            _, ref = op.reference(x, r, w, 1e-6)
+            for i in (0, 2, 3, 4):
+                err = np.linalg.norm(out[i].astype(np.float64) - ref[i]) / np.linalg.norm(ref[i])
+                assert err < op.SPEC.tolerance[d.name], (n, i, err)
+            sync, r2, o2 = HostSync(), arrays.to_device(r), arrays.to_device(np.zeros_like(x))
+            xo, ro, oo = (arrays.as_rows(arrays.operand(a, b, sync)) for a, b in
+                          (("x", arrays.to_device(x)), ("residual", r2), ("out", o2)))  # fmt: skip
+            k.launch(2, threads, (xo, ro, arrays.operand("weight", arrays.to_device(w), sync), oo, 1e-6))
+            np.testing.assert_array_equal(arrays.to_host(o2).view(np.uint16), out.view(np.uint16), err_msg=n)
+            want_r = (x.astype(np.float32) + r.astype(np.float32)).astype(d)
+            np.testing.assert_array_equal(arrays.to_host(r2).astype(np.float32), want_r.astype(np.float32))
+            ran += 1
+    assert ran >= 3  # under the simulator one shape ties with BLOCK x PER; on a GPU 6
 
 
 def _built(dt, vectors: int) -> int:  # type: ignore[no-untyped-def]
