@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The sixteenth session's device call (carry .whl). On whichever GPU comes, each step on its own deadline
+# (seconds from the start), everything packed into $OUT/sixteenth.tgz after each step:
+#   H200 (unless TABLE=0): benchmarks/h200_latest.sh for the table's missing rows (fused_add_rmsnorm with its
+#      packed shapes, swiglu, rope, cast_fp8, residual_add; the registry step: cast, clip_grad_norm, gemm,
+#      o_proj against CuPy), until 490 s; then lab/inplace_ab.py until TOTAL;
+#   otherwise: lab/inplace_ab.py (in-place residual against Liger's out-of-place S) until 150 s, then the GPU
+#      tests of fused_add_rmsnorm (the whole file: the packed shapes shipped this session) until TOTAL.
+#   OUT=dir [TOTAL=580] [TABLE=0] bash lab/gpu_call_sixteenth.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-sixteenth}; mkdir -p "$OUT/s"
+TOTAL=${TOTAL:-580}
+t0=$(date +%s)
+left() { local s=$(( $1 - ($(date +%s) - t0) )); echo $(( s > 1 ? s : 1 )); }
+now() { echo "at $(( $(date +%s) - t0 )) s"; }
+pack() { tar czf "$OUT/sixteenth.tgz" -C "$OUT" s; }
+source benchmarks/h200_env.sh || exit 2
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/s/gpu.txt"
+
+probe() {  # $1: deadline
+  OUT="$OUT/s" timeout -k 5 "$(left "$1")" $PY lab/inplace_ab.py > "$OUT/s/inplace.txt" 2>&1
+  echo "== inplace rc=$? $(now)"; grep -A30 "^shape " "$OUT/s/inplace.txt" || tail -20 "$OUT/s/inplace.txt"
+  pack
+}
+
+if [ "${TABLE:-1}" = 1 ] && grep -q H200 "$OUT/s/gpu.txt"; then
+  LLM_OPS=fused_add_rmsnorm,swiglu,rope,cast_fp8,residual_add GEMM=0 LLM_DEADLINE=340 REG_DEADLINE=455 \
+    OUT="$OUT/s/table" timeout -k 5 "$(left 490)" bash benchmarks/h200_latest.sh > "$OUT/s/table.txt" 2>&1
+  echo "== table rc=$? $(now)"; grep -E "^== |rows, " "$OUT/s/table.txt"
+  pack
+  probe "$TOTAL"
+else
+  probe 150
+  timeout -k 5 "$(left "$TOTAL")" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_fused_add_rmsnorm.py \
+    > "$OUT/s/pytest-fused.txt" 2>&1
+  echo "== pytest rc=$? $(now)"; tail -5 "$OUT/s/pytest-fused.txt"
+  pack
+fi
+rm -rf "$OUT/s"
