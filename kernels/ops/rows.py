@@ -99,8 +99,9 @@ class Half2Rows:
 @dataclass(frozen=True)
 class WideRows:
     """The op's 16-byte-load register kernel at another block shape: `threads` threads x `per` values hold
-    rows of up to threads x per columns (rmsnorm / layernorm: `_make_vec` with that shape, rmsnorm's
-    `_make_packed` when packed; softmax: `make_rows_blocked`, or `make_rows_packed` when packed).
+    rows of up to threads x per columns (rmsnorm / layernorm / fused_add_rmsnorm: `_make_vec` with that
+    shape, rmsnorm's `_make_packed` when packed, with the add in front for fused_add_rmsnorm; softmax:
+    `make_rows_blocked`, or `make_rows_packed` when packed).
     `min_blocks`: launch_bounds' blocks per SM (the register cap). `packed`: the row held as packed pairs
     (`packed_row_io`: one uint32 per two columns, unpacked where used), so a thread's `per` values take
     per / 2 registers and twice the rows fit an SM."""
@@ -231,9 +232,14 @@ WIDE_PACKED: dict[str, tuple[WideRows, ...]] = {
         WideRows(threads=256, per=64, min_blocks=4, packed=True),
         WideRows(threads=512, per=64, min_blocks=2, packed=True),
     ),
-    # PENDING the fifteenth session's measurement (lab/fused_packed_ab.py): rmsnorm's shapes with the add in
-    # front, at 6 / 3 blocks per SM where 8 / 4 spill (40 registers, no spills; ptxas sm_90); 32768 columns
-    # keep WIDE_ROWS (1024 x 32 at 2 blocks spills 16-48 bytes, and 1 block is WIDE_ROWS' occupancy)
+    # rmsnorm's shapes with the add in front (rmsnorm._make_packed, `add`), at 6 / 3 blocks per SM where
+    # rmsnorm's 8 / 4 spill (ptxas sm_90: 40 registers, no spills; the WIDE_ROWS kernels 53-55). Measured
+    # on an H100 (2026-12-07, sixteenth session, lab/fused_packed_ab.py ->
+    # benchmarks/h100/2026-12-07/fused-packed/, interleaved with the WIDE_ROWS kernel of the same width, 2^25
+    # elements, every output against float64, residual bit for bit): x that kernel bf16 1.024 / 1.034, fp16
+    # 1.028 / 1.039 at 8192 / 16384 (0.945-0.947 of copy); the spilling 8 / 4-block builds 0.984-1.000. 32768
+    # columns keep WIDE_ROWS: 1024 x 32 at 2 blocks ran 1.010-1.021x but spills 16-48 bytes
+    # (tests/kernels/test_ptx.py refuses spills).
     "fused_add_rmsnorm": (
         WideRows(threads=256, per=32, min_blocks=6, packed=True),
         WideRows(threads=512, per=32, min_blocks=3, packed=True),
