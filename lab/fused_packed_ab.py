@@ -36,6 +36,25 @@ for bit, out bit for bit rmsnorm's packed kernel, per-row float64, a bf16 row pa
 the columns, a two-block launch). Written in the fifteenth session and taken back out unmeasured (no device
 machine came): `git revert 53bd05a` restores it.
 
+Outcome (sixteenth session, an H100, benchmarks/h100/2026-12-07/fused-packed/): 1.024-1.039x at 8192-16384
+for the 40-register builds, 0.984-1.000x for the spilling ones; shipped (rows.WIDE_PACKED).
+
+The narrow widths (sixteenth session, FP_SHAPES below; ptxas sm_90, bf16 / fp16 registers, no spills unless
+named; warps per SM from registers rounded up to 8 a thread, 64K a SM, and 32 blocks a SM at most). WIDE_ROWS
+there, 53 / 55 registers: 32x32/32 at 1024 (one-warp blocks, capped at 32 blocks: 32 warps), 64x32/16 at
+2048 (18 blocks: 36 warps), 160x32/6 at 5120 (7 blocks: 35 warps), each warp with 8 16-byte loads of x and
+residual in flight. Candidates, and the loads in flight per SM against WIDE_ROWS':
+  1024: packed 64x16/32 (32 / 30 registers; 64 warps x 4 loads: level), packed 64x16/24 (38 / 36; 50 x 4:
+        0.78x);
+  2048: packed 64x32/24 (40 / 40; 50 warps x 8: 1.39x), packed 128x16/16 (32 / 30; 64 x 4: 0.89x);
+  5120: packed 160x32/9 (40 / 40; 10 blocks, 50 warps x 8: 1.43x), packed 320x16/6 (32 / 30; 60 x 4: 0.86x).
+(packed 64x32/32, 160x32/10 and 160x32/12 spill 16-48 bytes at 32 registers: not timed.) Prediction, from
+the 8192 shape (1.5x the loads in flight gained 2.4-3.9 %): 2048 64x32/24 and 5120 160x32/9 1.02-1.04x; the
+others level or worse (1024 cannot add loads in flight without two rows a block).
+
+    FP_COLS=1024,2048,5120 FP_SHAPES="1024:64x16/32p,1024:64x16/24p,2048:64x32/24p,2048:128x16/16p,\
+    5120:160x32/9p,5120:320x16/6p" python lab/fused_packed_ab.py
+
 Timing: kernels.harness.bench.time_interleaved (a device-side pause before each call, each timed call after an
 untimed one of its own arm, CUDA events, rotation over SETS input sets). The residual drifts (each call adds x
 to it), the same for both arms. Each arm is then checked once from fresh inputs, the packed arms on a grid of
@@ -45,7 +64,8 @@ op's rule (the sum in fp32, rounded once); out within the op's per-element bound
 for bit rmsnorm's packed kernel at the same shape on the new residual. Planted faults caught in the simulator:
 the sums left unrounded (bf16), the reduction halves not alternating, out scaled by 1.0039.
 
-    source benchmarks/h200_env.sh; OUT=$OUT $PY lab/fused_packed_ab.py     (FP_COLS, FP_DTYPES narrow it)
+    source benchmarks/h200_env.sh; OUT=$OUT $PY lab/fused_packed_ab.py     (FP_COLS, FP_DTYPES narrow it;
+                                                                           FP_SHAPES sets the shapes)
     NUMBA_ENABLE_CUDASIM=1 python lab/fused_packed_ab.py                   (simulator: correctness only)
     NUMBA_ENABLE_CUDASIM=0 python lab/fused_packed_ab.py --ptxas           (offline: registers, spills; sm_90)
 """
@@ -78,6 +98,21 @@ SHAPES: dict[int, list[WideRows]] = {
     16384: [WideRows(512, 32, 4, packed=True), WideRows(512, 32, 3, packed=True)],
     32768: [WideRows(1024, 32, 2, packed=True)],
 }
+# FP_SHAPES="1024:64x16/32p,1024:128x8/16,...": the shapes timed at those widths instead (p: packed; without
+# it the op's own WIDE_ROWS kernel factory at that shape), each against the WIDE_ROWS kernel of the width
+
+
+def _shapes_from(spec: str) -> dict[int, list[WideRows]]:
+    out: dict[int, list[WideRows]] = {}
+    for item in filter(None, spec.split(",")):
+        n, shape = item.split(":")
+        tp, b = shape.rstrip("p").split("/")
+        t, p = tp.split("x")
+        out.setdefault(int(n), []).append(WideRows(int(t), int(p), int(b), packed=shape.endswith("p")))
+    return out
+
+
+SHAPES.update(_shapes_from(os.environ.get("FP_SHAPES", "")))
 
 
 def make_fused_packed(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
@@ -277,10 +312,15 @@ def ptxas_report() -> int:
 
     for dt in (BF16, F16):
         for n, shapes in SHAPES.items():
+            if os.environ.get("FP_COLS") and str(n) not in os.environ["FP_COLS"].split(","):
+                continue
             for s in shapes:
-                fn = make_fused_packed(16 // dt.itemsize, s.threads, s.per, s.min_blocks, dt == BF16)
+                if s.packed:
+                    fn = make_fused_packed(16 // dt.itemsize, s.threads, s.per, s.min_blocks, dt == BF16)
+                else:
+                    fn = fam._row_kernel(s, 16 // dt.itemsize, word=dt == BF16)[0]
                 r = ptx._ptxas(ptx.compile_one(fn, fam._K.sigs[dt], (9, 0)), (9, 0), False)
-                shape = f"{s.threads}x{s.per}/{s.min_blocks}"
+                shape = f"{'packed' if s.packed else 'block'} {s.threads}x{s.per}/{s.min_blocks}"
                 print(
                     f"{dt.name:8s} {n:6d} {shape}: registers {r.get('registers')}, "
                     f"spills {r.get('spill_bytes')}",

@@ -4,8 +4,10 @@
 #   H200 (unless TABLE=0): benchmarks/h200_latest.sh for the table's missing rows (fused_add_rmsnorm with its
 #      packed shapes, swiglu, rope, cast_fp8, residual_add; the registry step: cast, clip_grad_norm, gemm,
 #      o_proj against CuPy), until 490 s; then lab/inplace_ab.py until TOTAL;
-#   otherwise: lab/inplace_ab.py (in-place residual against Liger's out-of-place S) until 150 s, then the GPU
-#      tests of fused_add_rmsnorm (the whole file: the packed shapes shipped this session) until TOTAL.
+#   otherwise: lab/inplace_ab.py (in-place residual against Liger's out-of-place S) until 130 s;
+#      lab/fused_packed_ab.py at 1024 / 2048 / 5120 columns (packed shapes with more loads in flight than
+#      WIDE_ROWS', its docstring) until 280 s; then the GPU tests of fused_add_rmsnorm (the whole file: the
+#      packed shapes shipped this session) until TOTAL.
 #   OUT=dir [TOTAL=580] [TABLE=0] bash lab/gpu_call_sixteenth.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-sixteenth}; mkdir -p "$OUT/s"
@@ -30,7 +32,11 @@ if [ "${TABLE:-1}" = 1 ] && grep -q H200 "$OUT/s/gpu.txt"; then
   pack
   probe "$TOTAL"
 else
-  probe 150
+  probe 130
+  OUT="$OUT/s" FP_COLS=1024,2048,5120 FP_SHAPES="1024:64x16/32p,1024:64x16/24p,2048:64x32/24p,2048:128x16/16p,5120:160x32/9p,5120:320x16/6p" \
+    timeout -k 5 "$(left 280)" $PY lab/fused_packed_ab.py > "$OUT/s/fused-narrow.txt" 2>&1
+  echo "== fused narrow rc=$? $(now)"; grep -A30 "^dtype " "$OUT/s/fused-narrow.txt" || tail -20 "$OUT/s/fused-narrow.txt"
+  pack
   timeout -k 5 "$(left "$TOTAL")" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_fused_add_rmsnorm.py \
     > "$OUT/s/pytest-fused.txt" 2>&1
   echo "== pytest rc=$? $(now)"; tail -5 "$OUT/s/pytest-fused.txt"
