@@ -42,4 +42,4 @@ else
   echo "== pytest rc=$? $(now)"; tail -5 "$OUT/s/pytest-fused.txt"
   pack
 fi
-rm -rf "$OUT/s"
+pack && rm -rf "$OUT/s"
