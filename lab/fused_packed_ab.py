@@ -37,20 +37,23 @@ the columns, a two-block launch). Written in the fifteenth session and taken bac
 machine came): `git revert 53bd05a` restores it.
 
 Outcome (sixteenth session, an H100, benchmarks/h100/2026-12-07/fused-packed/): 1.024-1.039x at 8192-16384
-for the 40-register builds, 0.984-1.000x for the spilling ones; shipped (rows.WIDE_PACKED).
+for the 40-register builds, 0.984-1.000x for the spilling ones there (1.010-1.021x at 32768, where the
+prediction said level or worse); shipped at 8192-16384 (rows.WIDE_PACKED).
 
 The narrow widths (sixteenth session, FP_SHAPES below; ptxas sm_90, bf16 / fp16 registers, no spills unless
-named; warps per SM from registers rounded up to 8 a thread, 64K a SM, and 32 blocks a SM at most). WIDE_ROWS
+named; warps per SM from each of the four sub-partitions' 16K registers, a thread's registers rounded up to
+8, and 32 blocks a SM at most: 32 registers give 64 warps, 40 give 48, 48 give 40, 53-56 give 36). WIDE_ROWS
 there, 53 / 55 registers: 32x32/32 at 1024 (one-warp blocks, capped at 32 blocks: 32 warps), 64x32/16 at
 2048 (18 blocks: 36 warps), 160x32/6 at 5120 (7 blocks: 35 warps), each warp with 8 16-byte loads of x and
 residual in flight. Candidates, and the loads in flight per SM against WIDE_ROWS':
-  1024: packed 64x16/32 (32 / 30 registers; 64 warps x 4 loads: level), packed 64x16/24 (38 / 36; 50 x 4:
-        0.78x);
-  2048: packed 64x32/24 (40 / 40; 50 warps x 8: 1.39x), packed 128x16/16 (32 / 30; 64 x 4: 0.89x);
-  5120: packed 160x32/9 (40 / 40; 10 blocks, 50 warps x 8: 1.43x), packed 320x16/6 (32 / 30; 60 x 4: 0.86x).
+  1024: packed 64x16/32 (32 / 30 registers; 64 warps x 4 loads: level), packed 64x16/24 (38 / 36; 48 x 4:
+        0.75x);
+  2048: packed 64x32/24 (40 / 40; 48 warps x 8: 1.33x), packed 128x16/16 (32 / 30; 64 x 4: 0.89x);
+  5120: packed 160x32/9 (40 / 40; 9 blocks, 45 warps x 8: 1.29x), packed 320x16/6 (32 / 30; 60 x 4: 0.86x).
 (packed 64x32/32, 160x32/10 and 160x32/12 spill 16-48 bytes at 32 registers: not timed.) Prediction, from
-the 8192 shape (1.5x the loads in flight gained 2.4-3.9 %): 2048 64x32/24 and 5120 160x32/9 1.02-1.04x; the
-others level or worse (1024 cannot add loads in flight without two rows a block).
+the 8192 shape (256x32/6: 48 warps against 32, 1.5x the loads in flight, gained 2.4-3.9 %): 2048 64x32/24
+and 5120 160x32/9 1.01-1.03x; the others level or worse (1024 cannot add loads in flight without two rows a
+block).
 
     FP_COLS=1024,2048,5120 FP_SHAPES="1024:64x16/32p,1024:64x16/24p,2048:64x32/24p,2048:128x16/16p,\
     5120:160x32/9p,5120:320x16/6p" python lab/fused_packed_ab.py
