@@ -9,6 +9,7 @@
 #      lab/fused_packed_ab.py at 1024 / 2048 / 5120 columns (packed shapes with more loads in flight than
 #      WIDE_ROWS', its docstring) until 280 s; then the GPU tests of fused_add_rmsnorm (the whole file: the
 #      packed shapes shipped this session) until TOTAL.
+#   TOTAL under 400, on any GPU: lab/inplace_ab.py until 110 s, then the narrow widths' A/B until TOTAL.
 #   OUT=dir [TOTAL=580] [TABLE=0] bash lab/gpu_call_sixteenth.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-sixteenth}; mkdir -p "$OUT/s"
@@ -26,7 +27,17 @@ probe() {  # $1: deadline
   pack
 }
 
-if [ "${TABLE:-1}" = 1 ] && grep -q H200 "$OUT/s/gpu.txt"; then
+narrow() {  # $1: deadline
+  OUT="$OUT/s" FP_COLS=1024,2048,5120 FP_SHAPES="1024:64x16/32p,1024:64x16/24p,2048:64x32/24p,2048:128x16/16p,5120:160x32/9p,5120:320x16/6p" \
+    timeout -k 5 "$(left "$1")" $PY lab/fused_packed_ab.py > "$OUT/s/fused-narrow.txt" 2>&1
+  echo "== fused narrow rc=$? $(now)"; grep -A30 "^dtype " "$OUT/s/fused-narrow.txt" || tail -20 "$OUT/s/fused-narrow.txt"
+  pack
+}
+
+if [ "$TOTAL" -lt 400 ]; then  # a short call, on any GPU: the two probes
+  probe 110
+  narrow "$TOTAL"
+elif [ "${TABLE:-1}" = 1 ] && grep -q H200 "$OUT/s/gpu.txt"; then
   T_END=$(( TOTAL >= 560 ? 490 : TOTAL - 10 ))  # a shorter call: the table alone, to the end
   LLM_OPS=fused_add_rmsnorm,swiglu,rope,cast_fp8,residual_add GEMM=0 LLM_DEADLINE=$(( T_END - 150 )) \
     REG_DEADLINE=$(( T_END - 35 )) OUT="$OUT/s/table" timeout -k 5 "$(left "$T_END")" bash benchmarks/h200_latest.sh \
@@ -36,10 +47,7 @@ if [ "${TABLE:-1}" = 1 ] && grep -q H200 "$OUT/s/gpu.txt"; then
   [ "$TOTAL" -ge 560 ] && probe "$TOTAL"
 else
   probe 130
-  OUT="$OUT/s" FP_COLS=1024,2048,5120 FP_SHAPES="1024:64x16/32p,1024:64x16/24p,2048:64x32/24p,2048:128x16/16p,5120:160x32/9p,5120:320x16/6p" \
-    timeout -k 5 "$(left 280)" $PY lab/fused_packed_ab.py > "$OUT/s/fused-narrow.txt" 2>&1
-  echo "== fused narrow rc=$? $(now)"; grep -A30 "^dtype " "$OUT/s/fused-narrow.txt" || tail -20 "$OUT/s/fused-narrow.txt"
-  pack
+  narrow 280
   timeout -k 5 "$(left "$TOTAL")" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_fused_add_rmsnorm.py \
     > "$OUT/s/pytest-fused.txt" 2>&1
   echo "== pytest rc=$? $(now)"; tail -5 "$OUT/s/pytest-fused.txt"
