@@ -9,7 +9,8 @@
 #      lab/fused_packed_ab.py at 1024 / 2048 / 5120 columns (packed shapes with more loads in flight than
 #      WIDE_ROWS', its docstring) until 280 s; then the GPU tests of fused_add_rmsnorm (the whole file: the
 #      packed shapes shipped this session) until TOTAL.
-#   TOTAL under 400, on any GPU: lab/inplace_ab.py until 110 s, then the narrow widths' A/B until TOTAL.
+#   TOTAL under 400, on any GPU: lab/inplace_ab.py until 110 s, then the narrow widths' A/B until TOTAL;
+#   under 300, the narrow widths first (until 3/4 of TOTAL), then lab/inplace_ab.py.
 #   OUT=dir [TOTAL=580] [TABLE=0] bash lab/gpu_call_sixteenth.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-sixteenth}; mkdir -p "$OUT/s"
@@ -34,7 +35,10 @@ narrow() {  # $1: deadline
   pack
 }
 
-if [ "$TOTAL" -lt 400 ]; then  # a short call, on any GPU: the two probes
+if [ "$TOTAL" -lt 300 ]; then  # a shorter one: the narrow widths first
+  narrow $(( TOTAL * 3 / 4 ))
+  probe "$TOTAL"
+elif [ "$TOTAL" -lt 400 ]; then  # a short call, on any GPU: the two probes
   probe 110
   narrow "$TOTAL"
 elif [ "${TABLE:-1}" = 1 ] && grep -q H200 "$OUT/s/gpu.txt"; then
