@@ -116,6 +116,15 @@ def _shapes_from(spec: str) -> dict[int, list[WideRows]]:
 
 
 SHAPES.update(_shapes_from(os.environ.get("FP_SHAPES", "")))
+# FP_PRODUCT=1: the packed arms are the product's kernel (rmsnorm._make_packed(..., add=True)), not this
+# file's copy (the two differ in the row's address arithmetic in PTX, sm_90)
+PRODUCT = os.environ.get("FP_PRODUCT") == "1"
+
+
+def _packed(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
+    if PRODUCT:
+        return rmsnorm._make_packed(width, threads, per, min_blocks, word, add=True)
+    return make_fused_packed(width, threads, per, min_blocks, word)
 
 
 def make_fused_packed(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
@@ -219,7 +228,7 @@ def main() -> int:
             ref_out = cuda.device_array((m, n), dt)
             for label, shape in zip(labels, arms_of, strict=True):
                 if shape.packed:
-                    fn = make_fused_packed(width, shape.threads, shape.per, shape.min_blocks, dt == BF16)
+                    fn = _packed(width, shape.threads, shape.per, shape.min_blocks, dt == BF16)
                 else:
                     fn = fam._row_kernel(shape, width, word=dt == BF16)[0]
                 kk = kernel(fn, fam._K.sigs[dt])
@@ -319,7 +328,7 @@ def ptxas_report() -> int:
                 continue
             for s in shapes:
                 if s.packed:
-                    fn = make_fused_packed(16 // dt.itemsize, s.threads, s.per, s.min_blocks, dt == BF16)
+                    fn = _packed(16 // dt.itemsize, s.threads, s.per, s.min_blocks, dt == BF16)
                 else:
                     fn = fam._row_kernel(s, 16 // dt.itemsize, word=dt == BF16)[0]
                 r = ptx._ptxas(ptx.compile_one(fn, fam._K.sigs[dt], (9, 0)), (9, 0), False)
