@@ -24,6 +24,11 @@ from fresh inputs, ours and both direct launches of Liger's kernel are checked: 
 against float64 on the first and last 64 rows (Liger's bar twice ours: it scales in bf16); exit 1 if off.
 
     python lab/inplace_ab.py      (writes $OUT/inplace_ab.json when OUT is set)
+
+Outcome (sixteenth session, an H100, benchmarks/h100/2026-12-07/inplace/): no. Liger's kernel in place ran
+0.8-1.2 % faster than the same kernel out of place (torch's add in place 0.5-0.8 % faster than out of
+place); ours was 0.989-0.998x Liger's call at 1024-16384 and 0.945x at 32768, where Liger's kernel stays
+4-5.5 % ahead in either form.
 """
 
 from __future__ import annotations
