@@ -60,9 +60,10 @@ block).
 
 Outcome (sixteenth session, an H100, benchmarks/h100/2026-12-07/fused-narrow/), x WIDE_ROWS bf16 / fp16:
 1024 64x16/32 1.011 / 1.013, 64x16/24 1.014 / 1.013; 2048 64x32/24 1.001 / 1.005, 128x16/16 1.014 / 1.012;
-5120 160x32/9 1.015 / 1.016, 320x16/6 1.026 / 1.023. The most warps won at every width, against the
-prediction's loads-in-flight model; only 5120's 320x16/6 is past the spread. FP_PRODUCT=1 times the
-product's kernel instead of this file's copy (lab/gpu_call_seventeenth.sh, with rmsnorm at the same shapes).
+5120 160x32/9 1.015 / 1.016, 320x16/6 1.026 / 1.023. The most warps won at 2048 and 5120 (1024: a tie),
+against the prediction's loads-in-flight model; 5120's builds are past the spread, 320x16/6 the most.
+FP_PRODUCT=1 times the product's kernel instead of this file's copy (lab/gpu_call_seventeenth.sh, with
+rmsnorm at the same shapes).
 
 Timing: kernels.harness.bench.time_interleaved (a device-side pause before each call, each timed call after an
 untimed one of its own arm, CUDA events, rotation over SETS input sets). The residual drifts (each call adds x
