@@ -10,13 +10,15 @@ pairs took it from 54-55 registers to 32 and twice the blocks per SM (twelfth se
 bf16); ncu on layernorm (fourteenth session, the H200) put it at half rmsnorm's occupancy and 1.12-1.26x its
 time (with 1.3x its instructions).
 
-Variant ("packed"): the row of x loaded as packed pairs (rows.packed_row_io); then every residual vector
-loaded (a full row takes no bounds compare, as load_row, so the loads can issue together: no store in
-between), added to its pairs in fp32, rounded to the dtype (round_like:
-what storing and reloading gives) and packed back, exact, into the same words; then the rounded sums stored to
-residual, their squares summed in column order (rmsnorm's packed kernel's order, so out is bit for bit
-rmsnorm's packed kernel on the rounded residual), and rmsnorm's packed write pass. The same bytes as the
-WIDE_ROWS kernel (x and residual read once, residual and out written once).
+Variant ("packed"): the product's kernel, rmsnorm's packed kernel text with the add in front
+(kernels.ops.rmsnorm._make_packed(..., add=True)): the row of x loaded as packed pairs, every residual vector
+loaded and added in fp32 before the first store, the sums rounded to the dtype and packed back, stored to
+residual, squared and summed in rmsnorm's packed order (so out is bit for bit rmsnorm's packed kernel on the
+rounded residual), and rmsnorm's packed write pass. The same bytes as the WIDE_ROWS kernel. Until the
+sixteenth session's three device calls this file timed its own copy of that kernel (`make_fused_packed`,
+`git show dad2ac7:lab/fused_packed_ab.py`), which differs from the product's in the row's address
+arithmetic (PTX, sm_90); every figure below up to and including the narrow widths' is that copy's. The
+product's packed shapes were then timed again in the table's run (95.1 us at 8192 / 16384, as the copy).
 
 Shapes: rmsnorm's WIDE_PACKED threads x 32 values at its blocks per SM (8 / 4 / 2: a 32-register cap), and
 at 8192-16384 at fewer blocks (6 / 3: 40 registers), since the residual's loads in flight beside the packed
@@ -62,8 +64,7 @@ Outcome (sixteenth session, an H100, benchmarks/h100/2026-12-07/fused-narrow/), 
 1024 64x16/32 1.011 / 1.013, 64x16/24 1.014 / 1.013; 2048 64x32/24 1.001 / 1.005, 128x16/16 1.014 / 1.012;
 5120 160x32/9 1.015 / 1.016, 320x16/6 1.026 / 1.023. The most warps won at 2048 and 5120 (1024: a tie),
 against the prediction's loads-in-flight model; 5120's builds are past the spread, 320x16/6 the most.
-FP_PRODUCT=1 times the product's kernel instead of this file's copy (lab/gpu_call_seventeenth.sh, with
-rmsnorm at the same shapes).
+lab/gpu_call_seventeenth.sh times them again as the product's kernel, with rmsnorm at the same shapes.
 
 Timing: kernels.harness.bench.time_interleaved (a device-side pause before each call, each timed call after an
 untimed one of its own arm, CUDA events, rotation over SETS input sets). The residual drifts (each call adds x
@@ -83,20 +84,17 @@ the sums left unrounded (bf16), the reduction halves not alternating, out scaled
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32, uint32
+from numba import cuda
 
 from kernels.harness.bench import SETS, time_interleaved
 from kernels.ops import fused_add_rmsnorm as fam
 from kernels.ops import rmsnorm
-from kernels.ops.rows import WIDE_ROWS, WideRows, for_machine, onchip_pairs, packed_row_io, vec_jit
-from kernels.primitives.reductions import make_block_sum, row_slots
-from kernels.primitives.vector import ldg_into, round_like, stg_from
+from kernels.ops.rows import WIDE_ROWS, WideRows, for_machine
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, SIMULATED, HostSync
 from kernels.runtime.launch import kernel
@@ -123,68 +121,6 @@ def _shapes_from(spec: str) -> dict[int, list[WideRows]]:
 
 
 SHAPES.update(_shapes_from(os.environ.get("FP_SHAPES", "")))
-# FP_PRODUCT=1: the packed arms are the product's kernel (rmsnorm._make_packed(..., add=True)), not this
-# file's copy (the two differ in the row's address arithmetic in PTX, sm_90)
-PRODUCT = os.environ.get("FP_PRODUCT") == "1"
-
-
-def _packed(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
-    if PRODUCT:
-        return rmsnorm._make_packed(width, threads, per, min_blocks, word, add=True)
-    return make_fused_packed(width, threads, per, min_blocks, word)
-
-
-def make_fused_packed(width: int, threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
-    """fused_add_rmsnorm at a WideRows.packed shape (the module doc)."""
-    load_row, col_of, lo, hi = packed_row_io(width, threads, per, word)
-    pack, _, _ = onchip_pairs(word)
-    bsum, slots = make_block_sum(threads), row_slots(threads)
-    nsm, npair, nv, hw = 2 * slots, per // 2, per // width, width // 2
-
-    @cuda.jit(**vec_jit(threads, min_blocks, False))
-    def k(x, r, w, out, eps):  # type: ignore[no-untyped-def]
-        sm = cuda.shared.array(nsm, float32)  # two halves: consecutive rows alternate (reductions)
-        v = cuda.local.array(npair, uint32)
-        t = cuda.local.array(width, float32)
-        rows, n = x.shape[0], x.shape[1]
-        row, base = cuda.blockIdx.x, 0
-        while row < rows:
-            rr = r[row]
-            load_row(v, t, x[row], n, float32(0.0))
-            for q in range(nv):  # every residual load issues before the first store
-                if n >= threads * per or col_of(q) < n:  # full rows: no compare (as load_row)
-                    ldg_into(t, 0, rr, col_of(q))
-                    for p in range(hw):
-                        i = q * hw + p
-                        v[i] = pack(
-                            round_like(rr, lo(v[i]) + t[2 * p]), round_like(rr, hi(v[i]) + t[2 * p + 1])
-                        )
-            for q in range(nv):
-                col = col_of(q)
-                if col < n:
-                    for p in range(hw):
-                        t[2 * p] = lo(v[q * hw + p])
-                        t[2 * p + 1] = hi(v[q * hw + p])
-                    stg_from(rr, col, t, 0)
-            acc = float32(0.0)
-            for i in range(npair):  # column order: rmsnorm's packed kernel's sum
-                a, b = lo(v[i]), hi(v[i])
-                acc += a * a
-                acc += b * b
-            inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
-            base = slots - base
-            orow = out[row]
-            for q in range(nv):
-                col = col_of(q)
-                if col < n:
-                    ldg_into(t, 0, w, col)
-                    for p in range(hw):
-                        t[2 * p] = lo(v[q * hw + p]) * inv * t[2 * p]
-                        t[2 * p + 1] = hi(v[q * hw + p]) * inv * t[2 * p + 1]
-                    stg_from(orow, col, t, 0)
-            row += cuda.gridDim.x
-
-    return k
 
 
 def cases() -> list[tuple[int, int, list[WideRows]]]:
@@ -234,10 +170,7 @@ def main() -> int:
             theirs: dict[str, Any] = {}
             ref_out = cuda.device_array((m, n), dt)
             for label, shape in zip(labels, arms_of, strict=True):
-                if shape.packed:
-                    fn = _packed(width, shape.threads, shape.per, shape.min_blocks, dt == BF16)
-                else:
-                    fn = fam._row_kernel(shape, width, word=dt == BF16)[0]
+                fn = fam._row_kernel(shape, width, word=dt == BF16)[0]  # packed: rmsnorm._make_packed(add)
                 kk = kernel(fn, fam._K.sigs[dt])
                 if not SIMULATED:
                     d = kk.dispatcher
@@ -334,10 +267,7 @@ def ptxas_report() -> int:
             if os.environ.get("FP_COLS") and str(n) not in os.environ["FP_COLS"].split(","):
                 continue
             for s in shapes:
-                if s.packed:
-                    fn = _packed(16 // dt.itemsize, s.threads, s.per, s.min_blocks, dt == BF16)
-                else:
-                    fn = fam._row_kernel(s, 16 // dt.itemsize, word=dt == BF16)[0]
+                fn = fam._row_kernel(s, 16 // dt.itemsize, word=dt == BF16)[0]
                 r = ptx._ptxas(ptx.compile_one(fn, fam._K.sigs[dt], (9, 0)), (9, 0), False)
                 shape = f"{'packed' if s.packed else 'block'} {s.threads}x{s.per}/{s.min_blocks}"
                 print(
