@@ -179,6 +179,7 @@ def test_packed_rows_are_the_rounded_sum_then_rmsnorm_packed(dt):  # type: ignor
     ran = 0
     for c in WIDE_PACKED["fused_add_rmsnorm"]:
         shape = for_machine(c)
+        assert shape.packed, shape  # out cannot tell (the unpacked kernel of a shape sums alike)
         if shape.cols == BLOCK * PER:
             continue  # the simulator's 512 columns tie with the op's own BLOCK x PER kernel, which runs them
         for n in (shape.cols, shape.cols - 3 * WIDTH[d], shape.cols * 5 // 8 + WIDTH[d]):
