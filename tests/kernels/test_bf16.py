@@ -166,6 +166,31 @@ def test_row_ops_bf16_vector_rounds_the_float64_result(op: str, rows: int, cols:
     assert same >= 0.99  # fp32 sums in another order: a rare word one ulp apart
 
 
+# Full rows: every WIDE_ROWS width (as it runs here) and the op's own BLOCK x PER. The vector kernels take a
+# compare-free branch there (every load of the row, weight and bias included, issued before the first store),
+# which VECTOR_SHAPES' rows with padding lanes never reach.
+FULL_COLS = sorted(
+    {c.cols for c in map(for_machine, WIDE_ROWS) if isinstance(c, type(WIDE_ROWS[0]))} | {BLOCK * PER}
+)
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
+@pytest.mark.parametrize("cols", FULL_COLS)
+def test_row_ops_vector_full_rows_round_the_float64_result(op: str, dtype: str, cols: int) -> None:
+    dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)
+    args, ref = _row_problem(op, 3, cols, seed=cols, dtype=dtype)
+    out = _call(op, args, path="vector")
+    assert out.dtype == dt and out.shape == ref.shape
+    # fp32 arithmetic rounded once, but for layernorm's fp16 BLOCK x PER rows: the half2 kernel
+    # (layernorm.make_rows_half2) applies weight and bias as fp16 FMAs, a second rounding (its own tests)
+    half2 = op == "layernorm" and dt == np.float16 and wide_for(dt, cols, op) is None
+    if not half2:
+        assert np.mean(out.view(np.uint16) == ref.astype(dt).view(np.uint16)) >= 0.99
+    assert np.abs(out.astype(np.float64) - ref).max() <= 2.0**-8 * np.abs(ref).max()
+
+
 @needs_device
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("shape", range(len(WIDE_PACKED["rmsnorm"])))
