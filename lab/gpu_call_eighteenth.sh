@@ -2,26 +2,27 @@
 # The eighteenth session's first device call (carry .whl and the untracked lab/loads_base/), on whichever GPU
 # comes; each step on its own deadline (seconds from the start), everything packed into $OUT/eighteenth.tgz
 # after each step:
-#   1. lab/loads_ab.py (until 290 s): fused_add_rmsnorm's, layernorm's and rmsnorm's register kernels with
-#      every load of a full row issued together (HEAD) against the base commit's (lab/loads_base/), 1024-32768
-#      columns;
+#   1. lab/loads_ab.py (until 3/5 of TOTAL, default 450 s): fused_add_rmsnorm's, layernorm's and rmsnorm's
+#      row kernels with every load of a full row issued together (HEAD) against the base commit's
+#      (lab/loads_base/), 1024-128256 columns;
 #   2. H200: benchmarks/h200_latest.sh for the table's rows this change does not touch (swiglu, rope,
 #      cast_fp8, residual_add, and the registry step: cast, clip_grad_norm, gemm, o_proj against CuPy),
 #      until 560 s;
 #      otherwise: the GPU tests of the changed kernels (fused_add_rmsnorm's file; test_bf16, test_layernorm
-#      and test_rmsnorm's vector, packed, wide and full-row tests, 156 in the simulator) until 575 s.
+#      and test_rmsnorm's vector, packed, wide and full-row tests, 156 in the simulator) until TOTAL.
 # Triton's cache (the H200's table step) goes to $OUT/triton and comes back as $OUT/triton.tgz.
-#   OUT=dir bash lab/gpu_call_eighteenth.sh
+#   OUT=dir [TOTAL=450] bash lab/gpu_call_eighteenth.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-eighteenth}; mkdir -p "$OUT/e"
 export TRITON_CACHE_DIR=$OUT/triton
 t0=$(date +%s)
+TOTAL=${TOTAL:-450}
 left() { local s=$(( $1 - ($(date +%s) - t0) )); echo $(( s > 1 ? s : 1 )); }
 now() { echo "at $(( $(date +%s) - t0 )) s"; }
 pack() { tar czf "$OUT/eighteenth.tgz" -C "$OUT" e; }
 source benchmarks/h200_env.sh || exit 2
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/e/gpu.txt"
-OUT="$OUT/e" timeout -k 5 "$(left 290)" $PY lab/loads_ab.py > "$OUT/e/loads.txt" 2>&1
+OUT="$OUT/e" timeout -k 5 "$(left $(( TOTAL * 3 / 5 )))" $PY lab/loads_ab.py > "$OUT/e/loads.txt" 2>&1
 echo "== loads rc=$? $(now)"; grep -A40 "^op " "$OUT/e/loads.txt" || tail -20 "$OUT/e/loads.txt"
 pack
 if grep -q H200 "$OUT/e/gpu.txt"; then
@@ -30,7 +31,7 @@ if grep -q H200 "$OUT/e/gpu.txt"; then
     bash benchmarks/h200_latest.sh > "$OUT/e/table.txt" 2>&1
   echo "== table rc=$? $(now)"; grep -E "^== |rows, " "$OUT/e/table.txt"
 else
-  timeout -k 5 "$(left 575)" $PY -m pytest -v -p no:cacheprovider tests/kernels/test_fused_add_rmsnorm.py \
+  timeout -k 5 "$(left "$TOTAL")" $PY -m pytest -v -p no:cacheprovider tests/kernels/test_fused_add_rmsnorm.py \
     tests/kernels/test_bf16.py tests/kernels/test_layernorm.py tests/kernels/test_rmsnorm.py \
     -k "full_rows or vector or packed or wide or fused" > "$OUT/e/pytest.txt" 2>&1
   echo "== pytest rc=$? $(now)"; tail -5 "$OUT/e/pytest.txt"

@@ -16,21 +16,31 @@ rmsnorm's 54 / 55 -> 58 / 58, both still under 64: at 160 x 32 (5120) that is 6 
 registers gave 7 (30 warps against 35); at 32 x 32 / 32 and 64 x 32 / 16, 32 warps either way; at 1024 x 32
 (one block a SM) the same 32 warps. The BLOCK x PER kernel 34-40 registers, as before.
 
+rmsnorm's on-chip kernel (make_onchip: 40960-65536 and 128256-131072 columns) loaded the weight vector of
+each of its two register vectors, and of each of the two shared-part vectors of a loop step, after the
+previous vector's store; HEAD loads each group's weights before the group's stores (the shared step's next-row
+loads were in flight before them already). 64 / 63 registers, no spills (fused_add_rmsnorm's on-chip kernel
+takes one vector a step: unchanged). layernorm's `_make_vec` loads the weight and bias of two vectors at a
+time before their stores (layernorm.WRITE_GROUP: all four spill in fp16).
+
 Prediction: fused_add_rmsnorm 1.02-1.06x at 32768 (one block a SM: the residual's three extra round trips,
 ~2 us of ~10 us a row, were exposed; Liger was 4-5 % ahead there), 1.01-1.04x at 1024-2048; 5120 level to
 1.02x (fewer warps). rmsnorm: level to 1.02x (the weight comes from L2, its latency partly hidden by other
-blocks), possibly worse at 5120 (6 blocks instead of 7).
+blocks), possibly worse at 5120 (6 blocks instead of 7), level to 1.03x on chip; layernorm 1.01-1.04x at
+1024-32768.
 
 Arms, interleaved call by call (kernels.harness.bench.time_interleaved; 2^25 elements, SETS input sets):
   base   the kernel of the same shape from the base commit's module (LA_BASE_DIR, default lab/loads_base:
-         `git show 8c251b4:kernels/ops/rmsnorm.py > lab/loads_base/rmsnorm.py`, and fused_add_rmsnorm.py;
+         `git show 8c251b4:kernels/ops/rmsnorm.py > lab/loads_base/rmsnorm.py`, and the other two;
          created here from git when missing and git is there)
-  head   the product's kernel (kernels.ops.<op>._row_kernel / _make_vec)
+  head   the product's kernel
+Both through the module's own RowKernels.pick("auto", ...) (the simulator: "vector"), so the arms launch the
+kernel a user's call takes, on its grid (the on-chip ones with their dynamic shared memory).
 Both arms then run once more from the same fresh inputs on a grid of two blocks (each loops over rows and
 alternates its reduction halves): out (and fused_add_rmsnorm's new residual) must be bit for bit the base
 arm's (the arithmetic is unchanged), and out within the op's per-element bound of float64 in every row.
 
-    LA_OPS=fused_add_rmsnorm,rmsnorm LA_COLS=1024,2048,4096,5120,32768 python lab/loads_ab.py
+    [LA_OPS=fused_add_rmsnorm,layernorm,rmsnorm] [LA_COLS=...] [LA_DTYPES=...] python lab/loads_ab.py
     NUMBA_ENABLE_CUDASIM=1 python lab/loads_ab.py          (the checks only, at simulator shapes)
 """
 
@@ -50,9 +60,9 @@ from numba import cuda
 from kernels.harness.bench import SETS, time_interleaved
 from kernels.ops import fused_add_rmsnorm, layernorm, rmsnorm, rows
 from kernels.primitives.reductions import BLOCK, PER
+from kernels.registry import Case
 from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, SIMULATED, HostSync
-from kernels.runtime.launch import kernel
 
 F16 = np.dtype(np.float16)
 BASE = os.environ.get("LA_BASE", "8c251b4")
@@ -81,18 +91,11 @@ def base_module(op: str) -> Any:
     return mod
 
 
-def factory(mod: Any, op: str, dt: np.dtype, n: int) -> tuple[Any, int, str] | None:
-    """(dispatcher, threads, label) of the register kernel `op` takes for full rows of n columns, or None."""
-    width = 16 // dt.itemsize
-    shape = rows.wide_for(dt, n, op)
-    if shape is not None:
-        if shape.packed:
-            return None  # unchanged by this probe
-        fn, th, _ = mod._row_kernel(shape, width, word=dt == BF16)
-        return fn, th, f"{shape.threads}x{shape.per}/{shape.min_blocks}"
-    if op in ("rmsnorm", "layernorm") and n <= BLOCK * PER:
-        return mod._make_vec(width, False), BLOCK, f"{BLOCK}x{PER}"
-    return None
+def factory(mod: Any, op: str, dt: np.dtype, n: int, m: int) -> tuple[Any, int, int]:
+    """(kernel, threads, grid) that `mod`'s launcher takes on "auto" for m full rows of n columns (its
+    RowKernels.pick: the same rule in base and head, so the arms differ only in the kernel text)."""
+    k, th, grid = mod._K.pick("vector" if SIMULATED else "auto", dt, True, n, m)  # simulator: auto is scalar
+    return k, th, grid
 
 
 def op_args(op: str, x: Any, r: Any, w: Any, b: Any, out: Any, sync: HostSync) -> tuple[Any, ...]:
@@ -108,12 +111,21 @@ def op_args(op: str, x: Any, r: Any, w: Any, b: Any, out: Any, sync: HostSync) -
     return (xo, wo, oo, 1e-6)
 
 
+# Per op, the widths whose kernel changed, and the controls, whose kernel did not: 8192 (packed) in rmsnorm
+# and fused_add_rmsnorm, layernorm's 4096 in fp16 (half2). LA_COLS replaces them for every op.
+COLS = {
+    "fused_add_rmsnorm": "1024,2048,5120,32768,8192",
+    "layernorm": "1024,2048,4096,5120,8192,16384,32768",
+    "rmsnorm": "1024,2048,4096,5120,65536,128256,8192",
+}
+
+
 def sim_cols(op: str) -> list[int]:
-    """Under the simulator: full rows of every shape the probe times (for_machine's 1/32 threads), and one
-    masked row."""
-    out = [BLOCK * PER]
+    """Under the simulator: full rows of every shape (for_machine's 1/32 threads), one with masked vectors
+    each, and two rows past vector_cols (the on-chip kernels there)."""
+    out = [BLOCK * PER, 2 * rows.vector_cols(BF16), rows.vector_cols(BF16) + 8 * 3]
     for c in map(rows.for_machine, rows.wide_shapes(op)):
-        if isinstance(c, rows.WideRows) and not c.packed:
+        if isinstance(c, rows.WideRows):
             out += [c.threads * c.per, c.threads * c.per - 8 * 3]
     return sorted(set(out))
 
@@ -135,20 +147,12 @@ def main() -> int:
     for op in ops:
         head, base = MODS[op], base_module(op)
         fused = op == "fused_add_rmsnorm"
-        cols = (
-            sim_cols(op)
-            if SIMULATED
-            else [
-                int(c) for c in os.environ.get("LA_COLS", "1024,2048,4096,5120,8192,16384,32768").split(",")
-            ]
-        )
+        cols = sim_cols(op) if SIMULATED else [int(c) for c in os.environ.get("LA_COLS", COLS[op]).split(",")]
         for dt in dts:
             for n in cols:
-                got = {a: factory(mod, op, dt, n) for a, mod in (("base", base), ("head", head))}
-                if got["head"] is None or got["base"] is None:
-                    print(f"{op} {dt.name} {n}: no register kernel changed here, skipped", flush=True)
-                    continue
                 m = 5 if SIMULATED else (1 << 25) // n
+                got = {a: factory(mod, op, dt, n, m) for a, mod in (("base", base), ("head", head))}
+                label = rows.row_path_of(op)(Case("ab", {"rows": m, "cols": n}, dt.name))
                 sync = HostSync()
                 rs_ = (2.0 ** (np.arange(m) % 5 - 2))[:, None]  # each row at its own scale
                 xh = [(rng.standard_normal((m, n)) * rs_).astype(dt) for _ in range(SETS)]
@@ -160,17 +164,15 @@ def main() -> int:
                 arms: dict[str, Any] = {}
                 checks: dict[str, Any] = {}
                 bufs: dict[str, Any] = {}
-                label = ""
                 for a in ("base", "head"):
-                    fn, th, label = got[a]  # type: ignore[misc]
-                    kk = kernel(fn, head._K.sigs[dt])
+                    kk, th, grid = got[a]
                     rsd = [arrays.to_device(b) for b in rh]
                     outs = [cuda.device_array((m, n), dt) for _ in range(SETS)]
                     bufs[a] = (rsd, outs)
 
                     argsets = [op_args(op, xs[s], rsd[s], w, bias, outs[s], sync) for s in range(SETS)]
-                    arms[a] = lambda s, g=argsets, kk=kk, th=th, m=m: kk.launch(m, th, g[s])
-                    checks[a] = lambda g=argsets, kk=kk, th=th, m=m: kk.launch(min(m, 2), th, g[0])
+                    arms[a] = lambda s, g=argsets, kk=kk, th=th, grid=grid: kk.launch(grid, th, g[s])
+                    checks[a] = lambda g=argsets, kk=kk, th=th: kk.launch(2, th, g[0])
                 if SIMULATED:
                     ts = [[1.0], [1.0]]
                 else:
