@@ -16,12 +16,13 @@ rmsnorm's 54 / 55 -> 58 / 58, both still under 64: at 160 x 32 (5120) that is 6 
 registers gave 7 (30 warps against 35); at 32 x 32 / 32 and 64 x 32 / 16, 32 warps either way; at 1024 x 32
 (one block a SM) the same 32 warps. The BLOCK x PER kernel 34-40 registers, as before.
 
-rmsnorm's on-chip kernel (make_onchip: 40960-65536 and 128256-131072 columns) loaded the weight vector of
+rmsnorm's on-chip kernel (make_onchip: 32776-65536 and 128256-131584 columns) loaded the weight vector of
 each of its two register vectors, and of each of the two shared-part vectors of a loop step, after the
 previous vector's store; HEAD loads each group's weights before the group's stores (the shared step's next-row
-loads were in flight before them already). 64 / 63 registers, no spills (fused_add_rmsnorm's on-chip kernel
-takes one vector a step: unchanged). layernorm's `_make_vec` loads the weight and bias of two vectors at a
-time before their stores (layernorm.WRITE_GROUP: all four spill in fp16).
+loads were in flight before them already). 64 registers, no spills (fused_add_rmsnorm's on-chip kernel
+takes one vector a step: unchanged; the base module imports head's make_onchip and _make_packed, so its
+on-chip and packed arms are head against head, controls only). layernorm's `_make_vec` loads the weight
+and bias of two vectors at a time before their stores (layernorm.WRITE_GROUP: all four spill in fp16).
 
 Prediction: fused_add_rmsnorm 1.02-1.06x at 32768 (one block a SM: the residual's three extra round trips,
 ~2 us of ~10 us a row, were exposed; Liger was 4-5 % ahead there), 1.01-1.04x at 1024-2048; 5120 level to

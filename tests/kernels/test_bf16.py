@@ -167,7 +167,7 @@ def test_row_ops_bf16_vector_rounds_the_float64_result(op: str, rows: int, cols:
 
 
 # Full rows: every WIDE_ROWS width (as it runs here) and the op's own BLOCK x PER. The vector kernels take a
-# compare-free branch there (every load of the row, weight and bias included, issued before the first store),
+# compare-free branch there (the weight loads, and layernorm's bias loads, ahead of the stores they feed),
 # which VECTOR_SHAPES' rows with padding lanes never reach.
 FULL_COLS = sorted(
     {c.cols for c in map(for_machine, WIDE_ROWS) if isinstance(c, type(WIDE_ROWS[0]))} | {BLOCK * PER}

@@ -57,11 +57,16 @@ def test_residual_in_place_and_out_is_rmsnorm_of_it(dt, n):  # type: ignore[no-u
 def _vector_widths(dt) -> list[int]:  # type: ignore[no-untyped-def]
     """Aligned widths for the vector path: a row shorter than the smallest WIDE_ROWS shape, one that leaves
     most of a block's vectors masked, exactly BLOCK * PER, and (fp16 / bf16) one that takes the widest
-    shape (its last vectors masked)."""
-    from kernels.ops.rows import vector_cols
+    shape (its last vectors masked) and the full rows of every wide shape (their compare-free branches: the
+    residual's loads issued together, the weights' ahead of the stores)."""
+    from kernels.ops.rows import WideRows, for_machine, vector_cols, wide_for, wide_shapes
 
     widths = [24, 136, BLOCK * PER]
-    return widths + ([vector_cols(np.dtype(dt)) - 24] if vector_cols(np.dtype(dt)) > BLOCK * PER else [])
+    if vector_cols(np.dtype(dt)) <= BLOCK * PER:
+        return widths
+    full = {c.cols for c in map(for_machine, wide_shapes("fused_add_rmsnorm")) if isinstance(c, WideRows)}
+    full = {n for n in full if wide_for(np.dtype(dt), n, "fused_add_rmsnorm") is not None}
+    return widths + [vector_cols(np.dtype(dt)) - 24] + sorted(full)
 
 
 @needs_device
