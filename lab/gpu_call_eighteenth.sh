@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The eighteenth session's first device call (carry .whl and the untracked lab/loads_base/), on whichever GPU
-# comes; each step on its own deadline (seconds from the start), everything packed into $OUT/eighteenth.tgz
-# after each step:
+# The full-row loads' device call (carry .whl), on whichever GPU comes. From a tree without the change (main),
+# it first copies the three kernels' modules as they are into lab/loads_base/ (the A/B's base arm), then
+# applies lab/full_row_loads.patch (branch full-row-loads) on the device's copy; from a tree with the change
+# applied it needs lab/loads_base/ already (`git show <base>:kernels/ops/<op>.py`). Each step on its own
+# deadline (seconds from the start), everything packed into $OUT/eighteenth.tgz after each step:
 #   1. lab/loads_ab.py (until 3/5 of TOTAL, default 450 s): fused_add_rmsnorm's, layernorm's and rmsnorm's
 #      row kernels with every load of a full row issued together (HEAD) against the base commit's
 #      (lab/loads_base/), 1024-128256 columns;
@@ -21,6 +23,11 @@ left() { local s=$(( $1 - ($(date +%s) - t0) )); echo $(( s > 1 ? s : 1 )); }
 now() { echo "at $(( $(date +%s) - t0 )) s"; }
 pack() { tar czf "$OUT/eighteenth.tgz" -C "$OUT" e; }
 source benchmarks/h200_env.sh || exit 2
+if ! grep -q WRITE_GROUP kernels/ops/layernorm.py; then  # main: the base is this tree's kernels, then the change
+  mkdir -p lab/loads_base && cp kernels/ops/{rmsnorm,fused_add_rmsnorm,layernorm}.py lab/loads_base/
+  { git apply lab/full_row_loads.patch 2>/dev/null || patch -p1 < lab/full_row_loads.patch; } || exit 3
+fi
+[ -f lab/loads_base/rmsnorm.py ] || { echo "lab/loads_base/ missing (see the header)"; exit 3; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/e/gpu.txt"
 OUT="$OUT/e" timeout -k 5 "$(left $(( TOTAL * 3 / 5 )))" $PY lab/loads_ab.py > "$OUT/e/loads.txt" 2>&1
 echo "== loads rc=$? $(now)"; grep -A40 "^op " "$OUT/e/loads.txt" || tail -20 "$OUT/e/loads.txt"

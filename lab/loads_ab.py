@@ -9,16 +9,16 @@ vector after the previous vector's store, and a load may not pass a store to mem
 four L2 round trips a row, in the phase right after the block reduction where nothing else is in flight for
 that block. Liger-Kernel's Triton kernels load the whole row of x, residual and weight up front.
 
-The change (HEAD): full rows (n >= threads x per: every standard width) take the residual loads without a
-compare (as load_row does for x: they issue back to back), and load every weight vector before the first
-store. Registers (ptxas sm_90, bf16 / fp16): fused_add_rmsnorm's WIDE_ROWS kernels 53 / 55 -> 61 / 60,
+The change (head: branch full-row-loads, lab/full_row_loads.patch): full rows (n >= threads x per: every
+standard width) take the residual loads without a compare (as load_row does for x: they issue back to back),
+and load every weight vector before the first store. Registers (ptxas sm_90, bf16 / fp16): fused_add_rmsnorm's WIDE_ROWS kernels 53 / 55 -> 61 / 60,
 rmsnorm's 54 / 55 -> 58 / 58, both still under 64: at 160 x 32 (5120) that is 6 blocks per SM where 53-56
 registers gave 7 (30 warps against 35); at 32 x 32 / 32 and 64 x 32 / 16, 32 warps either way; at 1024 x 32
 (one block a SM) the same 32 warps. The BLOCK x PER kernel 34-40 registers, as before.
 
 rmsnorm's on-chip kernel (make_onchip: 32776-65536 and 128256-131584 columns) loaded the weight vector of
 each of its two register vectors, and of each of the two shared-part vectors of a loop step, after the
-previous vector's store; HEAD loads each group's weights before the group's stores (the shared step's next-row
+previous vector's store; head loads each group's weights before the group's stores (the shared step's next-row
 loads were in flight before them already). 64 registers, no spills (fused_add_rmsnorm's on-chip kernel
 takes one vector a step: unchanged; the base module imports head's make_onchip and _make_packed, so its
 on-chip and packed arms are head against head, controls only). layernorm's `_make_vec` loads the weight
@@ -31,9 +31,10 @@ blocks), possibly worse at 5120 (6 blocks instead of 7), level to 1.03x on chip;
 1024-32768.
 
 Arms, interleaved call by call (kernels.harness.bench.time_interleaved; 2^25 elements, SETS input sets):
-  base   the kernel of the same shape from the base commit's module (LA_BASE_DIR, default lab/loads_base:
-         `git show 8c251b4:kernels/ops/rmsnorm.py > lab/loads_base/rmsnorm.py`, and the other two;
-         created here from git when missing and git is there)
+  base   the kernel of the same shape from the base modules (LA_BASE_DIR, default lab/loads_base/:
+         lab/gpu_call_eighteenth.sh copies main's three modules there before it applies the patch; by
+         hand, `git show main:kernels/ops/rmsnorm.py > lab/loads_base/rmsnorm.py` and the other two;
+         created here from git at LA_BASE when missing and git is there)
   head   the product's kernel
 Both through the module's own RowKernels.pick("auto", ...) (the simulator: "vector"), so the arms launch the
 kernel a user's call takes, on its grid (the on-chip ones with their dynamic shared memory).
@@ -66,7 +67,7 @@ from kernels.runtime import arrays
 from kernels.runtime.arrays import BF16, SIMULATED, HostSync
 
 F16 = np.dtype(np.float16)
-BASE = os.environ.get("LA_BASE", "8c251b4")
+BASE = os.environ.get("LA_BASE", "main")
 BASE_DIR = Path(os.environ.get("LA_BASE_DIR", Path(__file__).parent / "loads_base"))
 MODS = {"fused_add_rmsnorm": fused_add_rmsnorm, "rmsnorm": rmsnorm, "layernorm": layernorm}
 
