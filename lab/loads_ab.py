@@ -11,10 +11,11 @@ that block. Liger-Kernel's Triton kernels load the whole row of x, residual and 
 
 The change (head: branch full-row-loads, lab/full_row_loads.patch): full rows (n >= threads x per: every
 standard width) take the residual loads without a compare (as load_row does for x: they issue back to back),
-and load every weight vector before the first store. Registers (ptxas sm_90, bf16 / fp16): fused_add_rmsnorm's WIDE_ROWS kernels 53 / 55 -> 61 / 60,
-rmsnorm's 54 / 55 -> 58 / 58, both still under 64: at 160 x 32 (5120) that is 6 blocks per SM where 53-56
-registers gave 7 (30 warps against 35); at 32 x 32 / 32 and 64 x 32 / 16, 32 warps either way; at 1024 x 32
-(one block a SM) the same 32 warps. The BLOCK x PER kernel 34-40 registers, as before.
+and load every weight vector before the first store. Registers (ptxas sm_90, bf16 / fp16):
+fused_add_rmsnorm's WIDE_ROWS kernels 53 / 55 -> 61 / 60, rmsnorm's 54 / 55 -> 58 / 58, both still under 64:
+at 160 x 32 (5120) that is 6 blocks per SM where 53-56 registers gave 7 (30 warps against 35); at 32 x 32 / 32
+and 64 x 32 / 16, 32 warps either way; at 1024 x 32 (one block a SM) the same 32 warps. The BLOCK x PER
+kernel 34-40 registers, as before.
 
 rmsnorm's on-chip kernel (make_onchip: 32776-65536 and 128256-131584 columns) loaded the weight vector of
 each of its two register vectors, and of each of the two shared-part vectors of a loop step, after the
