@@ -15,7 +15,7 @@ and load every weight vector before the first store. Registers (ptxas sm_90, bf1
 fused_add_rmsnorm's WIDE_ROWS kernels 53 / 55 -> 61 / 60, rmsnorm's 54 / 55 -> 58 / 58, both still under 64:
 at 160 x 32 (5120) that is 6 blocks per SM where 53-56 registers gave 7 (30 warps against 35); at 32 x 32 / 32
 and 64 x 32 / 16, 32 warps either way; at 1024 x 32 (one block a SM) the same 32 warps. The BLOCK x PER
-kernel 34-40 registers, as before.
+kernels: rmsnorm 35 / 36 -> 34 / 36, layernorm 38-40 -> 40 (fp32 38 -> 40 in both).
 
 rmsnorm's on-chip kernel (make_onchip: 32776-65536 and 128256-131584 columns) loaded the weight vector of
 each of its two register vectors, and of each of the two shared-part vectors of a loop step, after the
@@ -25,8 +25,9 @@ takes one vector a step: unchanged; the base module imports head's make_onchip a
 on-chip and packed arms are head against head, controls only). layernorm's `_make_vec` loads the weight
 and bias of two vectors at a time before their stores (layernorm.WRITE_GROUP: all four spill in fp16).
 
-Prediction: fused_add_rmsnorm 1.02-1.06x at 32768 (one block a SM: the residual's three extra round trips,
-~2 us of ~10 us a row, were exposed; Liger was 4-5 % ahead there), 1.01-1.04x at 1024-2048; 5120 level to
+Prediction: fused_add_rmsnorm 1.02-1.06x at 32768 (one block a SM: the residual's three extra round trips
+are exposed; at ~0.7 us each, up to ~2 us of a ~12 us row, but Liger's kernel, which issues them together,
+led by only 4-5 %, and that bounds the gain), 1.01-1.04x at 1024-2048; 5120 level to
 1.02x (fewer warps). rmsnorm: level to 1.02x (the weight comes from L2, its latency partly hidden by other
 blocks), possibly worse at 5120 (6 blocks instead of 7), level to 1.03x on chip; layernorm 1.01-1.04x at
 1024-32768.
