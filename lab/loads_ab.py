@@ -21,7 +21,7 @@ rmsnorm's on-chip kernel (make_onchip: 32776-65536 and 128256-131584 columns) lo
 each of its two register vectors, and of each of the two shared-part vectors of a loop step, after the
 previous vector's store; head loads each group's weights before the group's stores (the shared step's next-row
 loads were in flight before them already). 64 registers, no spills (fused_add_rmsnorm's on-chip kernel
-takes one vector a step: unchanged; the base module imports head's make_onchip and _make_packed, so its
+takes one vector a step: groups of one, the order as before; the base module imports head's make_onchip and _make_packed, so its
 on-chip and packed arms are head against head, controls only). layernorm's `_make_vec` loads the weight
 and bias of two vectors at a time before their stores (layernorm.WRITE_GROUP: all four spill in fp16).
 
