@@ -21,9 +21,10 @@ rmsnorm's on-chip kernel (make_onchip: 32776-65536 and 128256-131584 columns) lo
 each of its two register vectors, and of each of the two shared-part vectors of a loop step, after the
 previous vector's store; head loads each group's weights before the group's stores (the shared step's next-row
 loads were in flight before them already). 64 registers, no spills (fused_add_rmsnorm's on-chip kernel
-takes one vector a step: groups of one, the order as before; the base module imports head's make_onchip and _make_packed, so its
-on-chip and packed arms are head against head, controls only). layernorm's `_make_vec` loads the weight
-and bias of two vectors at a time before their stores (layernorm.WRITE_GROUP: all four spill in fp16).
+takes one vector a step: groups of one, the order as before; the base module imports head's make_onchip
+and _make_packed, so its on-chip and packed arms are head against head, controls only). layernorm's
+`_make_vec` loads the weight and bias of two vectors at a time before their stores (layernorm.WRITE_GROUP:
+all four spill in fp16).
 
 Prediction: fused_add_rmsnorm 1.02-1.06x at 32768 (one block a SM: the residual's three extra round trips
 are exposed; at ~0.7 us each, up to ~2 us of a ~12 us row, but Liger's kernel, which issues them together,
