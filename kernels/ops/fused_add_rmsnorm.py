@@ -182,6 +182,7 @@ def _make_vec(  # type: ignore[no-untyped-def]
     def k(x, r, w, out, eps):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(nsm, float32)  # two halves: consecutive rows alternate (reductions)
         v = cuda.local.array(per, float32)
+        u = cuda.local.array(per, float32)
         t = cuda.local.array(width, float32)
         rows = x.shape[0]
         n = x.shape[1]
@@ -190,8 +191,11 @@ def _make_vec(  # type: ignore[no-untyped-def]
         while row < rows:
             rr = r[row]
             load_row(v, x[row], n, float32(0.0))
-            for q in range(nv):  # every residual load issues before the first store
-                if col_of(q) < n:
+            # every residual load before the first store; on full rows with no compare, so that they issue
+            # together (a compare put each in its own branch, its sum used before the next load: one DRAM
+            # round trip after another, benchmarks/PERF.md, eighteenth session)
+            for q in range(nv):
+                if n >= threads * per or col_of(q) < n:
                     ldg_into(t, 0, rr, col_of(q))
                     for e in range(width):
                         v[q * width + e] = round_like(rr, v[q * width + e] + t[e])
@@ -204,13 +208,23 @@ def _make_vec(  # type: ignore[no-untyped-def]
             inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
             base = slots - base
             orow = out[row]
-            for q in range(nv):
-                col = col_of(q)
-                if col < n:
-                    ldg_into(t, 0, w, col)
+            # full rows: every weight load before the first store (loaded beside each store, a load may not
+            # pass a store to memory that might alias it: one L2 round trip a vector, PERF.md eighteenth)
+            if n >= threads * per:
+                for q in range(nv):
+                    ldg_into(u, q * width, w, col_of(q))
+                for q in range(nv):
                     for e in range(width):
-                        t[e] = v[q * width + e] * inv * t[e]
-                    stg_from(orow, col, t, 0)
+                        u[q * width + e] = v[q * width + e] * inv * u[q * width + e]
+                    stg_from(orow, col_of(q), u, q * width)
+            else:
+                for q in range(nv):
+                    col = col_of(q)
+                    if col < n:
+                        ldg_into(t, 0, w, col)
+                        for e in range(width):
+                            t[e] = v[q * width + e] * inv * t[e]
+                        stg_from(orow, col, t, 0)
             row += cuda.gridDim.x
 
     return k

@@ -200,6 +200,14 @@ def _make_reg(io: RowIO):  # type: ignore[no-untyped-def]
     return _layernorm_reg
 
 
+# The write pass of a full row in the vector kernels loads the weight and bias vectors of WRITE_GROUP of a
+# thread's vectors before the group's first store (a load may not pass a store to memory that might alias it,
+# so one vector at a time took a round trip to L2 per vector, after the block's reductions). ptxas sm_90
+# (bf16 / fp16 registers, spills) at the WIDE_ROWS shapes: one at a time 60-62 / 56-64, none; 2: 62 / 63-64,
+# none; 4: 64 / 64 with 16-40 bytes spilled in fp16 at 32 x 32 and 1024 x 32.
+WRITE_GROUP = 2
+
+
 def _make_vec(  # type: ignore[no-untyped-def]
     width: int, fastmath: bool = False, threads: int = BLOCK, per: int = PER, min_blocks: int = 0
 ):
@@ -210,6 +218,10 @@ def _make_vec(  # type: ignore[no-untyped-def]
     bsum, slots = make_block_sum(threads), row_slots(threads)
     nsm = 2 * slots  # a compile-time constant for the shared array (numba folds names, not expressions)
     jit_kw = vec_jit(threads, min_blocks, fastmath)
+    nv = per // width
+    group = min(WRITE_GROUP, nv)
+    gn = group * width
+    assert nv % group == 0, f"layernorm: {nv} vectors a thread do not split into groups of {group}"
 
     @cuda.jit(**jit_kw)
     def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
@@ -217,6 +229,8 @@ def _make_vec(  # type: ignore[no-untyped-def]
         v = cuda.local.array(per, float32)
         tw = cuda.local.array(width, float32)
         tb = cuda.local.array(width, float32)
+        gw = cuda.local.array(gn, float32)
+        gb = cuda.local.array(gn, float32)
         rows = x.shape[0]
         n = x.shape[1]
         fn = float32(n)
@@ -235,14 +249,25 @@ def _make_vec(  # type: ignore[no-untyped-def]
                         d = v[q * width + e] - mean
                         q2 += d * d
             rstd = float32(1.0) / math.sqrt(bsum(q2, sm, slots) / fn + eps)
-            for q in range(per // width):
-                col = col_of(q)
-                if col < n:
-                    ldg_into(tw, 0, w, col)
-                    ldg_into(tb, 0, b, col)
-                    for e in range(width):
-                        tw[e] = (v[q * width + e] - mean) * rstd * tw[e] + tb[e]
-                    stg_from(orow, col, tw, 0)
+            if n >= threads * per:  # full rows: a group's weight and bias loads before its first store
+                for g in range(0, nv, group):
+                    for q in range(g, g + group):
+                        ldg_into(gw, (q - g) * width, w, col_of(q))
+                        ldg_into(gb, (q - g) * width, b, col_of(q))
+                    for q in range(g, g + group):
+                        o = (q - g) * width
+                        for e in range(width):
+                            gw[o + e] = (v[q * width + e] - mean) * rstd * gw[o + e] + gb[o + e]
+                        stg_from(orow, col_of(q), gw, o)
+            else:
+                for q in range(nv):
+                    col = col_of(q)
+                    if col < n:
+                        ldg_into(tw, 0, w, col)
+                        ldg_into(tb, 0, b, col)
+                        for e in range(width):
+                            tw[e] = (v[q * width + e] - mean) * rstd * tw[e] + tb[e]
+                        stg_from(orow, col, tw, 0)
             row += cuda.gridDim.x
 
     return k

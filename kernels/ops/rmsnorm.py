@@ -208,11 +208,13 @@ def _make_vec(  # type: ignore[no-untyped-def]
     bsum, slots = make_block_sum(threads), row_slots(threads)
     nsm = 2 * slots  # a compile-time constant for the shared array (numba folds names, not expressions)
     jit_kw = vec_jit(threads, min_blocks, fastmath)
+    nv = per // width
 
     @cuda.jit(**jit_kw)
     def k(x, w, out, eps):  # type: ignore[no-untyped-def]
         sm = cuda.shared.array(nsm, float32)  # two halves: consecutive rows alternate (reductions)
         v = cuda.local.array(per, float32)
+        u = cuda.local.array(per, float32)
         t = cuda.local.array(width, float32)
         rows = x.shape[0]
         n = x.shape[1]
@@ -226,13 +228,23 @@ def _make_vec(  # type: ignore[no-untyped-def]
                 acc += v[e] * v[e]
             inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
             base = slots - base
-            for q in range(per // width):
-                col = col_of(q)
-                if col < n:
-                    ldg_into(t, 0, w, col)
+            # full rows: every weight load before the first store (loaded beside each store, a load may not
+            # pass a store to memory that might alias it: one L2 round trip a vector, PERF.md eighteenth)
+            if n >= threads * per:
+                for q in range(nv):
+                    ldg_into(u, q * width, w, col_of(q))
+                for q in range(nv):
                     for e in range(width):
-                        t[e] = v[q * width + e] * inv * t[e]
-                    stg_from(orow, col, t, 0)
+                        u[q * width + e] = v[q * width + e] * inv * u[q * width + e]
+                    stg_from(orow, col_of(q), u, q * width)
+            else:
+                for q in range(nv):
+                    col = col_of(q)
+                    if col < n:
+                        ldg_into(t, 0, w, col)
+                        for e in range(width):
+                            t[e] = v[q * width + e] * inv * t[e]
+                        stg_from(orow, col, t, 0)
             row += cuda.gridDim.x
 
     return k
@@ -512,12 +524,13 @@ def make_onchip(config: OnChipRows, width: int, word: bool, add: bool = False): 
             more = nxt < rows
             xn, rn = x[nxt if more else row], r[nxt if more else row]
             orow = out[row]
-            for q in range(nv):
-                col = col_of(q)
-                ldg_into(tw, 0, w, col)
-                for e in range(width):
-                    to[e] = v[q * width + e] * inv * tw[e]
-                stg_from(orow, col, to, 0)
+            for g in range(0, nv, nvec):  # the register part, nvec vectors' weights before their stores
+                for q in range(g, min(g + nvec, nv)):
+                    ldg_into(tw, (q - g) * width, w, col_of(q))
+                for q in range(g, min(g + nvec, nv)):
+                    for e in range(width):
+                        to[e] = v[q * width + e] * inv * tw[(q - g) * width + e]
+                    stg_from(orow, col_of(q), to, 0)
             acc = float32(0.0)
             j = tid
             while j < nt:  # this thread's own slots: no other thread reads or writes them
@@ -526,12 +539,14 @@ def make_onchip(config: OnChipRows, width: int, word: bool, add: bool = False): 
                 for k in range(nvec):
                     i = j + k * threads
                     if i < nt:
-                        col = head + i * width
-                        ldg_into(tw, 0, w, col)
+                        ldg_into(tw, k * width, w, head + i * width)
+                for k in range(nvec):
+                    i = j + k * threads
+                    if i < nt:
                         take(to, part, i, nt)
                         for e in range(width):
-                            to[e] = to[e] * inv * tw[e]
-                        stg_from(orow, col, to, 0)
+                            to[e] = to[e] * inv * tw[k * width + e]
+                        stg_from(orow, head + i * width, to, 0)
                 if more:
                     acc = part_keep(t, tu, rn, part, j, nt, acc)
                 j += nvec * threads
@@ -551,7 +566,7 @@ def make_onchip(config: OnChipRows, width: int, word: bool, add: bool = False): 
             u = cuda.local.array(per, float32)  # the register part's residual, on its way in
             t = cuda.local.array(nvals, float32)  # the next row's vectors, in flight
             tu = cuda.local.array(nvals, float32)  # and its residual's
-            tw = cuda.local.array(width, float32)
+            tw = cuda.local.array(nvals, float32)
             to = cuda.local.array(width, float32)  # this row's vector on its way out
             rows_on_chip(x, r, w, out, eps, sm, part, v, u, t, tu, tw, to)
 
@@ -563,7 +578,7 @@ def make_onchip(config: OnChipRows, width: int, word: bool, add: bool = False): 
         part = cuda.shared.array(0, uint32)  # the shared part (rows.onchip_part)
         v = cuda.local.array(per, float32)
         t = cuda.local.array(nvals, float32)  # the next row's vectors, in flight
-        tw = cuda.local.array(width, float32)
+        tw = cuda.local.array(nvals, float32)
         to = cuda.local.array(width, float32)  # this row's vector on its way out
         rows_on_chip(x, x, w, out, eps, sm, part, v, v, t, t, tw, to)  # r, u, tu: unused without `add`
 
