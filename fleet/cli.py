@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sqlite3
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -228,6 +229,13 @@ def _recover_first(spec: FleetSpec, out: Console, *, dry_run: bool) -> int:
     return 0
 
 
+def _first_returning(spec: FleetSpec) -> str:
+    """What the confirmation must also say when an unfinished rollout will be returned first."""
+    pending = unfinished_operations(spec)
+    whose = "its" if len(pending) == 1 else "their"
+    return f", after returning unfinished {', '.join(pending)} to {whose} baseline" if pending else ""
+
+
 def _reconcile_one(spec: FleetSpec, op_id: str) -> OperationReport:
     with Ledger(ledger_path(spec)) as ledger:
         hosts = tuple(ledger.baseline(op_id))
@@ -320,13 +328,15 @@ def _deploy(args: argparse.Namespace) -> int:
     report.print_plan(
         out, plan, fleet=spec.name, notes=notes, header=f"{kind} {version} from {path} (sha256 {sha[:16]}..)"
     )
-    recovered = _recover_first(spec, out, dry_run=args.dry_run)
     if args.dry_run:
+        _recover_first(spec, out, dry_run=True)
         out.print("dry run: nothing was changed")
         return 0
+    # asked before anything moves, the return of an unfinished rollout included
+    _confirm(args, f"{kind} {version} to {len(plan.hosts)} node(s)" + _first_returning(spec))
+    recovered = _recover_first(spec, out, dry_run=False)
     if recovered:
         return recovered
-    _confirm(args, f"{kind} {version} to {len(plan.hosts)} node(s)")
     result = deploy(
         spec,
         plan,
@@ -397,13 +407,14 @@ def _rollback(args: argparse.Namespace) -> int:
     report.print_plan(
         out, plan, fleet=spec.name, header=f"rollback to {to or 'each node`s previous'}", notes=notes
     )
-    recovered = _recover_first(spec, out, dry_run=args.dry_run)
     if args.dry_run:
+        _recover_first(spec, out, dry_run=True)
         out.print("dry run: nothing was changed")
         return 0
+    _confirm(args, f"roll back {len(plan.hosts)} node(s)" + _first_returning(spec))
+    recovered = _recover_first(spec, out, dry_run=False)
     if recovered:
         return recovered
-    _confirm(args, f"roll back {len(plan.hosts)} node(s)")
     result = rollback(spec, plan, progress=report.live_factory(sys.stderr.isatty()))
     report.print_operation(out, result)
     _write_report(spec, result.op_id, out)
@@ -571,6 +582,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("solfleet: interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
+    except sqlite3.Error as exc:
+        # the ledger could not be opened or read before any operation began (an operation's own ledger
+        # errors end as ControllerError, exit 1): nothing was touched
+        print(f"solfleet: error: ledger: {exc}; nothing was changed", file=sys.stderr)
+        return int(ExitCode.USAGE)
     except OSError as exc:
         # A controller-side path that cannot be made or written (--out, --work-dir, a full disk) is the
         # user's to fix: one line naming the path, not a traceback.

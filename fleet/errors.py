@@ -67,6 +67,13 @@ class OperationFailed(FleetError):
     exit_code = ExitCode.OPERATION_FAILED
 
 
+class ControllerError(FleetError):
+    """Something on the controller itself (a full disk under the work dir, a ledger that cannot be written)
+    stopped an operation after its ledger row existed: hosts may have moved, so this is not exit 2."""
+
+    exit_code = ExitCode.OPERATION_FAILED
+
+
 class HostsUnreachable(FleetError):
     exit_code = ExitCode.UNREACHABLE
 

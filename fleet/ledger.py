@@ -87,9 +87,17 @@ class OpStatus(StrEnum):
 
 
 # An operation that ended without finishing its failure policy: the next deploy, rollback or `reconcile`
-# returns its hosts to its baseline (and records which operation did, in `recovered_by`). An abort that could
-# not return every host (one unreachable) is owed the same.
-UNFINISHED = (OpStatus.RUNNING.value, OpStatus.INTERRUPTED.value, OpStatus.ABORTED.value)
+# returns its hosts to its baseline (and records which operation did, in `recovered_by`). A rollout whose
+# policy could not return every host (one unreachable, an undo refused), an abort the same, and one stopped
+# by a controller error are owed the same: every operation that owes nothing marks itself recovered by
+# itself when it concludes (a success, a halt, a final undo, a rollback), so only rows with no
+# `recovered_by` are owed.
+UNFINISHED = (
+    OpStatus.RUNNING.value,
+    OpStatus.INTERRUPTED.value,
+    OpStatus.ABORTED.value,
+    OpStatus.FAILED.value,
+)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet import runner
-from fleet.errors import ExitCode, FleetError, Interrupted, RunnerError
+from fleet.errors import ControllerError, ExitCode, FleetError, Interrupted, RunnerError
 from fleet.inventory import write_private_data_dir
 from fleet.ledger import HostRecord, Ledger, OpStatus, new_operation_id
 from fleet.plan import Plan
@@ -335,6 +335,21 @@ class Operation:
             except FleetError as exc:
                 ledger.finish(self.op_id, OpStatus.FAILED, str(exc))
                 raise
+            except Exception as exc:
+                # An error of the controller itself mid-operation (a full disk under the work dir, an
+                # OSError from the runner's files): the row is `failed` and, not recovered by itself, is
+                # unfinished, so the next deploy, rollback or reconcile finishes its failure policy. One
+                # line for the operator, exit 1 (not 2: hosts may have moved).
+                what = f"controller error: {_one_line(exc)}"
+                try:
+                    ledger.finish(self.op_id, OpStatus.FAILED, what)
+                except Exception as again:  # the ledger's own disk: the row stays `running`, its process dead
+                    what += f" (the ledger could not record it either: {_one_line(again)})"
+                raise ControllerError(
+                    f"{self.op_id} ({self.plan.kind}) stopped by a {what}; `solfleet status` shows where the"
+                    " nodes are, and the next deploy, rollback or `solfleet reconcile` returns an unfinished"
+                    " rollout to its baseline"
+                ) from exc
             except BaseException as exc:
                 ledger.finish(self.op_id, OpStatus.FAILED, f"controller error: {exc!r}")
                 raise
@@ -343,3 +358,9 @@ class Operation:
                 self.report.message = "operation ended without a conclusion (controller bug)"
             ledger.finish(self.op_id, self.report.status, self.report.message)
         return self.report
+
+
+def _one_line(exc: BaseException) -> str:
+    """`OSError: [Errno 28] No space left on device: '/path'` as one line, whatever the exception holds."""
+    text = " ".join(str(exc).split()) or repr(exc)
+    return f"{type(exc).__name__}: {text}"

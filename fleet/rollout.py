@@ -461,6 +461,9 @@ def rollback(spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = 
     def body(ledger: Ledger) -> None:
         hosts = list(plan.batches[0].hosts)
         take_baseline(op, ledger, hosts)
+        # a rollback is the escape hatch, not something to undo: whatever it did, interrupted or failed, is
+        # its end state, so it owes nothing from here on (a later run must never return its hosts forward)
+        ledger.mark_recovered(op.op_id, by=op.op_id)
         try:
             step = op.run_step(
                 ledger,
@@ -471,8 +474,6 @@ def rollback(spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = 
             )
         finally:
             end_leases(op, ledger, hosts)
-        # a rollback is the escape hatch, not something to undo: whatever it did is its end state
-        ledger.mark_recovered(op.op_id, by=op.op_id)
         bad = [r for r in step.records if r.outcome not in ("rolled_back", "unchanged")]
         if not bad:
             op.report.status, op.report.exit_code = OpStatus.SUCCEEDED, ExitCode.OK

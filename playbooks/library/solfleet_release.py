@@ -168,12 +168,15 @@ class Deployment:
             ) from None
 
     def confirm(self, event: str, version: str, detail: str, plain: bool = False) -> None:
-        """Journal a switch already made. If the write fails the node still reports where it really is:
-        the result carries `journal_error`, and status sees an unconfirmed move."""
+        """Journal a switch already made (or, after a failed health check, the restore that must be made
+        whatever the disk can take). If the write fails the node still reports where it really is: the
+        result carries `journal_error` (every line that was lost), and status sees an unconfirmed move."""
         try:
             self.journal(event, version, detail, plain=plain)
         except OSError as exc:
-            self.result["journal_error"] = f"{event} not journaled: {exc.strerror or exc}"
+            lost = f"{event} not journaled: {exc.strerror or exc}"
+            earlier = self.result.get("journal_error")
+            self.result["journal_error"] = f"{earlier}; {lost}" if earlier else lost
 
     def _stack_env(self, release: str) -> dict[str, Any]:
         return {
@@ -514,8 +517,11 @@ class Deployment:
         # After activation: restore the prior release exactly (current and previous as they were), keep the
         # failed release for inspection but mark it failed (its verify.json still says ok, and it must not
         # count as verified: no rollback target, not in status' releases), and say so in the journal.
-        self.journal("failed", version, f"health after activation: {message}")
-        self.intend(prior_current or "none", f"restore after {version} failed health")
+        # The restore does not wait on the journal: a disk that fills between two lines (the failure written,
+        # the intent not) must not leave the node on the release that failed health, still counted verified.
+        # A line that cannot be written is carried in the result's journal_error instead.
+        self.confirm("failed", version, f"health after activation: {message}")
+        self.confirm(INTENT_EVENT, prior_current or "none", f"restore after {version} failed health")
         self.layout.set_link("current", prior_current)
         self.layout.set_link("previous", prior_previous)
         try:
@@ -535,8 +541,10 @@ class Deployment:
             if healthy_again:
                 self.confirm("healthy", prior_current, f"health passed after restoring {prior_current}")
             else:
-                self.journal("failed", prior_current, f"health after restore: {why_again}")
+                self.confirm("failed", prior_current, f"health after restore: {why_again}")
                 after = f"; health fails on {prior_current} too ({why_again}): the node itself is suspect"
+        if self.result.get("journal_error"):
+            after += f"; {self.result['journal_error']}"
         raise NodeError(
             "health",
             "health_failed",
@@ -765,7 +773,10 @@ def main() -> None:
         if deployment is not None and not deployment.journaled_failure:
             # Every refusal and error is journaled whenever the root exists (sha mismatch, disk, stack/cc,
             # lock timeout, lease, internal error): the node's own record must not depend on the controller.
-            result["journal_error"] = journal_refusal(deployment, error)
+            lost = journal_refusal(deployment, error)
+            if lost:  # after any line this run had already lost (a restore's, say)
+                earlier = result.get("journal_error")
+                result["journal_error"] = f"{earlier}; {lost}" if earlier else lost
         module.fail_json(
             msg=f"solfleet: {params['node']}: {error.phase}: {error.message}",
             changed=bool(deployment and deployment.changed),

@@ -303,10 +303,18 @@ class NodeLayout:
         if plain:
             # Only a plain rollback (no target given) sets this: the rollback no-op rule keys on it.
             line["plain"] = True
+        data = (json.dumps(line, sort_keys=True) + "\n").encode("utf-8")
         # O_APPEND: one write per line, so concurrent readers never see half a record.
-        fd = os.open(self.journal_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.journal_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, (json.dumps(line, sort_keys=True) + "\n").encode("utf-8"))
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # an earlier line cut short (a disk that filled mid-write) would swallow this record into
+                # one unreadable line: start on a line of its own
+                data = b"\n" + data
+            written = os.write(fd, data)
+            if written != len(data):  # a full disk can take part of a line: that line was not journaled
+                raise OSError(errno.ENOSPC, f"journal line cut short ({written} of {len(data)} bytes)")
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 import subprocess
 import sys
@@ -146,3 +147,29 @@ def test_ansible_never_templates_a_spec_value(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "{{ 6 * 7 }}" in proc.stdout and "PWNED" not in proc.stdout.replace("echo PWNED", ""), proc.stdout
     assert "/42/" not in proc.stdout
+
+
+def test_node_names_yaml_would_read_as_other_types_stay_host_names(tmp_path: Path) -> None:
+    """`yes`, `null`, `10`, `1_0` (YAML 1.1 reads it as 10 too), `0x1f` and `1.5` are valid node names. The
+    inventory quotes every name, so a real ansible-inventory sees each as its own host (unquoted, `10` was
+    "Host pattern 10 must be a string" and `1_0` collided with it)."""
+    spec = load_spec(embedded_fleet(), work_dir=tmp_path / "work")
+    names = ["yes", "null", "10", "1_0", "0x1f", "1.5"]
+    nodes = tuple(
+        dataclasses.replace(spec.nodes[i % len(spec.nodes)], name=name, labels=("gpu",))
+        for i, name in enumerate(names)
+    )
+    pdd = write_private_data_dir(dataclasses.replace(spec, nodes=nodes), tmp_path / "pdd").path
+    bin_dir = Path(sys.executable).parent
+    proc = subprocess.run(
+        [str(bin_dir / "ansible-inventory"), "-i", str(pdd / "inventory" / "hosts.yml"), "--list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    listed = json.loads(proc.stdout)
+    assert sorted(listed["_meta"]["hostvars"]) == sorted(names)
+    assert sorted(listed["solfleet_nodes"]["hosts"]) == sorted(names)
+    assert sorted(listed["label_gpu"]["hosts"]) == sorted(names)

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet import runner
-from fleet.errors import ExitCode, RunnerError
+from fleet import cli, runner
+from fleet.errors import ControllerError, ExitCode, Interrupted, RunnerError
 from fleet.ledger import Ledger
 from fleet.operation import _interrupted_record
-from fleet.plan import plan_rollout
-from fleet.rollout import ArtifactInfo, deploy
+from fleet.plan import plan_rollback, plan_rollout
+from fleet.rollout import ArtifactInfo, deploy, rollback
 from fleet.runner import HostProgress, HostStatus, RunResult
 from fleet.spec import embedded_fleet, load_spec
 from fleet.workdir import ledger_path
@@ -126,7 +126,9 @@ class ScriptedRunner:
             what: Any = {h: self._read(h) for h in hosts}
         else:
             what = self.script[(kw["playbook"], hosts)]
-        progress = what.progress if isinstance(what, RunnerError) else what
+        # a RunnerError or Interrupted carries what each host had answered; any other exception (an OSError
+        # of the controller) nothing
+        progress = getattr(what, "progress", {}) if isinstance(what, Exception) else what
         for host, hp in progress.items():
             sf = hp.solfleet
             if sf.get("outcome") in ("activated", "rolled_back"):
@@ -311,3 +313,89 @@ def test_a_batch_past_its_deadline_is_failed_and_its_cut_off_host_undone(
     assert row.message.startswith("batch deadline 30 s passed (not finished in 'solfleet | Deploy release'")
     assert [c[1] for c in scripted.calls if c[0] == "rollback.yml"] == [("n1",)]
     assert rows[("undo", "n1")].outcome == "unchanged"
+
+
+def _cli(tmp_path: Path, *args: str) -> int:
+    return cli.main([*args, "--fleet", str(tmp_path / "fleet.yml"), "--work-dir", str(tmp_path / "work")])
+
+
+def _unfinished(tmp_path: Path) -> list[str]:
+    spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+    with Ledger(ledger_path(spec)) as ledger:
+        return [o.id for o in ledger.unfinished()]
+
+
+def test_an_undo_a_node_refused_leaves_the_rollout_owed_to_reconcile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batch 1 fails, and the canary n1 refuses its undo: the row is `failed` and unfinished, so status wants
+    the baseline and reconcile finishes the policy once n1 takes the undo (before, the row was not owed
+    anything: reconcile said "nothing to reconcile" and n1 stayed on the rejected release, in sync). A
+    rollback asked for without --yes on a pipe is refused before that return moves anything."""
+    refused = {h: answered(h, "refused", before="1.0.0", after="1.0.0") for h in ("n2", "n3")}
+    script: dict[Any, Any] = {
+        **CANARY_OK,
+        ("deploy.yml", ("n2", "n3")): refused,
+        ("rollback.yml", ("n1",)): {"n1": answered("n1", "refused", before="2.0.0", after="2.0.0")},
+    }
+    result, op, _rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
+    assert result.exit_code is ExitCode.OPERATION_FAILED and op.status == "failed"
+    assert "could not return every host to the baseline (run `solfleet reconcile`)" in op.message
+    assert op.recovered_by is None and _unfinished(tmp_path) == [op.id]
+    assert scripted.links["n1"] == ("2.0.0", "1.0.0")
+
+    calls = len(scripted.calls)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    assert _cli(tmp_path, "rollback") == ExitCode.USAGE  # not confirmed: nothing ran, the return included
+    assert len(scripted.calls) == calls and _unfinished(tmp_path) == [op.id]
+
+    script[("rollback.yml", ("n1",))] = {"n1": answered("n1", "rolled_back", before="2.0.0", after="1.0.0")}
+    assert _cli(tmp_path, "reconcile", "--yes") == ExitCode.OK
+    assert scripted.links["n1"][0] == "1.0.0"
+    assert _unfinished(tmp_path) == []
+    spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+    with Ledger(ledger_path(spec)) as ledger:
+        row = ledger.operation(op.id)
+        assert row is not None and row.recovered_by not in (None, op.id)
+
+
+def test_a_controller_error_mid_rollout_is_exit_1_and_owed_to_reconcile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's disk fills during batch 1, after the canary activated: one line naming the error,
+    exit 1 (not 2, "nothing was touched"), and the row is failed and unfinished, so the next run returns n1
+    to its baseline (before, the row owed nothing and the policy never ran)."""
+    full = OSError(28, "No space left on device", str(tmp_path / "work" / "runs"))
+    script = {**CANARY_OK, ("deploy.yml", ("n2", "n3")): full}
+    with pytest.raises(ControllerError) as caught:
+        run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
+    assert caught.value.exit_code is ExitCode.OPERATION_FAILED
+    message = str(caught.value)
+    assert "\n" not in message and "OSError: [Errno 28] No space left on device" in message
+    assert "`solfleet reconcile`" in message
+    (pending,) = _unfinished(tmp_path)
+    spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+    with Ledger(ledger_path(spec)) as ledger:
+        row = ledger.operation(pending)
+        assert (
+            row is not None and row.status == "failed" and row.message.startswith("controller error: OSError")
+        )
+
+
+def test_an_interrupted_rollback_is_never_undone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while a rollback runs, after n1 went back to 1.0.0: the rollback is the escape hatch, so the
+    row owes nothing and no later run returns n1 forward to the 2.0.0 being escaped."""
+    (tmp_path / "fleet.yml").write_text(embedded_fleet().read_text())
+    spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+    back = answered("n1", "rolled_back", before="2.0.0", after="1.0.0")
+    cut = Interrupted("interrupted", progress={"n1": back})
+    scripted = ScriptedRunner(
+        {("rollback.yml", ("n1", "n2", "n3")): cut}, {h: ("2.0.0", "1.0.0") for h in ("n1", "n2", "n3")}
+    )
+    monkeypatch.setattr(runner, "run_playbook", scripted)
+    with pytest.raises(Interrupted):
+        rollback(spec, plan_rollback(list(spec.nodes), spec.rollout, to=None))
+    with Ledger(ledger_path(spec)) as ledger:
+        (op,) = ledger.operations()
+        assert op.status == "interrupted" and op.recovered_by == op.id
+    assert _unfinished(tmp_path) == [] and scripted.links["n1"][0] == "1.0.0"
