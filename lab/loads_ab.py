@@ -1,4 +1,7 @@
 """Probe (GPU only, not shipped): the register-row kernels with every load of a full row issued together.
+Run in the nineteenth session (an H100): head won everywhere, 1.06x for fused_add_rmsnorm at 32768, and
+shipped; figures in benchmarks/PERF.md ("nineteenth session"). Since then main is head: the base is e536dea's
+modules (`git show e536dea:kernels/ops/rmsnorm.py > lab/loads_base/rmsnorm.py` and the other two).
 
 Why (eighteenth session, read from the SASS, ptxas sm_90 offline): fused_add_rmsnorm's WIDE_ROWS kernel
 (`_make_vec`, at 1024, 2048, 5120 and 32768 columns) loaded its residual one 16-byte vector at a time: each

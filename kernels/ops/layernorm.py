@@ -204,7 +204,8 @@ def _make_reg(io: RowIO):  # type: ignore[no-untyped-def]
 # thread's vectors before the group's first store (a load may not pass a store to memory that might alias it,
 # so one vector at a time took a round trip to L2 per vector, after the block's reductions). ptxas sm_90
 # (bf16 / fp16 registers, spills) at the WIDE_ROWS shapes: one at a time 60-62 / 56-64, none; 2: 62 / 63-64,
-# none; 4: 64 / 64 with 16-40 bytes spilled in fp16 at 32 x 32 and 1024 x 32.
+# none; 4: 64 / 64 with 16-40 bytes spilled in fp16 at 32 x 32 and 1024 x 32. Groups of 2 against one at a
+# time, H100 (benchmarks/PERF.md, nineteenth session): 1.010-1.046x at 1024-32768, bits unchanged.
 WRITE_GROUP = 2
 
 
