@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from fleet.errors import ExitCode, FleetError, Interrupted, UsageError
 from fleet.ledger import Baseline, HostRecord, Ledger, OpStatus
 from fleet.operation import (
@@ -26,6 +28,7 @@ from fleet.operation import (
     StepAborted,
 )
 from fleet.runner import HostStatus
+from fleet.spec import FleetSpec, project_root
 
 # outcomes of a restore step that leave the host on its baseline
 RESTORED = ("rolled_back", "unchanged")
@@ -138,6 +141,7 @@ def take_baseline(
             f"version {version} is already other bytes on the fleet ({'; '.join(other_bytes[:3])}), not "
             f"{(artifact_sha256 or '')[:12]}..: a version is immutable, build a new version"
         )
+    op.unleased = {h for h in hosts if h not in baselines or not baselines[h].reachable}
     if record:
         ledger.record_baseline(op.op_id, list(baselines.values()))
     return baselines
@@ -256,14 +260,13 @@ def restore(
     if notes:
         ledger.record_hosts(op.op_id, notes)
     if moves:
+        extravars: dict[str, Any] = {"solfleet_restore": moves, "solfleet_rollout_id": op.op_id}
+        if pending & set(moves):
+            # a cut-off deploy step may hold the node's lock until its own bound: wait that long, so it ends
+            # (and journals where) before the undo reads and moves the node; the other hosts' locks are free
+            extravars["solfleet_lock_timeout_s"] = deploy_step_lock_s(op.spec)
         try:
-            step = op.run_step(
-                ledger,
-                "undo",
-                list(moves),
-                ROLLBACK_PLAYBOOK,
-                {"solfleet_restore": moves, "solfleet_rollout_id": op.op_id},
-            )
+            step = op.run_step(ledger, "undo", list(moves), ROLLBACK_PLAYBOOK, extravars)
         except StepAborted as exc:
             step = exc.step
         for r in step.records:
@@ -276,6 +279,17 @@ def restore(
                 where[r.host] = f"{r.version_after or 'unknown'}: undo {r.outcome}: {r.message}"
     moved = [r.host for r in step.records if r.outcome == "rolled_back"] if moves else []
     return RestoreResult(ok=ok, final=final, moved=moved, where=where)
+
+
+def deploy_step_lock_s(spec: FleetSpec) -> int:
+    """The longest a deploy's node step can hold a node's lock: that task's outer guard in the role
+    (playbooks/roles/solfleet/tasks/main.yml: the lock wait, verify, health, bench when gates are on, and
+    300 s), with this spec's verify limit and the role's defaults for the rest."""
+    defaults_file = project_root() / "playbooks" / "roles" / "solfleet" / "defaults" / "main.yml"
+    d = yaml.safe_load(defaults_file.read_text(encoding="utf-8"))
+    bench = int(d["solfleet_bench_timeout_s"]) if spec.gates.enabled else 0
+    lock, health = int(d["solfleet_lock_timeout_s"]), int(d["solfleet_health_timeout_s"])
+    return lock + spec.timeouts.verify_s + health + bench + 300
 
 
 def _note(host: str, outcome: str, base: Baseline, after: str | None, message: str) -> HostRecord:

@@ -32,6 +32,7 @@ from fleet.operation import (
     ProgressFactory,
     StepAborted,
     StepResult,
+    _interrupted_record,
 )
 from fleet.plan import Batch, Plan
 from fleet.policy import UnhealthyPolicy, UnreachablePolicy
@@ -184,9 +185,29 @@ def preflight(op: Operation, ledger: Ledger, batch: Batch) -> tuple[list[str], l
     reported, never counted deployed). A node with no release yet has nothing to check here (its health
     runs after activation); an unreachable one is left to the deploy step, which meets the unreachable
     policy."""
-    hosts = list(batch.hosts)
+    # A host that did not answer when the rollout took its leases holds no lease of this rollout and has no
+    # baseline to return to: it is never deployed by it (it may answer now, mid-rollout), but counted as
+    # unreachable (rollout.unreachable decides whether that fails the batch).
+    unleased = [
+        HostRecord(
+            step=batch.name,
+            host=host,
+            outcome="unreachable",
+            changed=False,
+            version_before=None,
+            version_after=None,
+            failed_phase="lease",
+            message="did not answer when this rollout took its leases: not deployed (no lease, no baseline)",
+            phases={},
+        )
+        for host in batch.hosts
+        if host in op.unleased
+    ]
+    if unleased:
+        ledger.record_hosts(op.op_id, unleased)
+    hosts = [h for h in batch.hosts if h not in op.unleased]
     if not op.spec.rollout.preflight_health or not hosts:
-        return hosts, []
+        return hosts, unleased
     answers: Mapping[str, HostProgress | None]
     if all(h in op.lease_health for h in hosts):
         # the first batch: its hosts ran the checks in their lease call, moments ago (take_baseline)
@@ -225,7 +246,7 @@ def preflight(op: Operation, ledger: Ledger, batch: Batch) -> tuple[list[str], l
         )
     if left_out:
         ledger.record_hosts(op.op_id, left_out)
-    return keep, left_out
+    return keep, unleased + left_out
 
 
 def _lease_answer(host: str, hp: HostProgress | None) -> HostProgress | None:
@@ -276,8 +297,11 @@ def run_batches(
         except StepAborted as exc:  # a stopped batch is a failed one: the failure policy still runs
             step, runner_error, deadline = exc.step, str(exc), exc.deadline
         except Interrupted as exc:
+            # each host as the interrupted run left it: its module's answer, or `interrupted` (mid-step: its
+            # node module runs on under the node's lock and may still activate, so its undo waits for it)
+            cut = [_interrupted_record(batch.name, exc.progress.get(h), h) for h in hosts]
             return BatchRun(
-                BatchFailure(batch=batch, failed=[], reason=str(exc), interrupted=True), all_failed
+                BatchFailure(batch=batch, failed=cut, reason=str(exc), interrupted=True), all_failed
             )
         if left_out:
             # one step per batch in the report: the hosts it deployed and those its preflight left out
@@ -421,7 +445,7 @@ def conclude_deploy(
     # hosts that ansible-runner cut off mid-step (job timeout, batch deadline): their node-side step runs on
     # under the node's lock and may still activate, so their undo waits for that lock instead of trusting a
     # state read taken while it runs
-    pending = [r.host for r in batch_failed if r.outcome == "not_finished"]
+    pending = [r.host for r in batch_failed if r.outcome in ("not_finished", "interrupted")]
     try:
         result = restore(op, ledger, baseline, targets, pending=pending)
     except Interrupted:

@@ -163,6 +163,7 @@ def run_deploy(
     max_failures: int = 0,
     links: dict[str, tuple[str | None, str | None]] | None = None,
     rollout: str = "",
+    runner_class: type[ScriptedRunner] = ScriptedRunner,
 ) -> tuple:
     """Deploy 2.0.0 to the embedded fleet (with this on_failure and max_failures, and `rollout`: more
     `rollout` lines) through `script`."""
@@ -174,7 +175,7 @@ def run_deploy(
     (tmp_path / "fleet.yml").write_text(text)
     spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
     plan = plan_rollout(list(spec.nodes), spec.rollout, version="2.0.0")
-    scripted = ScriptedRunner(script, dict(links or {h: ("1.0.0", None) for h in ("n1", "n2", "n3")}))
+    scripted = runner_class(script, dict(links or {h: ("1.0.0", None) for h in ("n1", "n2", "n3")}))
     monkeypatch.setattr(runner, "run_playbook", scripted)
     result = deploy(spec, plan, artifact=ArtifactInfo(path=tmp_path / "a.tar.gz", sha256="0" * 64))
     with Ledger(ledger_path(spec)) as ledger:
@@ -399,3 +400,64 @@ def test_an_interrupted_rollback_is_never_undone(tmp_path: Path, monkeypatch: py
         (op,) = ledger.operations()
         assert op.status == "interrupted" and op.recovered_by == op.id
     assert _unfinished(tmp_path) == [] and scripted.links["n1"][0] == "1.0.0"
+
+
+class SilentAtLease(ScriptedRunner):
+    """n2 does not answer the first lease call (the baseline read), then answers everything."""
+
+    def _read(self, host: str) -> HostProgress:
+        first_lease = [c[0] for c in self.calls].count("lease.yml") == 1 and self.calls[-1][0] == "lease.yml"
+        if host == "n2" and first_lease:
+            return HostProgress(host=host, status=HostStatus.UNREACHABLE, message="ssh: connect timed out")
+        return super()._read(host)
+
+
+def test_a_host_silent_when_the_leases_were_taken_is_never_deployed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """n2 missed the lease call, then answers by batch 1: it holds no lease of this rollout and has no
+    baseline, so batch 1 deploys n3 alone and counts n2 unreachable (unreachable: fail, max_failures 0), and
+    the policy returns n1 and n3. Before, n2 was deployed without a lease, and left on the rejected
+    release when the batch failed."""
+    script = {
+        **CANARY_OK,
+        ("deploy.yml", ("n3",)): {"n3": answered("n3", "activated", before="1.0.0", after="2.0.0")},
+        ("rollback.yml", ("n1", "n3")): {
+            h: answered(h, "rolled_back", before="2.0.0", after="1.0.0") for h in ("n1", "n3")
+        },
+    }
+    result, op, rows, scripted = run_deploy(
+        tmp_path, monkeypatch, "rollback_fleet", script, runner_class=SilentAtLease
+    )
+    assert [c[1] for c in scripted.calls if c[0] == "deploy.yml"] == [("n1",), ("n3",)]
+    assert scripted.links["n2"] == ("1.0.0", None)
+    assert {h: scripted.links[h][0] for h in ("n1", "n3")} == {"n1": "1.0.0", "n3": "1.0.0"}
+    n2 = rows[("batch 1", "n2")]
+    assert (n2.outcome, n2.failed_phase) == ("unreachable", "lease")
+    assert op.status == "rolled_back" and result.exit_code is ExitCode.UNREACHABLE
+    assert "n2: lease: did not answer when this rollout took its leases" in op.message
+
+
+def test_an_interrupted_batch_undoes_its_hosts_mid_step_after_their_node_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during batch 1: n2 had activated, n3 was mid-verify (its node module runs on under the node's
+    lock and may still activate). The policy's undo takes n3 too, although its state read shows the
+    baseline, and waits for its lock as long as a deploy step can hold it (before, n3 was left alone and
+    could activate after the rollout was recorded as returned)."""
+    mid = HostProgress(host="n3", status=HostStatus.RUNNING, task="solfleet | Verify release")
+    cut = Interrupted(
+        "interrupted", progress={"n2": answered("n2", "activated", before="1.0.0", after="2.0.0"), "n3": mid}
+    )
+    undo = {h: answered(h, "rolled_back", before="2.0.0", after="1.0.0") for h in ("n1", "n2")}
+    undo["n3"] = answered("n3", "unchanged", before="1.0.0", after="1.0.0")
+    script = {**CANARY_OK, ("deploy.yml", ("n2", "n3")): cut, ("rollback.yml", ("n1", "n2", "n3")): undo}
+    result, op, rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
+    assert result.exit_code is ExitCode.INTERRUPTED and op.status == "interrupted"
+    assert rows[("batch 1", "n3")].outcome == "interrupted"
+    (undo_call,) = [c for c in scripted.calls if c[0] == "rollback.yml"]
+    assert undo_call[1] == ("n1", "n2", "n3")
+    spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+    # the deploy step's own bound: the role's lock wait 60 + verify_s + health 120 + 300 (no gates here)
+    assert undo_call[2]["solfleet_lock_timeout_s"] == 60 + spec.timeouts.verify_s + 120 + 300
+    assert op.recovered_by == op.id and _unfinished(tmp_path) == []
