@@ -49,6 +49,7 @@ from fleet.spec import (
     resolve_work_dir,
 )
 from fleet.status import fleet_status
+from fleet.validate import TEMPLATE_MARKERS
 from fleet.workdir import ledger_path, run_dir
 
 
@@ -299,10 +300,31 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_verify_ops(text: str) -> str:
+    """--verify-ops reaches the nodes as an extra var, which Ansible templates: only registered op names."""
+    if not text:
+        return text
+    from kernels.registry import all_ops  # the registry imports numba: only when the flag is given
+
+    known = sorted(all_ops())
+    unknown = [name for name in text.split(",") if name not in known]
+    if unknown:
+        bad = ", ".join(map(repr, unknown))
+        raise UsageError(f"--verify-ops: {bad} is not an op; allowed: {', '.join(known)}")
+    return text
+
+
 def _deploy(args: argparse.Namespace) -> int:
     spec = _spec(args)
     _refuse_if_paused(spec)
     version = check_version(args.version)
+    args.verify_ops = _check_verify_ops(args.verify_ops)
+    if args.artifact and any(m in args.artifact for m in TEMPLATE_MARKERS):
+        # the path reaches the nodes' playbook as an extra var, which Ansible would template
+        raise UsageError(
+            f"--artifact: {args.artifact!r} holds a Jinja2 opener; paths are data: `{{{{`, `{{%` and `{{#`"
+            " are not allowed"
+        )
     path = Path(args.artifact) if args.artifact else artifact.artifact_path(Path("dist"), version)
     manifest = artifact.read_manifest(path)
     if manifest.get("version") != version:

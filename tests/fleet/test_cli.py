@@ -78,6 +78,27 @@ def test_artifact_problems_exit_2(tmp_path: Path, fake_artifact: Path) -> None:
     assert not work.exists()
 
 
+def test_operator_strings_that_reach_ansible_are_data(tmp_path: Path, fake_artifact: Path) -> None:
+    """--verify-ops and --artifact reach the nodes' playbooks as extra vars, which Ansible templates: an op
+    name that is not registered, or a path with a Jinja2 opener, is one line and exit 2, nothing touched."""
+    work = tmp_path / "work"
+    evil = "{{ 6 * 7 }}"
+    ops = solfleet(
+        "deploy", "--version", "1.0.0", "--verify-ops", f"rmsnorm,{evil}", "--yes", cwd=tmp_path, work=work
+    )
+    assert ops.returncode == 2
+    (line,) = ops.stderr.strip().splitlines()
+    assert (
+        line.startswith(f"solfleet: error: --verify-ops: {evil!r} is not an op; allowed: cast,")
+        and "rmsnorm" in line
+    )
+    path = solfleet(
+        "deploy", "--version", "1.0.0", "--artifact", f"/tmp/{evil}.tar.gz", "--yes", cwd=tmp_path, work=work
+    )
+    assert path.returncode == 2 and "--artifact: " in path.stderr and "holds a Jinja2 opener" in path.stderr
+    assert not work.exists()
+
+
 def test_argparse_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     proc = solfleet("deploy", cwd=tmp_path, work=tmp_path / "w")
     assert proc.returncode == 2
