@@ -224,12 +224,15 @@ def restore(
     hosts: list[str],
     *,
     pending: Iterable[str] = (),
+    moved_from: str | None = None,
 ) -> RestoreResult:
     """Return `hosts` to `baseline`: current AND previous, so a later plain rollback never lands on the
     release that was just rejected. Hosts already there are left alone, except `pending` ones (cut off
     mid-step: their node module may still activate after the state read), whose undo runs anyway and waits
     for the node's lock; a host with no baseline release (a first deploy) stays on what it runs, said so in
-    the ledger."""
+    the ledger. `moved_from` (a reconcile of an unfinished rollout of that version, from a later process):
+    a host on neither that version nor its baseline was moved by another operation since, and is left
+    where it is, said so in the ledger, rather than taken back past that operation."""
     pending = set(pending)
     states = read_states(op, ledger, hosts)
     moves: dict[str, dict[str, str]] = {}
@@ -250,6 +253,12 @@ def restore(
             host not in pending or base.current is None
         ):
             where[host] = f"{now.current or 'none'} (baseline)"
+            continue
+        if moved_from is not None and now.current not in (moved_from, base.current):
+            ok = False
+            where[host] = f"{now.current or 'none'} (moved by another operation since: left where it is)"
+            note = f"not returned: on {now.current or 'none'}, neither {moved_from} nor the baseline"
+            notes.append(_note(host, "kept", base, now.current, note))
             continue
         if base.current is None:
             ok = False
@@ -311,9 +320,10 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
     over the dead one's), and mark it recovered by `op`."""
     baseline = ledger.baseline(unfinished_id)
     hosts = list(baseline)
+    row = ledger.operation(unfinished_id)
     take_baseline(op, ledger, hosts, record=False)
     try:
-        result = restore(op, ledger, baseline, hosts)
+        result = restore(op, ledger, baseline, hosts, moved_from=row.version if row else None)
     finally:
         end_leases(op, ledger, hosts)
         # where this run could not take the dead rollout's lease over (a node that could not write its

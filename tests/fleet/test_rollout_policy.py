@@ -461,3 +461,30 @@ def test_an_interrupted_batch_undoes_its_hosts_mid_step_after_their_node_step(
     # the deploy step's own bound: the role's lock wait 60 + verify_s + health 120 + 300 (no gates here)
     assert undo_call[2]["solfleet_lock_timeout_s"] == 60 + spec.timeouts.verify_s + 120 + 300
     assert op.recovered_by == op.id and _unfinished(tmp_path) == []
+
+
+def test_reconcile_leaves_a_host_another_operation_moved_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rollout is unfinished (n1 refused its undo), and by the time reconcile runs n1 is on 3.0.0, put
+    there by another operation (another controller's rollout): reconcile does not take it back past that
+    one to this rollout's baseline. It says so, records n1 `kept`, and the unfinished row is done."""
+    refused = {h: answered(h, "refused", before="1.0.0", after="1.0.0") for h in ("n2", "n3")}
+    script: dict[Any, Any] = {
+        **CANARY_OK,
+        ("deploy.yml", ("n2", "n3")): refused,
+        ("rollback.yml", ("n1",)): {"n1": answered("n1", "refused", before="2.0.0", after="2.0.0")},
+    }
+    _result, op, _rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
+    assert _unfinished(tmp_path) == [op.id]
+    scripted.links["n1"] = ("3.0.0", "2.0.0")
+    calls = len(scripted.calls)
+    assert _cli(tmp_path, "reconcile", "--yes") == ExitCode.OPERATION_FAILED
+    assert "rollback.yml" not in [c[0] for c in scripted.calls[calls:]]
+    assert scripted.links["n1"] == ("3.0.0", "2.0.0") and _unfinished(tmp_path) == []
+    spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+    with Ledger(ledger_path(spec)) as ledger:
+        (recon,) = [o for o in ledger.operations() if o.kind == "reconcile"]
+        assert "n1: 3.0.0 (moved by another operation since: left where it is)" in recon.message
+        kept = [h for h in ledger.host_outcomes(recon.id) if h.host == "n1"]
+        assert [(h.outcome, h.version_after) for h in kept] == [("kept", "3.0.0")]
