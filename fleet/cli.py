@@ -238,8 +238,9 @@ def _first_returning(spec: FleetSpec) -> str:
 
 
 def _reconcile_one(spec: FleetSpec, op_id: str) -> OperationReport:
+    in_spec = {n.name for n in spec.nodes}
     with Ledger(ledger_path(spec)) as ledger:
-        hosts = tuple(ledger.baseline(op_id))
+        hosts = tuple(h for h in ledger.baseline(op_id) if h in in_spec)  # recover() names the others
     plan = Plan(
         kind="reconcile",
         version=None,
@@ -307,7 +308,8 @@ def _check_verify_ops(text: str) -> str:
     from kernels.registry import all_ops  # the registry imports numba: only when the flag is given
 
     known = sorted(all_ops())
-    unknown = [name for name in text.split(",") if name not in known]
+    # the node reads the list as `kernels verify --ops` does: items stripped, empty ones ignored
+    unknown = [name for name in (n.strip() for n in text.split(",")) if name and name not in known]
     if unknown:
         bad = ", ".join(map(repr, unknown))
         raise UsageError(f"--verify-ops: {bad} is not an op; allowed: {', '.join(known)}")
@@ -319,13 +321,13 @@ def _deploy(args: argparse.Namespace) -> int:
     _refuse_if_paused(spec)
     version = check_version(args.version)
     args.verify_ops = _check_verify_ops(args.verify_ops)
-    if args.artifact and any(m in args.artifact for m in TEMPLATE_MARKERS):
-        # the path reaches the nodes' playbook as an extra var, which Ansible would template
+    path = Path(args.artifact) if args.artifact else artifact.artifact_path(Path("dist"), version)
+    if any(m in f"{path} {path.resolve()}" for m in TEMPLATE_MARKERS):
+        # the resolved path reaches the nodes' playbook as an extra var, which Ansible would template
         raise UsageError(
-            f"--artifact: {args.artifact!r} holds a Jinja2 opener; paths are data: `{{{{`, `{{%` and `{{#`"
+            f"--artifact: {str(path)!r} holds a Jinja2 opener; paths are data: `{{{{`, `{{%` and `{{#`"
             " are not allowed"
         )
-    path = Path(args.artifact) if args.artifact else artifact.artifact_path(Path("dist"), version)
     manifest = artifact.read_manifest(path)
     if manifest.get("version") != version:
         raise UsageError(f"--artifact: {path} holds version {manifest.get('version')!r}, not {version!r}")
@@ -434,9 +436,10 @@ def _rollback(args: argparse.Namespace) -> int:
         out.print("dry run: nothing was changed")
         return 0
     _confirm(args, f"roll back {len(plan.hosts)} node(s)" + _first_returning(spec))
-    recovered = _recover_first(spec, out, dry_run=False)
-    if recovered:
-        return recovered
+    if _recover_first(spec, out, dry_run=False):
+        # the escape hatch is never held back by a rollout it could not finish (a node that stays dark):
+        # roll back what answers; that rollout stays unfinished, and status says so
+        out.print("note: an unfinished rollout could not be returned everywhere (above); rolling back anyway")
     result = rollback(spec, plan, progress=report.live_factory(sys.stderr.isatty()))
     report.print_operation(out, result)
     _write_report(spec, result.op_id, out)
@@ -450,7 +453,7 @@ def _write_report(spec: FleetSpec, op_id: str, out: Console) -> None:
         paths = reports.write_reports(
             run_dir(spec, op_id), reports.report_from_ledger(ledger_path(spec), op_id)
         )
-    except (OSError, FleetError) as exc:
+    except (OSError, FleetError, sqlite3.Error) as exc:
         out.print(f"report not written: {escape(str(exc))}")
         return
     out.print(f"report: {escape(str(paths[-1]))}")
@@ -605,10 +608,13 @@ def main(argv: list[str] | None = None) -> int:
         print("solfleet: interrupted", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
     except sqlite3.Error as exc:
-        # the ledger could not be opened or read before any operation began (an operation's own ledger
-        # errors end as ControllerError, exit 1): nothing was touched
-        print(f"solfleet: error: ledger: {exc}; nothing was changed", file=sys.stderr)
-        return int(ExitCode.USAGE)
+        # the ledger could not be opened, read or written (a full or locked disk), possibly after an
+        # operation had moved hosts: one line, and no claim that nothing changed
+        print(
+            f"solfleet: error: ledger: {exc}; `solfleet status` reads where the nodes are from the nodes",
+            file=sys.stderr,
+        )
+        return int(ExitCode.OPERATION_FAILED)
     except OSError as exc:
         # A controller-side path that cannot be made or written (--out, --work-dir, a full disk) is the
         # user's to fix: one line naming the path, not a traceback.

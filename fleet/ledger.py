@@ -92,6 +92,8 @@ class OpStatus(StrEnum):
 # by a controller error are owed the same: every operation that owes nothing marks itself recovered by
 # itself when it concludes (a success, a halt, a final undo, a rollback), so only rows with no
 # `recovered_by` are owed.
+# The ledger's schema version (PRAGMA user_version) from which `failed` rows can be owed (above).
+FAILED_OWES_SINCE = 1
 UNFINISHED = (
     OpStatus.RUNNING.value,
     OpStatus.INTERRUPTED.value,
@@ -200,6 +202,15 @@ class Ledger:
         for col, decl in added:
             if col not in op_cols:
                 self._db.execute(f"ALTER TABLE operations ADD COLUMN {col} {decl}")
+        if self._db.execute("PRAGMA user_version").fetchone()[0] < FAILED_OWES_SINCE:
+            # Before this version a `failed` row owed nothing, whatever its undo had done: a ledger written
+            # then must not turn its old failures into returns to old baselines now. Each is marked
+            # recovered by itself, as it would have been; failures from here on are judged by the new rule.
+            self._db.execute(
+                "UPDATE operations SET recovered_by = id WHERE status = ? AND recovered_by IS NULL",
+                (OpStatus.FAILED.value,),
+            )
+            self._db.execute(f"PRAGMA user_version = {FAILED_OWES_SINCE}")
 
     def close(self) -> None:
         self._db.close()

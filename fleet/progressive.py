@@ -217,6 +217,9 @@ def promote(
             if bad:
                 more = f"; and {len(bad) - 1} more" if len(bad) > 1 else ""
                 raise StillPaused(f"promote {paused.id} refused, nothing was changed: {bad[0]}{more}")
+        # a host that did not answer the rollout's first lease call has no baseline to return to: it is
+        # never deployed by this rollout, whether or not it answers the promote's (fleet/rollout.py preflight)
+        op.unleased |= {h for h in hosts if h not in paused.baseline or not paused.baseline[h].reachable}
         try:
             run = run_batches(op, ledger, plan, paused.extravars, start=1)
             conclude_deploy(

@@ -319,7 +319,11 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
     """Return every host of an unfinished operation to its baseline, under this operation's lease (taking
     over the dead one's), and mark it recovered by `op`."""
     baseline = ledger.baseline(unfinished_id)
-    hosts = list(baseline)
+    # a host taken out of the fleet spec since (a node that died for good) is no longer this fleet's to
+    # return: it is said so and owes nothing, so one dead node never holds the fleet's deploys forever
+    in_spec = {n.name for n in op.spec.nodes}
+    gone = sorted(h for h in baseline if h not in in_spec)
+    hosts = [h for h in baseline if h in in_spec]
     row = ledger.operation(unfinished_id)
     take_baseline(op, ledger, hosts, record=False)
     try:
@@ -329,6 +333,9 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
         # where this run could not take the dead rollout's lease over (a node that could not write its
         # lease file), the dead one's lease is still there: drop it too, it is ours
         end_leases(op, ledger, hosts, rollout_id=unfinished_id)
+    if gone:
+        where = {**result.where, **dict.fromkeys(gone, "not returned: no longer in the fleet spec")}
+        result = RestoreResult(ok=False, final=result.final, moved=result.moved, where=where)
     if result.final:
         ledger.mark_recovered(unfinished_id, by=op.op_id)
     return result

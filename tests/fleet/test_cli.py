@@ -97,6 +97,18 @@ def test_operator_strings_that_reach_ansible_are_data(tmp_path: Path, fake_artif
     )
     assert path.returncode == 2 and "--artifact: " in path.stderr and "holds a Jinja2 opener" in path.stderr
     assert not work.exists()
+    # as the node reads the list: items stripped, empty ones ignored
+    spaced = solfleet(
+        "deploy",
+        "--version",
+        "1.0.0",
+        "--verify-ops",
+        "rmsnorm, softmax,",
+        "--dry-run",
+        cwd=tmp_path,
+        work=work,
+    )
+    assert spaced.returncode == 0, spaced.stderr
 
 
 def test_argparse_errors_are_one_line_exit_2(tmp_path: Path) -> None:

@@ -125,3 +125,27 @@ def test_ctrl_c_during_an_operation_marks_it_interrupted(tmp_path: Path) -> None
         assert row.id == op.op_id and row.status == "interrupted"
         assert [h.host for h in ledger.host_outcomes(op.op_id)] == ["n1"]  # recorded before the interrupt
     assert (op.pdd / "inventory" / "hosts.yml").is_file()  # the run dir is kept for inspection
+
+
+def test_failed_rows_of_an_older_ledger_owe_nothing_after_the_upgrade(tmp_path: Path) -> None:
+    """A `failed` rollout with a baseline and no recovered_by is owed a return now; one written by a solfleet
+    from before that rule (user_version 0) owed nothing then and must not start owing on upgrade."""
+    from fleet.ledger import Baseline
+
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as ledger:
+        for op_id in ("old", "new"):
+            ledger.begin(op_id=op_id, kind="deploy", version="2.0.0", fleet="f", plan={})
+            ledger.record_baseline(op_id, [Baseline("a", True, "1.0.0", None, None)])
+            ledger.finish(op_id, OpStatus.FAILED, "could not return every host to the baseline")
+            if op_id == "old":  # as an older solfleet left it
+                ledger._db.execute("PRAGMA user_version = 0")
+                break
+    with Ledger(path) as ledger:  # the upgrade
+        ledger.begin(op_id="new", kind="deploy", version="2.0.0", fleet="f", plan={})
+        ledger.record_baseline("new", [Baseline("a", True, "1.0.0", None, None)])
+        ledger.finish("new", OpStatus.FAILED, "could not return every host to the baseline")
+    with Ledger(path) as ledger:
+        assert [op.id for op in ledger.unfinished()] == ["new"]
+        old = ledger.operation("old")
+        assert old is not None and old.recovered_by == "old"

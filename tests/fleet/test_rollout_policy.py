@@ -488,3 +488,50 @@ def test_reconcile_leaves_a_host_another_operation_moved_since(
         assert "n1: 3.0.0 (moved by another operation since: left where it is)" in recon.message
         kept = [h for h in ledger.host_outcomes(recon.id) if h.host == "n1"]
         assert [(h.outcome, h.version_after) for h in kept] == [("kept", "3.0.0")]
+
+
+def _unfinished_by_a_refused_undo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any]:
+    refused = {h: answered(h, "refused", before="1.0.0", after="1.0.0") for h in ("n2", "n3")}
+    script: dict[Any, Any] = {
+        **CANARY_OK,
+        ("deploy.yml", ("n2", "n3")): refused,
+        ("rollback.yml", ("n1",)): {"n1": answered("n1", "refused", before="2.0.0", after="2.0.0")},
+    }
+    _result, op, _rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
+    assert _unfinished(tmp_path) == [op.id]
+    return op, scripted, script
+
+
+def test_rollback_runs_even_when_an_unfinished_rollout_cannot_be_returned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """n1 keeps refusing its undo, so the return of the unfinished rollout fails again; `rollback`, the
+    escape hatch, still runs (before, one node that never answered held every rollback back)."""
+    op, scripted, script = _unfinished_by_a_refused_undo(tmp_path, monkeypatch)
+    back = {"n1": answered("n1", "rolled_back", before="2.0.0", after="1.0.0")}
+    back |= {h: answered(h, "unchanged", before="1.0.0", after="1.0.0") for h in ("n2", "n3")}
+    script[("rollback.yml", ("n1", "n2", "n3"))] = back
+    assert _cli(tmp_path, "rollback", "--yes") == ExitCode.OK
+    assert [c[1] for c in scripted.calls if c[0] == "rollback.yml"][-2:] == [("n1",), ("n1", "n2", "n3")]
+    assert scripted.links["n1"][0] == "1.0.0"
+
+
+def test_a_node_taken_out_of_the_spec_no_longer_holds_its_rollout_unfinished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The canary n1 refused its undo and then died for good; the operator takes it out of the fleet spec.
+    reconcile returns the rest, names n1 as no longer in the spec, and the rollout owes nothing more."""
+    op, scripted, _script = _unfinished_by_a_refused_undo(tmp_path, monkeypatch)
+    spec_file = tmp_path / "fleet.yml"
+    data = yaml.safe_load(spec_file.read_text())
+    data["nodes"] = [n for n in data["nodes"] if n["name"] != "n1"]
+    data["nodes"][0]["labels"] = ["canary"]  # the canary label goes with it: n2 takes it
+    spec_file.write_text(yaml.safe_dump(data))
+    calls = len(scripted.calls)
+    assert _cli(tmp_path, "reconcile", "--yes") == ExitCode.OPERATION_FAILED  # n1 is not on its baseline
+    assert all("n1" not in c[1] for c in scripted.calls[calls:])
+    assert _unfinished(tmp_path) == []
+    spec = load_spec(spec_file, work_dir=tmp_path / "work")
+    with Ledger(ledger_path(spec)) as ledger:
+        (recon,) = [o for o in ledger.operations() if o.kind == "reconcile"]
+        assert "n1: not returned: no longer in the fleet spec" in recon.message
