@@ -326,6 +326,19 @@ def _unfinished(tmp_path: Path) -> list[str]:
         return [o.id for o in ledger.unfinished()]
 
 
+def _unfinished_by_a_refused_undo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any]:
+    """Batch 1 fails and the canary n1 refuses its undo: the rollout is unfinished."""
+    refused = {h: answered(h, "refused", before="1.0.0", after="1.0.0") for h in ("n2", "n3")}
+    script: dict[Any, Any] = {
+        **CANARY_OK,
+        ("deploy.yml", ("n2", "n3")): refused,
+        ("rollback.yml", ("n1",)): {"n1": answered("n1", "refused", before="2.0.0", after="2.0.0")},
+    }
+    _result, op, _rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
+    assert _unfinished(tmp_path) == [op.id]
+    return op, scripted, script
+
+
 def test_an_undo_a_node_refused_leaves_the_rollout_owed_to_reconcile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -469,14 +482,7 @@ def test_reconcile_leaves_a_host_another_operation_moved_since(
     """The rollout is unfinished (n1 refused its undo), and by the time reconcile runs n1 is on 3.0.0, put
     there by another operation (another controller's rollout): reconcile does not take it back past that
     one to this rollout's baseline. It says so, records n1 `kept`, and the unfinished row is done."""
-    refused = {h: answered(h, "refused", before="1.0.0", after="1.0.0") for h in ("n2", "n3")}
-    script: dict[Any, Any] = {
-        **CANARY_OK,
-        ("deploy.yml", ("n2", "n3")): refused,
-        ("rollback.yml", ("n1",)): {"n1": answered("n1", "refused", before="2.0.0", after="2.0.0")},
-    }
-    _result, op, _rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
-    assert _unfinished(tmp_path) == [op.id]
+    _op, scripted, _script = _unfinished_by_a_refused_undo(tmp_path, monkeypatch)
     scripted.links["n1"] = ("3.0.0", "2.0.0")
     calls = len(scripted.calls)
     assert _cli(tmp_path, "reconcile", "--yes") == ExitCode.OPERATION_FAILED
@@ -488,18 +494,6 @@ def test_reconcile_leaves_a_host_another_operation_moved_since(
         assert "n1: 3.0.0 (moved by another operation since: left where it is)" in recon.message
         kept = [h for h in ledger.host_outcomes(recon.id) if h.host == "n1"]
         assert [(h.outcome, h.version_after) for h in kept] == [("kept", "3.0.0")]
-
-
-def _unfinished_by_a_refused_undo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Any]:
-    refused = {h: answered(h, "refused", before="1.0.0", after="1.0.0") for h in ("n2", "n3")}
-    script: dict[Any, Any] = {
-        **CANARY_OK,
-        ("deploy.yml", ("n2", "n3")): refused,
-        ("rollback.yml", ("n1",)): {"n1": answered("n1", "refused", before="2.0.0", after="2.0.0")},
-    }
-    _result, op, _rows, scripted = run_deploy(tmp_path, monkeypatch, "rollback_fleet", script)
-    assert _unfinished(tmp_path) == [op.id]
-    return op, scripted, script
 
 
 def test_rollback_runs_even_when_an_unfinished_rollout_cannot_be_returned(
