@@ -23,13 +23,14 @@ from rich.markup import escape
 from fleet import artifact, gating, report, reports
 from fleet import provision as prov
 from fleet import wheelhouse as wh
-from fleet.errors import ExitCode, FleetError, UsageError
+from fleet.errors import ExitCode, FleetError, Interrupted, UsageError
 from fleet.health import fleet_health
 from fleet.inventory import write_private_data_dir
 from fleet.ledger import Ledger
 from fleet.operation import OperationReport
 from fleet.plan import Batch, Plan, plan_rollback, plan_rollout, select_nodes
 from fleet.progressive import abort, find_paused, promote
+from fleet.recovery import LeaseHeld
 from fleet.rollout import (
     ArtifactInfo,
     deploy,
@@ -309,7 +310,10 @@ def _check_verify_ops(text: str) -> str:
 
     known = sorted(all_ops())
     # the node reads the list as `kernels verify --ops` does: items stripped, empty ones ignored
-    unknown = [name for name in (n.strip() for n in text.split(",")) if name and name not in known]
+    names = [name for name in (n.strip() for n in text.split(",")) if name]
+    if not names:
+        raise UsageError(f"--verify-ops: {text!r} names no op; allowed: {', '.join(known)}")
+    unknown = [name for name in names if name not in known]
     if unknown:
         bad = ", ".join(map(repr, unknown))
         raise UsageError(f"--verify-ops: {bad} is not an op; allowed: {', '.join(known)}")
@@ -436,7 +440,14 @@ def _rollback(args: argparse.Namespace) -> int:
         out.print("dry run: nothing was changed")
         return 0
     _confirm(args, f"roll back {len(plan.hosts)} node(s)" + _first_returning(spec))
-    if _recover_first(spec, out, dry_run=False):
+    try:
+        failed = _recover_first(spec, out, dry_run=False)
+    except (LeaseHeld, Interrupted):
+        raise  # another controller's nodes, or the operator's Ctrl-C: stop here, as ever
+    except FleetError as exc:  # a step that could not finish (a hung node's read): said, then as below
+        out.print(f"return of an unfinished rollout stopped: {escape(str(exc))}")
+        failed = int(exc.exit_code)
+    if failed:
         # the escape hatch is never held back by a rollout it could not finish (a node that stays dark):
         # roll back what answers; that rollout stays unfinished, and status says so
         out.print("note: an unfinished rollout could not be returned everywhere (above); rolling back anyway")

@@ -325,14 +325,17 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
     gone = sorted(h for h in baseline if h not in in_spec)
     hosts = [h for h in baseline if h in in_spec]
     row = ledger.operation(unfinished_id)
-    take_baseline(op, ledger, hosts, record=False)
-    try:
-        result = restore(op, ledger, baseline, hosts, moved_from=row.version if row else None)
-    finally:
-        end_leases(op, ledger, hosts)
-        # where this run could not take the dead rollout's lease over (a node that could not write its
-        # lease file), the dead one's lease is still there: drop it too, it is ours
-        end_leases(op, ledger, hosts, rollout_id=unfinished_id)
+    if not hosts:  # every host gone from the spec: nothing to lease, read or move
+        result = RestoreResult(ok=True, final=True, moved=[], where={})
+    else:
+        take_baseline(op, ledger, hosts, record=False)
+        try:
+            result = restore(op, ledger, baseline, hosts, moved_from=row.version if row else None)
+        finally:
+            end_leases(op, ledger, hosts)
+            # where this run could not take the dead rollout's lease over (a node that could not write its
+            # lease file), the dead one's lease is still there: drop it too, it is ours
+            end_leases(op, ledger, hosts, rollout_id=unfinished_id)
     if gone:
         where = {**result.where, **dict.fromkeys(gone, "not returned: no longer in the fleet spec")}
         result = RestoreResult(ok=False, final=result.final, moved=result.moved, where=where)

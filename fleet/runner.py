@@ -318,6 +318,9 @@ def run_playbook(
     project = private_data_dir / "project"
     if not (project / playbook).is_file():
         raise RunnerError(f"playbook {project / playbook} does not exist (playbooks/ is the node side's)")
+    if not hosts:
+        # an empty --limit is no limit at all to Ansible: the playbook would run on every inventory host
+        raise RunnerError(f"{playbook}: no hosts to run on (a controller bug: an empty limit is all hosts)")
     # the role's argument spec, once here for all hosts, where the playbook turns Ansible's per-host check off
     rolespec.check(project, playbook, private_data_dir / "inventory", hosts, extravars)
     state = {h: HostProgress(host=h) for h in hosts}

@@ -109,6 +109,10 @@ def test_operator_strings_that_reach_ansible_are_data(tmp_path: Path, fake_artif
         work=work,
     )
     assert spaced.returncode == 0, spaced.stderr
+    none = solfleet(
+        "deploy", "--version", "1.0.0", "--verify-ops", " , ", "--dry-run", cwd=tmp_path, work=work
+    )
+    assert none.returncode == 2 and "names no op" in none.stderr
 
 
 def test_argparse_errors_are_one_line_exit_2(tmp_path: Path) -> None:

@@ -529,3 +529,19 @@ def test_a_node_taken_out_of_the_spec_no_longer_holds_its_rollout_unfinished(
     with Ledger(ledger_path(spec)) as ledger:
         (recon,) = [o for o in ledger.operations() if o.kind == "reconcile"]
         assert "n1: not returned: no longer in the fleet spec" in recon.message
+
+
+def test_a_rollout_whose_hosts_all_left_the_spec_is_finished_without_a_node_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every host of the unfinished rollout is gone from the spec (the fleet was renamed): reconcile names
+    them and finishes without running anything (an empty --limit would have leased every node)."""
+    op, scripted, _script = _unfinished_by_a_refused_undo(tmp_path, monkeypatch)
+    spec_file = tmp_path / "fleet.yml"
+    data = yaml.safe_load(spec_file.read_text())
+    for node in data["nodes"]:
+        node["name"] = node["name"].replace("n", "m")
+    spec_file.write_text(yaml.safe_dump(data))
+    calls = len(scripted.calls)
+    assert _cli(tmp_path, "reconcile", "--yes") == ExitCode.OPERATION_FAILED  # they are not on the baseline
+    assert scripted.calls[calls:] == [] and _unfinished(tmp_path) == []
