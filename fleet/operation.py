@@ -219,8 +219,9 @@ class Operation:
         # hosts whose lease call also ran the health check (fleet/recovery.py take_baseline, health_hosts):
         # their answer, which a deploy's first batch takes as its preflight (fleet/rollout.py preflight)
         self.lease_health: dict[str, HostProgress | None] = {}
-        # hosts that did not answer this operation's lease call: no lease, no baseline; never deployed by it
-        self.unleased: set[str] = set()
+        # hosts whose lease call this operation could not complete (no answer, or a failure: no lease, no
+        # baseline): host -> (outcome, why). Never deployed by this operation (fleet/rollout.py preflight).
+        self.unleased: dict[str, tuple[str, str]] = {}
 
     def run_step(
         self,

@@ -219,7 +219,10 @@ def promote(
                 raise StillPaused(f"promote {paused.id} refused, nothing was changed: {bad[0]}{more}")
         # a host that did not answer the rollout's first lease call has no baseline to return to: it is
         # never deployed by this rollout, whether or not it answers the promote's (fleet/rollout.py preflight)
-        op.unleased |= {h for h in hosts if h not in paused.baseline or not paused.baseline[h].reachable}
+        for host in hosts:
+            if host not in paused.baseline or not paused.baseline[host].reachable:
+                why = f"did not answer {paused.id}'s first lease call"
+                op.unleased.setdefault(host, ("unreachable", why))
         try:
             run = run_batches(op, ledger, plan, paused.extravars, start=1)
             conclude_deploy(

@@ -141,7 +141,16 @@ def take_baseline(
             f"version {version} is already other bytes on the fleet ({'; '.join(other_bytes[:3])}), not "
             f"{(artifact_sha256 or '')[:12]}..: a version is immutable, build a new version"
         )
-    op.unleased = {h for h in hosts if h not in baselines or not baselines[h].reachable}
+    op.unleased = {}
+    for host in hosts:
+        if host in baselines and baselines[host].reachable:
+            continue
+        hp = step.ok_hosts.get(host)
+        if hp is None or hp.status in (HostStatus.UNREACHABLE, HostStatus.NOT_RUN):
+            op.unleased[host] = ("unreachable", "did not answer when this rollout took its leases")
+        else:  # it answered, but its lease call failed: the node's own reason
+            why = hp.message or hp.solfleet.get("message") or f"no state ({hp.status.value})"
+            op.unleased[host] = ("refused", f"its lease call failed: {why}")
     if record:
         ledger.record_baseline(op.op_id, list(baselines.values()))
     return baselines

@@ -185,19 +185,19 @@ def preflight(op: Operation, ledger: Ledger, batch: Batch) -> tuple[list[str], l
     reported, never counted deployed). A node with no release yet has nothing to check here (its health
     runs after activation); an unreachable one is left to the deploy step, which meets the unreachable
     policy."""
-    # A host that did not answer when the rollout took its leases holds no lease of this rollout and has no
-    # baseline to return to: it is never deployed by it (it may answer now, mid-rollout), but counted as
-    # unreachable (rollout.unreachable decides whether that fails the batch).
+    # A host whose lease call failed (no answer, or the node's own failure) holds no lease of this rollout
+    # and has no baseline to return to: it is never deployed by it (it may answer now, mid-rollout). No
+    # answer counts as unreachable (rollout.unreachable decides), a failure as a failed host.
     unleased = [
         HostRecord(
             step=batch.name,
             host=host,
-            outcome="unreachable",
+            outcome=op.unleased[host][0],
             changed=False,
             version_before=None,
             version_after=None,
             failed_phase="lease",
-            message="did not answer when this rollout took its leases: not deployed (no lease, no baseline)",
+            message=f"{op.unleased[host][1]}: not deployed (no lease, no baseline)",
             phases={},
         )
         for host in batch.hosts
