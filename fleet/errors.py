@@ -17,7 +17,9 @@ class ExitCode(IntEnum):
     LOCKED = 5  # another rollout (another controller or work dir) holds the nodes' lease: nothing touched
     # `solfleet status` only (docs/cli.md, "Status exit codes"); most severe first: 1, 7, 6, 8, 3
     DRIFT = 6  # a node is not on the release the ledger says it should run (or a rollout is unfinished)
-    SUSPECT = 7  # a node's current is unverified, tampered, failed a re-check, or its last move unconfirmed
+    # a node's current is unverified, tampered, failed a re-check, fails health after its last move (or the
+    # node runs none: its first release failed health), or its last move is unconfirmed
+    SUSPECT = 7
     SPLIT = 8  # every node is where the ledger says, but they do not all run one release
     UNHEALTHY = 9  # health: a node is unhealthy; deploy: hosts quarantined by their preflight health
     # a deploy stopped after its canary passed (rollout.pause_after_canary) and waits for `solfleet promote`

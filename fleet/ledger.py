@@ -3,7 +3,9 @@
 Every deploy and rollback is a row in `operations`, written (status `running`) BEFORE any host is touched,
 and every host outcome is committed as soon as its batch ends, so an interrupted run leaves a row that says
 so: Ctrl-C marks it `interrupted`; a killed process leaves `running`, which the next open turns into
-`interrupted` once the recorded pid is gone."""
+`interrupted` once the recorded process is gone: its pid no longer runs, or now names another process (the
+pid was reused, as after a reboot of the controller host), told apart by the boot id and the process's start
+time recorded beside the pid."""
 
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ CREATE TABLE IF NOT EXISTS operations (
     message     TEXT NOT NULL DEFAULT '',
     plan        TEXT NOT NULL,             -- the printed plan, as JSON
     controller  TEXT NOT NULL,             -- hostname:pid, to tell a dead run from a live one
-    pid         INTEGER NOT NULL
+    pid         INTEGER NOT NULL,
+    proc_start  TEXT                       -- boot id:start time of that pid (NULL: not known), so a reused
+                                           -- pid does not keep a dead run `running`
 );
 CREATE TABLE IF NOT EXISTS host_outcomes (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -138,6 +142,8 @@ class Operation:
     plan: dict[str, Any]
     recovered_by: str | None = None
     controller: str = ""
+    # the controller process's boot id and start time (`proc_identity`), None where not known
+    proc_start: str | None = None
 
 
 def _operation(r: sqlite3.Row) -> Operation:
@@ -152,6 +158,7 @@ def _operation(r: sqlite3.Row) -> Operation:
         message=r["message"],
         plan=json.loads(r["plan"]),
         recovered_by=r["recovered_by"],
+        proc_start=r["proc_start"],
         controller=r["controller"],
     )
 
@@ -165,14 +172,36 @@ def new_operation_id() -> str:
     return f"r-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
 
 
-def _pid_alive(pid: int) -> bool:
+def proc_identity(pid: int) -> str | None:
+    """`<boot id>:<start time in clock ticks since boot>` of a process on this host (Linux /proc), or None
+    where that cannot be read. A pid is reused once its process has ended (after a reboot, within minutes);
+    this pair is not, so it tells the process that wrote a ledger row from a later one with its pid."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    # field 2 (the command name, in parentheses) may hold spaces and parentheses: split after the last ')'
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if len(fields) < 20 or not boot:
+        return None
+    return f"{boot}:{fields[19]}"  # field 22 of proc(5): starttime
+
+
+def _pid_alive(pid: int, proc_start: str | None = None) -> bool:
+    """Whether the process that recorded (`pid`, `proc_start`) still runs on this host. `proc_start` None
+    (a row from before it was recorded, or a host without /proc): the pid alone decides."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    if proc_start is None:
         return True
-    return True
+    now = proc_identity(pid)
+    # unreadable now (the process ended between the two calls, or /proc is gone): the pid alone decides
+    return now is None or now == proc_start
 
 
 class Ledger:
@@ -198,6 +227,7 @@ class Ledger:
             ("artifact_sha256", "TEXT"),
             ("dirty", "INTEGER"),
             ("resume", "TEXT"),
+            ("proc_start", "TEXT"),
         )
         for col, decl in added:
             if col not in op_cols:
@@ -233,10 +263,12 @@ class Ledger:
 
     def _mark_dead_runs(self) -> None:
         me = socket.gethostname()
-        rows = self._db.execute("SELECT id, controller, pid FROM operations WHERE status = ?", ("running",))
+        rows = self._db.execute(
+            "SELECT id, controller, pid, proc_start FROM operations WHERE status = ?", ("running",)
+        )
         for row in rows.fetchall():
             host = str(row["controller"]).rsplit(":", 1)[0]
-            if host == me and not _pid_alive(int(row["pid"])):
+            if host == me and not _pid_alive(int(row["pid"]), row["proc_start"]):
                 self.finish(row["id"], OpStatus.INTERRUPTED, "controller process ended without finishing")
 
     def begin(
@@ -244,8 +276,8 @@ class Ledger:
     ) -> str:
         with self._tx() as db:
             db.execute(
-                "INSERT INTO operations (id, kind, version, fleet, started, status, plan, controller, pid)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO operations (id, kind, version, fleet, started, status, plan, controller, pid,"
+                " proc_start) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     op_id,
                     kind,
@@ -256,6 +288,7 @@ class Ledger:
                     json.dumps(plan, sort_keys=True),
                     f"{socket.gethostname()}:{os.getpid()}",
                     os.getpid(),
+                    proc_identity(os.getpid()),
                 ),
             )
         return op_id
@@ -329,12 +362,13 @@ class Ledger:
         on leaves it `running`, which the next open marks interrupted, i.e. owed its baseline."""
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE operations SET status = ?, finished = NULL, controller = ?, pid = ?"
+                "UPDATE operations SET status = ?, finished = NULL, controller = ?, pid = ?, proc_start = ?"
                 " WHERE id = ? AND status = ?",
                 (
                     OpStatus.RUNNING.value,
                     f"{socket.gethostname()}:{os.getpid()}",
                     os.getpid(),
+                    proc_identity(os.getpid()),
                     op_id,
                     OpStatus.PAUSED.value,
                 ),
@@ -362,10 +396,15 @@ class Ledger:
 
     def desired_versions(self) -> dict[str, str]:
         """Per host, the version the ledger says it should be on: the `version_after` of its latest recorded
-        outcome (deploy, rollback or undo) that left a known version. Staged-only outcomes do not move it."""
+        outcome (deploy, rollback or undo) that left a known version. Staged-only outcomes do not move it, nor
+        does a `kept` note on a version this ledger never deployed (a reconcile that left a host where another
+        controller had moved it since): what another controller put there is not what this one wants, so
+        status keeps calling it drift instead of in sync."""
         rows = self._db.execute(
             "SELECT h.host, h.version_after FROM host_outcomes h JOIN operations o ON o.id = h.operation_id"
-            " WHERE h.version_after IS NOT NULL AND o.kind != 'stage' ORDER BY h.id"
+            " WHERE h.version_after IS NOT NULL AND o.kind != 'stage'"
+            " AND NOT (h.outcome = 'kept' AND h.version_after NOT IN (SELECT version FROM artifacts))"
+            " ORDER BY h.id"
         )
         desired = {r["host"]: r["version_after"] for r in rows.fetchall()}
         # An unfinished operation is owed a return to its baseline (its default policy): until that has
@@ -427,7 +466,15 @@ class Ledger:
     def _is_live(self, op: Operation) -> bool:
         """A `running` row whose controller process on this host is still alive is someone else's live run."""
         host, _, pid = op.controller.rpartition(":")
-        return op.status == OpStatus.RUNNING.value and host == socket.gethostname() and _pid_alive(int(pid))
+        return (
+            op.status == OpStatus.RUNNING.value
+            and host == socket.gethostname()
+            and _pid_alive(int(pid), op.proc_start)
+        )
+
+    def running(self, *, limit: int = 50) -> list[Operation]:
+        """This ledger's operations whose controller process is alive now (a rollout in progress)."""
+        return [op for op in self.operations(limit=limit) if self._is_live(op)]
 
     def own_stale_rollouts(self, *, limit: int = 50) -> list[str]:
         """Ids of this ledger's recent operations that are not running now: a node lease one of them left

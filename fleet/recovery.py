@@ -67,9 +67,16 @@ def _state_of(host: str, status: HostStatus, sf: Mapping[str, Any], message: str
 
 
 def lease_seconds(op: Operation) -> int:
-    """Long enough for every batch and an undo to run to their own time limits, so a live rollout never
-    loses its lease; short enough that a vanished controller does not hold the fleet for a day."""
-    return op.spec.timeouts.run_s * (len(op.plan.batches) + 2)
+    """Long enough for every step a rollout can run to reach its own time limit, so a live rollout never
+    loses its lease; short enough that a vanished controller does not hold the fleet for a day. The steps
+    bounded by `timeouts.run_s`: the lease call (with the first batch's preflight health), each batch, each
+    later batch's preflight health run, and one undo; those bounded by `timeouts.status_s` (twice it plus
+    the connect timeout each): the undo's state read, a lease renew and the lease end."""
+    t, batches = op.spec.timeouts, len(op.plan.batches)
+    runs = 1 + batches + 1
+    if op.spec.rollout.preflight_health:
+        runs += max(0, batches - 1)  # the first batch's preflight rides in the lease call
+    return t.run_s * runs + 3 * (2 * t.status_s + t.connect_s)
 
 
 def take_baseline(

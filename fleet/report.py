@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
@@ -13,6 +14,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from fleet.errors import ExitCode
 from fleet.health import FleetHealth
 from fleet.ledger import HostRecord, Operation
 from fleet.operation import FAILED_OUTCOMES, PHASES, OperationReport, ProgressFactory
@@ -199,9 +201,16 @@ def print_status(out: Console, fleet: FleetStatus) -> None:
         detail = {"tampered": n.current_check, "suspect": n.suspect}.get(n.drift)
         if n.drift == "other_bytes":
             detail = f"ledger has {(n.expected_sha or '')[:12]}"
+        if n.drift in ("health_failed", "unconfirmed"):
+            detail = n.detail
         if detail:
             drift += f": {escape(detail)}"
-        current = escape(n.current or "-") if n.reachable else f"[magenta]unreachable: {escape(n.error)}[/]"
+        if not n.reachable:
+            current = f"[magenta]unreachable: {escape(n.error)}[/]"
+        elif n.error:  # it answered, but with no state (its status task failed or timed out): say why
+            current = f"[red]no state: {escape(n.error)}[/]"
+        else:
+            current = escape(n.current or "-")
         sim = " (simulated)" if n.simulated else ""
         t.add_row(
             escape(n.name + sim),
@@ -221,6 +230,14 @@ def print_status(out: Console, fleet: FleetStatus) -> None:
                 f"[yellow]{escape(n.name)}[/]: {escape(n.current or '-')} runs only a fallback kernel for "
                 f"{escape(', '.join(n.fallback_only))} (`python -m kernels info` on the node says why)"
             )
+    for n in fleet.nodes:
+        if n.lease:
+            out.print(lease_line(n.name, n.lease, fleet))
+    for op_id in fleet.running:
+        out.print(
+            f"[cyan]rollout {escape(op_id)} is running now[/] from this work dir: its nodes may be between"
+            " batches; status again once it ends"
+        )
     for op_id in fleet.unfinished:
         out.print(
             f"[red]unfinished rollout {escape(op_id)}[/]: its hosts are owed a return to its baseline;"
@@ -231,7 +248,7 @@ def print_status(out: Console, fleet: FleetStatus) -> None:
             f"[yellow]paused rollout {escape(op_id)}[/]: stopped after its canary; `solfleet promote"
             f" {escape(op_id)}` continues it, `solfleet abort {escape(op_id)}` applies its on_failure"
         )
-    out.print(f"status: exit {int(fleet.exit_code)} ({fleet.exit_code.name.lower()})")
+    out.print(f"status: exit {int(fleet.exit_code)} ({verdict(fleet.exit_code)})")
 
 
 def print_health(out: Console, fleet: FleetHealth) -> None:
@@ -263,14 +280,49 @@ def health_json(fleet: FleetHealth) -> str:
     )
 
 
+def lease_line(node: str, lease: Mapping[str, Any], fleet: FleetStatus, now: float | None = None) -> str:
+    """One line on a node's rollout lease: who holds it, until when, and what that means for the next deploy
+    from this work dir (docs/node-contract.md, lease.json)."""
+    rid = str(lease.get("rollout_id") or "?")
+    head = f"{escape(node)}: lease of rollout {escape(rid)} ({escape(str(lease.get('controller') or '?'))})"
+    try:
+        expires = float(lease.get("expires") or 0)
+    except (TypeError, ValueError):
+        bad = escape(repr(lease.get("expires")))
+        return f"[red]{head}: its expiry is not a time ({bad})[/]; see lease.json"
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires))
+    if expires <= (time.time() if now is None else now):
+        return f"{head} expired {when}: the next deploy takes it"
+    if rid in fleet.running:
+        return f"{head} until {when}: that rollout is running now"
+    if rid in fleet.paused:
+        return f"{head} until {when}: the paused rollout's; promote or abort it"
+    if rid in fleet.takeover:
+        return (
+            f"{head} until {when}: this work dir's own (it ended, or its controller is gone); the next"
+            " deploy, rollback or reconcile from here takes it over"
+        )
+    return (
+        f"[yellow]{head} until {when}[/]: another controller's; a deploy from here is refused (exit 5)"
+        " until it ends or expires"
+    )
+
+
+def verdict(code: ExitCode) -> str:
+    """The word `status` prints beside its exit code (docs/cli.md, "Status exit codes"). Exit 1 there means a
+    node gave no answer status could judge, not a failed operation: `error`."""
+    return "error" if code is ExitCode.OPERATION_FAILED else code.name.lower()
+
+
 def status_json(fleet: FleetStatus) -> str:
     return json.dumps(
         {
             "nodes": [n.to_json() for n in fleet.nodes],
             "unfinished": fleet.unfinished,
             "paused": fleet.paused,
+            "running": fleet.running,
             "exit_code": int(fleet.exit_code),
-            "verdict": fleet.exit_code.name.lower(),
+            "verdict": verdict(fleet.exit_code),
         },
         indent=1,
         sort_keys=True,

@@ -32,8 +32,10 @@ class NodeStatus:
     # tampered (--deep: current's files no longer match its MANIFEST) | suspect (a re-check of current failed
     # during a deploy, remembered on the node until a good deploy or rollback replaces it) | other_bytes
     # (current came from another artifact than the ledger's for that version) | unverified (current is not
-    # a verified release on the node) | unconfirmed (the journal's last switch has no confirmation, or its
-    # health never ran) | in_sync | drift | no_record (ledger knows nothing) | unknown (no answer)
+    # a verified release on the node) | health_failed (the last health check after the last move failed:
+    # the node stays on that release, or it runs none because its first release failed) | unconfirmed (the
+    # journal's last switch has no confirmation, or its health never ran) | in_sync | drift | no_record
+    # (ledger knows nothing) | unknown (no answer)
     drift: str
     error: str
     current_verified: bool | None = None  # the node's answer; None when it gave none
@@ -50,12 +52,14 @@ class NodeStatus:
     # "op dtype" that current runs only on a fallback kernel on this node (its verify record's coverage:
     # e.g. bf16 gemm off cc 9.0); None when unknown (no answer, or a release verified before coverage)
     fallback_only: list[str] | None = None
+    # why the node is health_failed or unconfirmed, from its journal, with what finishes it; None otherwise
+    detail: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-SUSPECT_STATES = ("tampered", "suspect", "other_bytes", "unverified", "unconfirmed")
+SUSPECT_STATES = ("tampered", "suspect", "other_bytes", "unverified", "health_failed", "unconfirmed")
 
 
 def drift_of(
@@ -68,6 +72,7 @@ def drift_of(
     suspect: str | None = None,
     sha_matches: bool | None = None,
     unconfirmed: bool = False,
+    health_failed: bool = False,
 ) -> str:
     if not reachable:
         return "unknown"
@@ -83,6 +88,8 @@ def drift_of(
         # activation) is the first thing an operator must hear. An answer without the field counts as not
         # verified: the node module always sends it.
         return "unverified"
+    if health_failed:
+        return "health_failed"
     if unconfirmed:
         return "unconfirmed"
     if desired is None:
@@ -93,7 +100,8 @@ def drift_of(
 def status_exit_code(nodes: list[NodeStatus], *, unfinished: bool = False, paused: bool = False) -> ExitCode:
     """0 only when every node answered, is on the ledger's desired release, verified, intact and confirmed,
     and no rollout is unfinished or paused. Otherwise the most severe of: 1 a reachable node returned no
-    state; 7 suspect (unverified, tampered, failed re-check, other bytes, unconfirmed move); 6 drift (a node
+    state; 7 suspect (unverified, tampered, failed re-check, other bytes, health failed after the last move,
+    unconfirmed move); 6 drift (a node
     not on its desired release, a node running a release this ledger never put there, or an unfinished
     rollout); 10 paused (a rollout stopped after its canary, waiting for promote or abort: the split it
     leaves is expected); 8 split (every node where the ledger wants it, but not all on one release);
@@ -119,6 +127,11 @@ class FleetStatus:
     nodes: list[NodeStatus]
     unfinished: list[str]  # operations owed a return to their baseline (`solfleet reconcile`)
     paused: list[str] = field(default_factory=list)  # rollouts stopped after their canary (promote / abort)
+    # this ledger's rollouts whose controller process runs now: nodes may be between batches (informational)
+    running: list[str] = field(default_factory=list)
+    # this ledger's rollouts whose node leases its next deploy, rollback or reconcile takes over
+    # (Ledger.own_stale_rollouts): a lease of any other rollout refuses it (exit 5) until it expires
+    takeover: frozenset[str] = frozenset()
 
     @property
     def exit_code(self) -> ExitCode:
@@ -151,6 +164,8 @@ def fleet_status(
         shas = ledger.artifact_shas()
         unfinished = [op.id for op in ledger.unfinished()]
         paused = [op.id for op in ledger.paused()]
+        running = [op.id for op in ledger.running()]
+        takeover = frozenset(ledger.own_stale_rollouts())
     out = []
     for node in nodes:
         hp = result.hosts[node.name]
@@ -183,6 +198,7 @@ def fleet_status(
                     suspect=sf.get("current_suspect") if ok else None,
                     sha_matches=sha_matches,
                     unconfirmed=bool(ok and (sf.get("unconfirmed") or sf.get("health_pending"))),
+                    health_failed=bool(ok and (_line(sf, "health_failed") or _line(sf, "deactivated"))),
                 ),
                 error="" if ok else (hp.message or f"no state returned ({hp.status.value})"),
                 current_verified=verified if isinstance(verified, bool) else None,
@@ -196,9 +212,39 @@ def fleet_status(
                 runtimes=list(sf.get("runtimes") or []) if ok else None,
                 spec_stack_id=spec.stack_id,
                 fallback_only=_str_list(sf.get("current_fallback_only")) if ok else None,
+                detail=_move_detail(sf, current, node.name) if ok else None,
             )
         )
-    return FleetStatus(nodes=out, unfinished=unfinished, paused=paused)
+    return FleetStatus(nodes=out, unfinished=unfinished, paused=paused, running=running, takeover=takeover)
+
+
+def _line(sf: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    """A journal line the node's state carries under `key` (move_state), or None."""
+    value = sf.get(key)
+    return value if isinstance(value, Mapping) else None
+
+
+def _move_detail(sf: Mapping[str, Any], current: str | None, node: str) -> str | None:
+    """What the node's journal says is unfinished or failed about its last move, and what finishes it (a
+    command for this node alone: `rollback` without `--limit` selects every node)."""
+    fix = f"`solfleet rollback --to {current} --limit {node}`" if current else ""
+    if (line := _line(sf, "deactivated")) is not None:
+        when = line.get("time", "?")
+        return f"{line.get('detail') or 'current removed'} ({when}); a deploy that passes fixes it"
+    if (line := _line(sf, "health_failed")) is not None:
+        why = line.get("detail") or "health failed"
+        again = f"; {fix} checks it again" if fix else ""
+        return f"{line.get('version', '?')}: {why} ({line.get('time', '?')}){again}"
+    if sf.get("unconfirmed"):
+        intent = _line(sf, "intent") or {}
+        then = f"{fix} confirms it and runs health" if fix else "a deploy that passes ends it"
+        return (
+            f"a switch was journaled and never confirmed ({intent.get('detail') or 'no detail'},"
+            f" {intent.get('time', '?')}); current is {current or 'none'}: {then}"
+        )
+    if sf.get("health_pending") and fix:
+        return f"health never ran after the last move to {current}: {fix} runs it"
+    return None
 
 
 def _str_list(value: Any) -> list[str] | None:

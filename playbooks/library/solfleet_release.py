@@ -2,7 +2,7 @@
 """solfleet_release: deploy or roll back a solfleet release on one node, in one process, under its flock.
 
 One fat module instead of dozens of small tasks: controller-side Ansible costs ~150 ms per task per host
-(../shared/FACTS.md), so unpack, check, verify, activate, health, journal and prune all happen here.
+(docs/FACTS.md), so unpack, check, verify, activate, health, journal and prune all happen here.
 """
 
 from __future__ import annotations
@@ -519,17 +519,28 @@ class Deployment:
         # count as verified: no rollback target, not in status' releases), and say so in the journal.
         # The restore does not wait on the journal: a disk that fills between two lines (the failure written,
         # the intent not) must not leave the node on the release that failed health, still counted verified.
-        # A line that cannot be written is carried in the result's journal_error instead.
+        # A line that cannot be written is carried in the result's journal_error instead. The release is
+        # marked failed before the switch back: a kill between the two then leaves current on a release that
+        # is no longer verified (status: unverified), never on one that still passes for verified.
         self.confirm("failed", version, f"health after activation: {message}")
-        self.confirm(INTENT_EVENT, prior_current or "none", f"restore after {version} failed health")
-        self.layout.set_link("current", prior_current)
-        self.layout.set_link("previous", prior_previous)
         try:
             self.layout.mark_failed(version, f"health after activation: {message}")
         except OSError as exc:
             message += f"; could not write releases/{version}/verify/failed.json: {exc}"
+        self.confirm(INTENT_EVENT, prior_current or "none", f"restore after {version} failed health")
+        self.layout.set_link("current", prior_current)
+        self.layout.set_link("previous", prior_previous)
         after = ""
-        if prior_current:
+        if not prior_current:
+            # Nothing to return to: the node now runs no release. Confirmed, so status names the release and
+            # the reason instead of an unconfirmed switch.
+            self.confirm(
+                "deactivated",
+                version,
+                f"current removed: {version} failed health after activation ({message});"
+                " no earlier release to return to",
+            )
+        else:
             self.confirm("rolled_back", prior_current, f"restored after {version} failed health")
             try:  # health runs after every switch, this one too: a failing node must not look healthy
                 again = self.kernels(
@@ -625,8 +636,38 @@ class Deployment:
                 raise NodeError("rollback", "refused", "no previous release to roll back to (use --to)")
             self.result["version"] = target
             if target == current and (new_previous == previous or not restore):
-                # Nothing to switch. A move whose health never ran (a killed run) is finished here.
-                if self.layout.move_state()["health_pending"]:
+                # Nothing to switch. A move whose health never ran (a killed run) is finished here, a release
+                # whose last health check failed is checked again (status reports it until then), and a
+                # switch journaled but never confirmed (a kill, or a full disk, between intent and
+                # confirmation) is confirmed where current really is, when that is a verified release.
+                moved = self.layout.move_state()
+                # a failed health check is checked again for the operator's rollback, not for an undo's
+                # restore: the node is on its baseline, and its sickness is status's to report
+                recheck = moved["health_pending"] or (moved["health_failed"] and not restore)
+                open_move = moved["unconfirmed"] or recheck
+                if open_move and not self.layout.is_verified(target):
+                    # never confirm, or call healthy, a current release that is not verified (one that
+                    # failed after activation, its restore cut short): the operator must leave it
+                    why = ": it failed after activation" if self.layout.failed_record(target) else ""
+                    verified = ", ".join(self.layout.verified_releases()) or "none"
+                    raise NodeError(
+                        "rollback",
+                        "refused",
+                        f"{target} is current but not a verified release on this node{why}; roll back to"
+                        f" a verified one (--to; verified: {verified}) or deploy",
+                    )
+                if moved["unconfirmed"]:
+                    intent = moved["intent"] or {}
+                    to = intent.get("version")
+                    what = "took place" if to == target else f"to {to} did not take place, or was undone"
+                    self.confirm(
+                        "rolled_back",
+                        target,
+                        f"current is {target}: the switch journaled at {intent.get('time', '?')} {what}"
+                        f" ({intent.get('detail', '')})",
+                    )
+                    recheck = True
+                if recheck:
                     self._health_after_rollback(target, current)
                     self.result.update(
                         outcome="rolled_back", message=f"{target} is current; health now passed"

@@ -27,7 +27,9 @@ VERIFY_DIR = "verify"  # written by the node inside a release after the manifest
 FAILED_RECORD = "failed.json"
 
 # Journal events that move `current`; the rollback no-op rule reads the last one of these (and its `plain`).
-MOVING_EVENTS = ("activated", "rolled_back")
+# `deactivated`: `current` removed, because the node's first release failed health after activation and
+# there was no earlier release to return to (its message names the release and why).
+MOVING_EVENTS = ("activated", "rolled_back", "deactivated")
 # Written BEFORE a switch of `current` (write-ahead): a move whose intent is journaled but not confirmed by
 # one of MOVING_EVENTS was cut short; a confirmed move not followed by HEALTH_EVENTS never had its health run.
 INTENT_EVENT = "switching"
@@ -339,21 +341,33 @@ class NodeLayout:
     def move_state(self) -> dict:
         """What the journal says of the last move of `current`: `unconfirmed` when its write-ahead intent has
         no confirmation (the switch may or may not have happened), `health_pending` when it was confirmed but
-        no health result followed (a kill between switch and health, or a journal write that failed)."""
+        no health result followed (a kill between switch and health, or a journal write that failed),
+        `health_failed` (the journal line) when the last health result after it failed: the node stays on a
+        release whose health fails (a rollback's target, or a restore whose health failed too), and
+        `deactivated` (the line) when the move removed `current`: a first release that failed health.
+        A health result counts only for the version the move put in place: `failed` also records a verify
+        or re-check failure of another release (a deploy refused at its verify), which says nothing of
+        current's health."""
         last_intent = last_move = last_health = -1
+        moved_to = None
         journal = self.read_journal()
         for index, line in enumerate(journal):
             event = line.get("event")
             if event == INTENT_EVENT:
                 last_intent = index
             elif event in MOVING_EVENTS:
-                last_move = index
-            elif event in HEALTH_EVENTS:
+                last_move, moved_to = index, line.get("version")
+            elif event in HEALTH_EVENTS and last_move >= 0 and line.get("version") == moved_to:
                 last_health = index
+        deactivated = last_move >= 0 and journal[last_move].get("event") == "deactivated"
+        failed = last_health > last_move and journal[last_health].get("event") == "failed"
         return {
             "unconfirmed": last_intent > last_move,
-            "health_pending": last_move >= 0 and last_health < last_move,
+            # a move that removed current leaves nothing to check
+            "health_pending": last_move >= 0 and last_health < last_move and not deactivated,
             "intent": journal[last_intent] if last_intent > last_move else None,
+            "health_failed": journal[last_health] if failed else None,
+            "deactivated": journal[last_move] if deactivated else None,
         }
 
     def last_moving_event(self) -> dict | None:

@@ -29,6 +29,8 @@ import pytest
 import yaml
 from e2e_driver import REPO, break_residual_add, wrap_health
 
+from fleet.status import SUSPECT_STATES, _move_detail, drift_of
+
 # Real Ansible but no SSH (connection local): slow, not `e2e`.
 pytestmark = pytest.mark.slow
 
@@ -109,6 +111,25 @@ def repack(
         for member in extra_members or []:
             archive.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
     return dst
+
+
+def failing_health(detail: str) -> Callable[[Path], None]:
+    """A repack mutation: the release's `kernels health` fails once activated, with one injected check
+    whose detail is `detail`."""
+
+    def mutate(d: Path) -> None:
+        wrap_health(
+            d,
+            "this release is unhealthy once activated",
+            "    report = _real_run()\n"
+            "    report['ok'] = False\n"
+            "    report['checks'].append(\n"
+            f"        {{'name': 'injected', 'status': 'failed', 'ok': False, 'detail': {detail!r}}}\n"
+            "    )\n"
+            "    return report\n",
+        )
+
+    return mutate
 
 
 def sha256(path: Path) -> str:
@@ -271,24 +292,15 @@ def test_broken_kernel_fails_verify_and_is_removed(
     assert result.results["n1"]["verify"]["ok"] is False
     journal = [json.loads(line) for line in (node_on_v1 / "journal.jsonl").read_text().splitlines()]
     assert (journal[-1]["event"], journal[-1]["version"]) == ("failed", V2)
+    # the `failed` line is V2's verify, not a health result of current (V1): status stays clear
+    sf = run_play(tmp_path, "status.yml", {"n1": node_on_v1}).results["n1"]
+    assert sf["current"] == V1 and sf["health_failed"] is None and not sf["health_pending"]
 
 
 def test_health_failure_after_activation_restores_prior_release(
     tmp_path: Path, built: dict[str, Path], node_on_v1: Path
 ) -> None:
-    def break_health(d: Path) -> None:
-        wrap_health(
-            d,
-            "this release is unhealthy once activated",
-            "    report = _real_run()\n"
-            "    report['ok'] = False\n"
-            "    report['checks'].append(\n"
-            "        {'name': 'injected', 'status': 'failed', 'ok': False, 'detail': 'broken'}\n"
-            "    )\n"
-            "    return report\n",
-        )
-
-    bad = repack(built[V2], tmp_path / "unhealthy.tar.gz", break_health)
+    bad = repack(built[V2], tmp_path / "unhealthy.tar.gz", failing_health("broken"))
     result = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, bad))
     assert result.status == "failed"
     assert result.results["n1"]["outcome"] == "health_failed"
@@ -451,12 +463,118 @@ def test_rollback_runs_health_and_an_unhealthy_node_stays_on_the_target(
     journal = [json.loads(line) for line in (root / "journal.jsonl").read_text().splitlines()]
     assert [(e["event"], e["version"]) for e in journal[-2:]] == [("rolled_back", V1), ("failed", V1)]
     assert "health after rollback" in journal[-1]["detail"]
+    # status hears it: the node is on a verified release whose health fails, not in sync (exit 7)
+    sf = run_play(tmp_path, "status.yml", {"n1": root}).results["n1"]
+    assert sf["current"] == V1 and sf["current_verified"] is True and not sf["health_pending"]
+    assert sf["health_failed"]["version"] == V1 and "health after rollback" in sf["health_failed"]["detail"]
+    assert drift_of(V1, V1, reachable=True, current_verified=True, health_failed=True) == "health_failed"
+    assert "health after rollback" in (_move_detail(sf, V1, "n1") or "")
+    assert f"solfleet rollback --to {V1} --limit n1" in (_move_detail(sf, V1, "n1") or "")
 
-    # Node fixed: health passes and the same rollback is a no-op that reports success.
+    # Node fixed: the same rollback switches nothing, checks health again, and status is clear.
     (root / "unhealthy").unlink()
     again = run_play(tmp_path, "rollback.yml", {"n1": root})
     assert again.status == "successful", again.messages
-    assert again.results["n1"]["outcome"] == "unchanged"
+    assert again.results["n1"]["outcome"] == "rolled_back", again.results["n1"]
+    assert "health now passed" in again.results["n1"]["message"]
+    assert os.readlink(root / "current") == f"releases/{V1}"
+    sf = run_play(tmp_path, "status.yml", {"n1": root}).results["n1"]
+    assert sf["health_failed"] is None and not sf["health_pending"] and _move_detail(sf, V1, "n1") is None
+    # and once healthy, a re-run is a no-op
+    third = run_play(tmp_path, "rollback.yml", {"n1": root})
+    assert third.results["n1"]["outcome"] == "unchanged", third.results["n1"]
+
+
+def test_a_first_release_that_fails_health_leaves_no_current_and_status_names_it(
+    tmp_path: Path, built: dict[str, Path]
+) -> None:
+    """A first deploy (no earlier release) whose health fails: nothing to return to, so `current` is removed
+    and the removal is confirmed in the journal (`deactivated`, naming the release and the failed check).
+    status reports `health_failed` with that reason (exit 7), not an unconfirmed switch with no cause; the
+    next deploy that passes clears it."""
+
+    bad = repack(built[V1], tmp_path / "unhealthy-first.tar.gz", failing_health("first-broken"))
+    root = tmp_path / "n1"
+    result = run_play(tmp_path, "deploy.yml", {"n1": root}, **deploy_vars(V1, bad))
+    assert result.status == "failed"
+    assert result.results["n1"]["outcome"] == "health_failed"
+    assert "restored current -> none" in result.messages["n1"], result.messages["n1"]
+    assert not (root / "current").exists() and not (root / "current").is_symlink()
+    journal = [json.loads(line) for line in (root / "journal.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["version"]) for e in journal[-4:]] == [
+        ("activated", V1),
+        ("failed", V1),
+        ("switching", "none"),
+        ("deactivated", V1),
+    ]
+    sf = run_play(tmp_path, "status.yml", {"n1": root}).results["n1"]
+    assert sf["current"] is None and not sf["unconfirmed"] and not sf["health_pending"]
+    assert sf["deactivated"]["version"] == V1
+    drift = drift_of(None, V1, reachable=True, current_verified=False, health_failed=True)
+    assert drift == "health_failed" and drift in SUSPECT_STATES
+    detail = _move_detail(sf, None, "n1") or ""
+    assert f"{V1} failed health after activation" in detail and "first-broken" in detail, detail
+    assert "no earlier release to return to" in detail
+
+    # a good release clears it
+    done = run_play(tmp_path, "deploy.yml", {"n1": root}, **deploy_vars(V2, built[V2]))
+    assert done.status == "successful", done.messages
+    sf = run_play(tmp_path, "status.yml", {"n1": root}).results["n1"]
+    assert sf["current"] == V2 and sf["deactivated"] is None and sf["health_failed"] is None
+    assert _move_detail(sf, V2, "n1") is None
+
+
+def test_rollback_to_current_never_confirms_a_current_release_that_is_not_verified(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    """A kill inside a health-failure restore, after V2 was marked failed and the restore's intent journaled
+    but before the switch back: current is still V2, which is no longer verified. `rollback --to V2` must
+    not confirm it or call it healthy; it refuses, naming the verified releases, and nothing moves."""
+    done = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, built[V2]))
+    assert done.status == "successful", done.messages
+    verify = node_on_v1 / "releases" / V2 / "verify"
+    verify.chmod(0o755)
+    (verify / "failed.json").write_text(json.dumps({"time": "2026-12-07T00:00:00Z", "reason": "health"}))
+    verify.chmod(0o555)
+    line = {"event": "switching", "version": V1, "time": "2026-12-07T00:00:01Z", "detail": "restore"}
+    with (node_on_v1 / "journal.jsonl").open("a") as fh:
+        fh.write(json.dumps(line) + "\n")
+    before = (node_on_v1 / "journal.jsonl").read_text()
+
+    refused = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to=V2)
+    assert refused.status == "failed"
+    assert refused.results["n1"]["failed_phase"] == "rollback"
+    message = refused.messages["n1"]
+    assert f"{V2} is current but not a verified release on this node: it failed after activation" in message
+    assert f"verified: {V1}" in message, message
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V2}"
+    after = (node_on_v1 / "journal.jsonl").read_text()
+    assert after.startswith(before) and "rolled_back" not in after[len(before) :]
+    assert "healthy" not in after[len(before) :]
+
+
+def test_rollback_to_current_confirms_a_switch_the_journal_never_confirmed(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    """A kill (or a full disk) between a switch's intent line and its confirmation leaves the journal
+    unconfirmed while current is a verified release. `rollback --to <current>` (what status tells the
+    operator to run) confirms it where current really is and runs health; status is then clear."""
+    line = {"event": "switching", "version": V2, "time": "2026-12-07T00:00:00Z", "detail": "activate"}
+    with (node_on_v1 / "journal.jsonl").open("a") as fh:
+        fh.write(json.dumps(line) + "\n")  # the intent, as the node writes it, with nothing after
+    sf = run_play(tmp_path, "status.yml", {"n1": node_on_v1}).results["n1"]
+    assert sf["unconfirmed"] is True and sf["current"] == V1
+    assert f"solfleet rollback --to {V1} --limit n1" in (_move_detail(sf, V1, "n1") or "")
+
+    done = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to=V1)
+    assert done.status == "successful", done.messages
+    assert done.results["n1"]["outcome"] == "rolled_back" and os.readlink(node_on_v1 / "current") == (
+        f"releases/{V1}"
+    )
+    journal = [json.loads(line) for line in (node_on_v1 / "journal.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["version"]) for e in journal[-2:]] == [("rolled_back", V1), ("healthy", V1)]
+    sf = run_play(tmp_path, "status.yml", {"n1": node_on_v1}).results["n1"]
+    assert not sf["unconfirmed"] and not sf["health_pending"] and _move_detail(sf, V1, "n1") is None
 
 
 def test_lock_held_elsewhere_refuses(tmp_path: Path, built: dict[str, Path], node_on_v1: Path) -> None:

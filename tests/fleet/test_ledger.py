@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fleet.errors import Interrupted
-from fleet.ledger import HostRecord, Ledger, OpStatus, new_operation_id
+from fleet.ledger import HostRecord, Ledger, OpStatus, new_operation_id, proc_identity
 from fleet.operation import Operation
 from fleet.plan import plan_rollout
 from fleet.spec import embedded_fleet, load_spec
@@ -97,6 +97,65 @@ def test_a_killed_controller_leaves_a_row_marked_interrupted(tmp_path: Path) -> 
     with Ledger(path) as ledger:  # the next solfleet run on this controller sees the pid is gone
         (op,) = ledger.operations()
         assert op.status == "interrupted" and "without finishing" in op.message
+
+
+def test_a_killed_controller_whose_pid_now_names_another_process_is_interrupted(tmp_path: Path) -> None:
+    """A pid is reused once its process is gone (after a reboot of the controller host, within minutes). The
+    kernel cannot be made to hand a chosen pid to a new process, so the row is pointed at a live process
+    started after the controller died: the state a reuse leaves. The pid alone would keep the dead run
+    `running` for ever (never reconciled, its leases never taken over); its recorded start time says it is
+    gone."""
+    path = tmp_path / "l.sqlite"
+    child = textwrap.dedent(f"""
+        import os
+        from fleet.ledger import Ledger
+        ledger = Ledger(__import__("pathlib").Path({str(path)!r}))
+        ledger.begin(op_id="r-reused", kind="deploy", version="3.0.0", fleet="f", plan={{}})
+        os._exit(9)
+    """)
+    assert subprocess.run([sys.executable, "-c", child], timeout=60).returncode == 9
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        db = sqlite3.connect(path)
+        (recorded,) = db.execute("SELECT proc_start FROM operations WHERE id='r-reused'").fetchone()
+        assert recorded and recorded != proc_identity(other.pid)
+        with db:
+            db.execute("UPDATE operations SET pid = ? WHERE id = 'r-reused'", (other.pid,))
+        db.close()
+        with Ledger(path) as ledger:
+            (op,) = ledger.operations()
+            assert op.status == "interrupted" and "without finishing" in op.message
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_row_without_a_recorded_start_time_is_judged_by_its_pid(tmp_path: Path) -> None:
+    """A row from before start times were recorded (NULL) keeps the old rule: a live pid is a live run."""
+    path = tmp_path / "l.sqlite"
+    with Ledger(path) as first:
+        first.begin(op_id="r-old", kind="deploy", version="1.0.0", fleet="f", plan={})
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE operations SET proc_start = NULL WHERE id = 'r-old'")
+    db.close()
+    with Ledger(path) as second:
+        assert second.operations()[0].status == "running"
+
+
+def test_proc_identity_reads_a_command_name_with_spaces_and_parentheses(tmp_path: Path) -> None:
+    odd = tmp_path / "a) (b"
+    odd.symlink_to("/bin/sleep")
+    proc = subprocess.Popen([str(odd), "60"])
+    try:
+        ident = proc_identity(proc.pid)
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        assert ident is not None and ident.startswith(boot + ":") and ident.split(":")[1].isdigit()
+        assert ident != proc_identity(os.getpid())  # another process, another start time
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc_identity(proc.pid) is None  # reaped: nothing to read
 
 
 def test_a_live_running_operation_is_left_alone(tmp_path: Path) -> None:

@@ -50,6 +50,23 @@ def test_preflight_health_is_on_and_unhealthy_fails_by_default(make_spec) -> Non
     assert (rollout.preflight_health, rollout.unhealthy) == (False, UnhealthyPolicy.SKIP)
 
 
+def test_the_lease_outlives_every_step_a_rollout_can_run_to_its_limit(make_spec) -> None:
+    """Each later batch's preflight health run is bounded by timeouts.run_s like the batch itself: a lease of
+    run_s x (batches + 2) could expire under a live rollout whose preflights ran long, and let a second
+    controller in. Canary + 2 batches of 1 here: 3 batches, 2 of them with a preflight run of their own."""
+    from fleet.operation import Operation
+    from fleet.recovery import lease_seconds
+
+    for preflight, later_preflights in ((True, 2), (False, 0)):
+        spec = make_spec(with_rollout(preflight_health=preflight))
+        plan = plan_rollout(list(spec.nodes), spec.rollout, version="1.0.0")
+        assert len(plan.batches) == 3
+        t = spec.timeouts
+        # the lease call, 3 batches, one undo, the later preflights; the undo's read, a renew, the lease end
+        runs = 1 + 3 + 1 + later_preflights
+        assert lease_seconds(Operation(spec, plan)) == t.run_s * runs + 3 * (2 * t.status_s + t.connect_s)
+
+
 def test_both_keys_default_off(make_spec) -> None:
     rollout = make_spec(with_rollout()).rollout
     assert (rollout.pause_after_canary, rollout.batch_deadline_s) == (False, None)

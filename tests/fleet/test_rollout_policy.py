@@ -494,6 +494,8 @@ def test_reconcile_leaves_a_host_another_operation_moved_since(
         assert "n1: 3.0.0 (moved by another operation since: left where it is)" in recon.message
         kept = [h for h in ledger.host_outcomes(recon.id) if h.host == "n1"]
         assert [(h.outcome, h.version_after) for h in kept] == [("kept", "3.0.0")]
+        # this ledger never deployed 3.0.0: the note does not make it what status calls in sync for n1
+        assert ledger.artifact_sha("3.0.0") is None and ledger.desired_versions()["n1"] != "3.0.0"
 
 
 def test_rollback_runs_even_when_an_unfinished_rollout_cannot_be_returned(

@@ -8,10 +8,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from fleet.errors import ExitCode
-from fleet.status import NodeStatus, drift_of, status_exit_code
+from fleet.report import lease_line
+from fleet.status import FleetStatus, NodeStatus, drift_of, status_exit_code
 
 
 def solfleet(*args: str, work: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -32,10 +34,16 @@ def test_status_exits_1_when_a_reachable_node_returns_no_state(tmp_path: Path) -
     journal.mkdir(parents=True)  # the node's status module cannot read it: the task fails
     broken = solfleet("status", "--json", work=work, cwd=tmp_path)
     assert broken.returncode == 1, broken.stdout + broken.stderr
+    # exit 1 of status is a node with no state to judge, not a failed operation (docs/cli.md)
+    assert json.loads(broken.stdout)["verdict"] == "error"
     nodes = {n["name"]: n for n in json.loads(broken.stdout)["nodes"]}
     assert nodes["n1"]["reachable"] is True and nodes["n1"]["current"] is None
     assert "Is a directory" in nodes["n1"]["error"]
     assert nodes["n2"]["error"] == "" and nodes["n2"]["drift"] == "no_record"
+    table = solfleet("status", work=work, cwd=tmp_path)  # the table names the cause too, not only --json
+    assert table.returncode == 1, table.stdout + table.stderr
+    assert "no state:" in table.stdout and "Is a directory" in table.stdout, table.stdout
+    assert "status: exit 1 (error)" in table.stdout
 
     journal.rmdir()
     fixed = solfleet("status", "--json", work=work, cwd=tmp_path)
@@ -166,3 +174,38 @@ def test_tampered_current_outranks_everything_but_unreachable() -> None:
     )
     assert drift_of("1.0.0", "1.0.0", reachable=True, current_verified=True, current_intact=None) == "in_sync"
     assert drift_of("1.0.0", "1.0.0", reachable=False, current_intact=False) == "unknown"
+
+
+def test_a_node_lease_is_named_with_what_it_means_for_the_next_deploy(tmp_path: Path) -> None:
+    """A lease another controller left on a node refuses every deploy from here (exit 5) until it expires;
+    status names it, through the real CLI and the node's own lease file."""
+    work = tmp_path / "work"
+    root = work / "local-fleet" / "n1"
+    root.mkdir(parents=True)
+    lease = {
+        "rollout_id": "r-20261207T000000Z-0bb0b0",
+        "controller": "bob@laptop:4242",
+        "user": "bob",
+        "pid": 4242,
+        "expires": time.time() + 3600,
+    }
+    (root / "lease.json").write_text(json.dumps(lease))
+    out = solfleet("status", work=work, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr  # a lease alone moves no release
+    line = next(x for x in out.stdout.splitlines() if x.startswith("n1: lease of rollout"))
+    assert "r-20261207T000000Z-0bb0b0 (bob@laptop:4242)" in line and "another controller's" in line, line
+    assert "refused (exit 5)" in line
+
+
+def test_lease_line_tells_this_work_dirs_leases_from_another_controllers() -> None:
+    def fleet(**kw: object) -> FleetStatus:
+        return FleetStatus(nodes=[], unfinished=[], **kw)  # type: ignore[arg-type]
+
+    now = 1_800_000_000.0
+    held = {"rollout_id": "r-1", "controller": "me@here:1", "expires": now + 60}
+    assert "expired" in lease_line("n1", {**held, "expires": now - 1}, fleet(), now=now)
+    assert "running now" in lease_line("n1", held, fleet(running=["r-1"]), now=now)
+    assert "promote or abort" in lease_line("n1", held, fleet(paused=["r-1"]), now=now)
+    assert "takes it over" in lease_line("n1", held, fleet(takeover=frozenset({"r-1"})), now=now)
+    assert "another controller's" in lease_line("n1", held, fleet(takeover=frozenset({"r-2"})), now=now)
+    assert "expiry is not a time ('junk')" in lease_line("n1", {**held, "expires": "junk"}, fleet(), now=now)
