@@ -54,7 +54,14 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32, uint32
 
-from kernels.ops.rmsnorm import _make_packed, make_onchip, reg_norm_store, stream_scale, stream_vec_scale
+from kernels.ops.rmsnorm import (
+    _make_packed,
+    make_onchip,
+    make_scale_write,
+    reg_norm_store,
+    stream_scale,
+    stream_vec_scale,
+)
 from kernels.ops.rows import (
     BF16_ELEM_TOL,
     BF16_TOL,
@@ -174,6 +181,7 @@ def _make_vec(  # type: ignore[no-untyped-def]
     loads and stores; BLOCK x PER under VEC_ROW_JIT's register cap, other shapes (kernels.ops.rows.WIDE_ROWS)
     under launch_bounds(threads, min_blocks) (kernels.ops.rows.vec_jit)."""
     load_row, col_of = make_row_io(width, threads, per)
+    write = make_scale_write(width, threads, per)
     bsum, slots = make_block_sum(threads), row_slots(threads)
     nsm = 2 * slots  # a compile-time constant for the shared array (numba folds names, not expressions)
     nv = per // width
@@ -207,24 +215,7 @@ def _make_vec(  # type: ignore[no-untyped-def]
                 acc += v[e] * v[e]
             inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
             base = slots - base
-            orow = out[row]
-            # full rows: every weight load before the first store (loaded beside each store, a load may not
-            # pass a store to memory that might alias it: one L2 round trip a vector, PERF.md eighteenth)
-            if n >= threads * per:
-                for q in range(nv):
-                    ldg_into(u, q * width, w, col_of(q))
-                for q in range(nv):
-                    for e in range(width):
-                        u[q * width + e] = v[q * width + e] * inv * u[q * width + e]
-                    stg_from(orow, col_of(q), u, q * width)
-            else:
-                for q in range(nv):
-                    col = col_of(q)
-                    if col < n:
-                        ldg_into(t, 0, w, col)
-                        for e in range(width):
-                            t[e] = v[q * width + e] * inv * t[e]
-                        stg_from(orow, col, t, 0)
+            write(out[row], v, u, t, w, n, inv)  # rmsnorm's write pass over the new residual row
             row += cuda.gridDim.x
 
     return k

@@ -198,17 +198,47 @@ def reg_norm_store(io: RowIO):  # type: ignore[no-untyped-def]
     return norm_store
 
 
+def make_scale_write(width: int, threads: int, per: int):  # type: ignore[no-untyped-def]
+    """The write pass of the vector kernels at a `threads` x `per` shape (this op's and fused_add_rmsnorm's):
+    `write(orow, v, u, t, w, n, inv)` stores orow = v * inv * w, `v` the row's `per` values in registers,
+    `u` (per) and `t` (width) the caller's scratch. Full rows load every weight vector before the first
+    store (loaded beside each store, a load may not pass a store to memory that might alias it: one L2 round
+    trip a vector, PERF.md eighteenth session); partial rows bound each vector by `n`."""
+    _, col_of = make_row_io(width, threads, per)
+    nv = per // width
+
+    @cuda.jit(device=True, inline="always")
+    def write(orow, v, u, t, w, n, inv):  # type: ignore[no-untyped-def]
+        if n >= threads * per:
+            for q in range(nv):
+                ldg_into(u, q * width, w, col_of(q))
+            for q in range(nv):
+                for e in range(width):
+                    u[q * width + e] = v[q * width + e] * inv * u[q * width + e]
+                stg_from(orow, col_of(q), u, q * width)
+        else:
+            for q in range(nv):
+                col = col_of(q)
+                if col < n:
+                    ldg_into(t, 0, w, col)
+                    for e in range(width):
+                        t[e] = v[q * width + e] * inv * t[e]
+                    stg_from(orow, col, t, 0)
+
+    return write
+
+
 def _make_vec(  # type: ignore[no-untyped-def]
     width: int, fastmath: bool = False, threads: int = BLOCK, per: int = PER, min_blocks: int = 0
 ):
     """The vector kernel: `threads` x `per` values per row in registers (rows of <= threads * per), 16-byte
     loads and stores. The default shape is BLOCK x PER under VEC_ROW_JIT's register cap; other shapes
     (kernels.ops.rows.WIDE_ROWS) take launch_bounds(threads, min_blocks) (kernels.ops.rows.vec_jit)."""
-    load_row, col_of = make_row_io(width, threads, per)
+    load_row, _ = make_row_io(width, threads, per)
+    write = make_scale_write(width, threads, per)
     bsum, slots = make_block_sum(threads), row_slots(threads)
     nsm = 2 * slots  # a compile-time constant for the shared array (numba folds names, not expressions)
     jit_kw = vec_jit(threads, min_blocks, fastmath)
-    nv = per // width
 
     @cuda.jit(**jit_kw)
     def k(x, w, out, eps):  # type: ignore[no-untyped-def]
@@ -228,23 +258,7 @@ def _make_vec(  # type: ignore[no-untyped-def]
                 acc += v[e] * v[e]
             inv = float32(1.0) / math.sqrt(bsum(acc, sm, base) / float32(n) + eps)
             base = slots - base
-            # full rows: every weight load before the first store (loaded beside each store, a load may not
-            # pass a store to memory that might alias it: one L2 round trip a vector, PERF.md eighteenth)
-            if n >= threads * per:
-                for q in range(nv):
-                    ldg_into(u, q * width, w, col_of(q))
-                for q in range(nv):
-                    for e in range(width):
-                        u[q * width + e] = v[q * width + e] * inv * u[q * width + e]
-                    stg_from(orow, col_of(q), u, q * width)
-            else:
-                for q in range(nv):
-                    col = col_of(q)
-                    if col < n:
-                        ldg_into(t, 0, w, col)
-                        for e in range(width):
-                            t[e] = v[q * width + e] * inv * t[e]
-                        stg_from(orow, col, t, 0)
+            write(orow, v, u, t, w, n, inv)
             row += cuda.gridDim.x
 
     return k
