@@ -3,6 +3,7 @@ each node should run. Read-only on the nodes; no ledger row is written."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -12,7 +13,7 @@ from fleet.errors import ExitCode
 from fleet.inventory import write_private_data_dir
 from fleet.ledger import Ledger, new_operation_id
 from fleet.runner import HostStatus, ProgressSink
-from fleet.spec import FleetSpec, Node
+from fleet.spec import FleetSpec, Node, embedded_fleet, resolve_work_dir
 from fleet.workdir import ledger_path, prune_runs, run_dir
 
 STATUS_PLAYBOOK = "status.yml"
@@ -212,7 +213,10 @@ def fleet_status(
                 runtimes=list(sf.get("runtimes") or []) if ok else None,
                 spec_stack_id=spec.stack_id,
                 fallback_only=_str_list(sf.get("current_fallback_only")) if ok else None,
-                detail=_move_detail(sf, current, node.name) if ok else None,
+                # a command is offered only for a verified current (the node refuses it otherwise)
+                detail=_move_detail(sf, current if verified is True else None, _cmd(spec), node.name)
+                if ok
+                else None,
             )
         )
     return FleetStatus(nodes=out, unfinished=unfinished, paused=paused, running=running, takeover=takeover)
@@ -224,10 +228,22 @@ def _line(sf: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) else None
 
 
-def _move_detail(sf: Mapping[str, Any], current: str | None, node: str) -> str | None:
+def _cmd(spec: FleetSpec) -> str:
+    """`solfleet` with the flags that name this spec and work dir where they are not the defaults, so a
+    command printed for the operator acts on this fleet."""
+    parts = ["solfleet"]
+    if spec.source.resolve() != embedded_fleet().resolve():
+        parts += ["--fleet", shlex.quote(str(spec.source))]
+    if spec.work_dir.resolve() != resolve_work_dir(None).resolve():
+        parts += ["--work-dir", shlex.quote(str(spec.work_dir))]
+    return " ".join(parts)
+
+
+def _move_detail(sf: Mapping[str, Any], current: str | None, cmd: str, node: str) -> str | None:
     """What the node's journal says is unfinished or failed about its last move, and what finishes it (a
-    command for this node alone: `rollback` without `--limit` selects every node)."""
-    fix = f"`solfleet rollback --to {current} --limit {node}`" if current else ""
+    command for this node alone: `rollback` without `--limit` selects every node). `current`: None when
+    the node has no verified current release (no command is offered then)."""
+    fix = f"`{cmd} rollback --to {current} --limit {node}`" if current else ""
     if (line := _line(sf, "deactivated")) is not None:
         when = line.get("time", "?")
         return f"{line.get('detail') or 'current removed'} ({when}); a deploy that passes fixes it"
@@ -240,7 +256,7 @@ def _move_detail(sf: Mapping[str, Any], current: str | None, node: str) -> str |
         then = f"{fix} confirms it and runs health" if fix else "a deploy that passes ends it"
         return (
             f"a switch was journaled and never confirmed ({intent.get('detail') or 'no detail'},"
-            f" {intent.get('time', '?')}); current is {current or 'none'}: {then}"
+            f" {intent.get('time', '?')}); current is {sf.get('current') or 'none'}: {then}"
         )
     if sf.get("health_pending") and fix:
         return f"health never ran after the last move to {current}: {fix} runs it"

@@ -642,9 +642,15 @@ class Deployment:
                 # confirmation) is confirmed where current really is, when that is a verified release.
                 moved = self.layout.move_state()
                 # a failed health check is checked again for the operator's rollback, not for an undo's
-                # restore: the node is on its baseline, and its sickness is status's to report
+                # restore: the node is on its baseline, and its sickness is status's to report. A move
+                # that never finished (health pending, a switch unconfirmed) is finished by either, as
+                # before: confirmed, then its health run.
                 recheck = moved["health_pending"] or (moved["health_failed"] and not restore)
-                open_move = moved["unconfirmed"] or recheck
+                # the journal's last move names another release than current: its confirmation (and what
+                # followed) was lost, e.g. to a full disk while a failed release was switched back
+                last = (self.layout.last_moving_event() or {}).get("version")
+                unconfirmed = moved["unconfirmed"] or last != target
+                open_move = unconfirmed or recheck
                 if open_move and not self.layout.is_verified(target):
                     # never confirm, or call healthy, a current release that is not verified (one that
                     # failed after activation, its restore cut short): the operator must leave it
@@ -656,16 +662,17 @@ class Deployment:
                         f"{target} is current but not a verified release on this node{why}; roll back to"
                         f" a verified one (--to; verified: {verified}) or deploy",
                     )
-                if moved["unconfirmed"]:
+                if unconfirmed:
                     intent = moved["intent"] or {}
                     to = intent.get("version")
-                    what = "took place" if to == target else f"to {to} did not take place, or was undone"
-                    self.confirm(
-                        "rolled_back",
-                        target,
-                        f"current is {target}: the switch journaled at {intent.get('time', '?')} {what}"
-                        f" ({intent.get('detail', '')})",
-                    )
+                    if not moved["unconfirmed"]:
+                        what = f"the journal's last move was to {last or 'none'}; its confirmation was lost"
+                    elif to == target:
+                        what = f"the switch journaled at {intent.get('time', '?')} took place"
+                    else:
+                        what = f"the switch to {to} journaled at {intent.get('time', '?')} did not take place"
+                    # a plain rollback's own line stays plain: re-running it must never flip forward
+                    self.confirm("rolled_back", target, f"current is {target}: {what}", plain=not wanted)
                     recheck = True
                 if recheck:
                     self._health_after_rollback(target, current)

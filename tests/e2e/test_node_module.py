@@ -468,8 +468,8 @@ def test_rollback_runs_health_and_an_unhealthy_node_stays_on_the_target(
     assert sf["current"] == V1 and sf["current_verified"] is True and not sf["health_pending"]
     assert sf["health_failed"]["version"] == V1 and "health after rollback" in sf["health_failed"]["detail"]
     assert drift_of(V1, V1, reachable=True, current_verified=True, health_failed=True) == "health_failed"
-    assert "health after rollback" in (_move_detail(sf, V1, "n1") or "")
-    assert f"solfleet rollback --to {V1} --limit n1" in (_move_detail(sf, V1, "n1") or "")
+    assert "health after rollback" in (_move_detail(sf, V1, "solfleet", "n1") or "")
+    assert f"solfleet rollback --to {V1} --limit n1" in (_move_detail(sf, V1, "solfleet", "n1") or "")
 
     # Node fixed: the same rollback switches nothing, checks health again, and status is clear.
     (root / "unhealthy").unlink()
@@ -479,7 +479,8 @@ def test_rollback_runs_health_and_an_unhealthy_node_stays_on_the_target(
     assert "health now passed" in again.results["n1"]["message"]
     assert os.readlink(root / "current") == f"releases/{V1}"
     sf = run_play(tmp_path, "status.yml", {"n1": root}).results["n1"]
-    assert sf["health_failed"] is None and not sf["health_pending"] and _move_detail(sf, V1, "n1") is None
+    assert sf["health_failed"] is None and not sf["health_pending"]
+    assert _move_detail(sf, V1, "solfleet", "n1") is None
     # and once healthy, a re-run is a no-op
     third = run_play(tmp_path, "rollback.yml", {"n1": root})
     assert third.results["n1"]["outcome"] == "unchanged", third.results["n1"]
@@ -512,7 +513,7 @@ def test_a_first_release_that_fails_health_leaves_no_current_and_status_names_it
     assert sf["deactivated"]["version"] == V1
     drift = drift_of(None, V1, reachable=True, current_verified=False, health_failed=True)
     assert drift == "health_failed" and drift in SUSPECT_STATES
-    detail = _move_detail(sf, None, "n1") or ""
+    detail = _move_detail(sf, None, "solfleet", "n1") or ""
     assert f"{V1} failed health after activation" in detail and "first-broken" in detail, detail
     assert "no earlier release to return to" in detail
 
@@ -521,7 +522,7 @@ def test_a_first_release_that_fails_health_leaves_no_current_and_status_names_it
     assert done.status == "successful", done.messages
     sf = run_play(tmp_path, "status.yml", {"n1": root}).results["n1"]
     assert sf["current"] == V2 and sf["deactivated"] is None and sf["health_failed"] is None
-    assert _move_detail(sf, V2, "n1") is None
+    assert _move_detail(sf, V2, "solfleet", "n1") is None
 
 
 def test_rollback_to_current_never_confirms_a_current_release_that_is_not_verified(
@@ -551,6 +552,64 @@ def test_rollback_to_current_never_confirms_a_current_release_that_is_not_verifi
     after = (node_on_v1 / "journal.jsonl").read_text()
     assert after.startswith(before) and "rolled_back" not in after[len(before) :]
     assert "healthy" not in after[len(before) :]
+    # and status offers no command the node would refuse (its table says `unverified`)
+    sf = run_play(tmp_path, "status.yml", {"n1": node_on_v1}).results["n1"]
+    assert sf["current"] == V2 and sf["current_verified"] is False
+    assert "rollback --to" not in (_move_detail(sf, None, "solfleet", "n1") or "")
+
+
+def test_rollback_to_current_finishes_a_move_whose_confirmation_was_lost(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    """The journal's last move names another release than current: a health-failure restore switched back
+    to V1, but the disk was full, so every line after `activated V2` was lost (the end state of the
+    journal-full test above). status asks for `rollback --to V1 --limit n1`; that must finish it: a line
+    saying where current is, then health, and status is clear (before, health ran but its line, for V1,
+    did not count against the last move to V2, and status asked for the same command for ever)."""
+    for line in (
+        {"event": "switching", "version": V2, "time": "2026-12-07T00:00:00Z", "detail": "activate"},
+        {"event": "activated", "version": V2, "time": "2026-12-07T00:00:01Z", "detail": "switched"},
+    ):
+        with (node_on_v1 / "journal.jsonl").open("a") as fh:
+            fh.write(json.dumps(line) + "\n")
+    sf = run_play(tmp_path, "status.yml", {"n1": node_on_v1}).results["n1"]
+    assert sf["current"] == V1 and sf["health_pending"] is True
+    assert "solfleet rollback --to 1.0.0 --limit n1" in (_move_detail(sf, V1, "solfleet", "n1") or "")
+
+    done = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to=V1)
+    assert done.status == "successful", done.messages
+    assert done.results["n1"]["outcome"] == "rolled_back"
+    journal = [json.loads(line) for line in (node_on_v1 / "journal.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["version"]) for e in journal[-2:]] == [("rolled_back", V1), ("healthy", V1)]
+    assert "last move was to 2.0.0" in journal[-2]["detail"]
+    sf = run_play(tmp_path, "status.yml", {"n1": node_on_v1}).results["n1"]
+    assert not sf["health_pending"] and not sf["unconfirmed"]
+    assert _move_detail(sf, V1, "solfleet", "n1") is None
+
+
+def test_a_plain_rollback_that_finishes_a_move_stays_plain_and_never_flips_forward(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    """A plain rollback to V1, then a deploy killed after its intent line: the journal ends `switching V2`
+    with current V1. Re-running the plain rollback confirms V1 (and runs health); its line must stay
+    `plain`, or the next plain rollback would go to previous, forward to V2."""
+    done = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, built[V2]))
+    assert done.status == "successful", done.messages
+    back = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1})
+    assert back.results["n1"]["outcome"] == "rolled_back" and os.readlink(node_on_v1 / "current") == (
+        f"releases/{V1}"
+    )
+    line = {"event": "switching", "version": V2, "time": "2026-12-07T00:00:00Z", "detail": "activate"}
+    with (node_on_v1 / "journal.jsonl").open("a") as fh:
+        fh.write(json.dumps(line) + "\n")
+    again = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1})
+    assert again.results["n1"]["outcome"] == "rolled_back", again.results["n1"]
+    journal = [json.loads(line) for line in (node_on_v1 / "journal.jsonl").read_text().splitlines()]
+    confirm = journal[-2]
+    assert (confirm["event"], confirm["version"], confirm.get("plain")) == ("rolled_back", V1, True)
+    third = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1})
+    assert third.results["n1"]["outcome"] == "unchanged", third.results["n1"]
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V1}"
 
 
 def test_rollback_to_current_confirms_a_switch_the_journal_never_confirmed(
@@ -564,7 +623,7 @@ def test_rollback_to_current_confirms_a_switch_the_journal_never_confirmed(
         fh.write(json.dumps(line) + "\n")  # the intent, as the node writes it, with nothing after
     sf = run_play(tmp_path, "status.yml", {"n1": node_on_v1}).results["n1"]
     assert sf["unconfirmed"] is True and sf["current"] == V1
-    assert f"solfleet rollback --to {V1} --limit n1" in (_move_detail(sf, V1, "n1") or "")
+    assert f"solfleet rollback --to {V1} --limit n1" in (_move_detail(sf, V1, "solfleet", "n1") or "")
 
     done = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to=V1)
     assert done.status == "successful", done.messages
@@ -574,7 +633,8 @@ def test_rollback_to_current_confirms_a_switch_the_journal_never_confirmed(
     journal = [json.loads(line) for line in (node_on_v1 / "journal.jsonl").read_text().splitlines()]
     assert [(e["event"], e["version"]) for e in journal[-2:]] == [("rolled_back", V1), ("healthy", V1)]
     sf = run_play(tmp_path, "status.yml", {"n1": node_on_v1}).results["n1"]
-    assert not sf["unconfirmed"] and not sf["health_pending"] and _move_detail(sf, V1, "n1") is None
+    assert not sf["unconfirmed"] and not sf["health_pending"]
+    assert _move_detail(sf, V1, "solfleet", "n1") is None
 
 
 def test_lock_held_elsewhere_refuses(tmp_path: Path, built: dict[str, Path], node_on_v1: Path) -> None:

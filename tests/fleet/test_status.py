@@ -13,7 +13,8 @@ from pathlib import Path
 
 from fleet.errors import ExitCode
 from fleet.report import lease_line
-from fleet.status import FleetStatus, NodeStatus, drift_of, status_exit_code
+from fleet.spec import embedded_fleet, load_spec, resolve_work_dir
+from fleet.status import FleetStatus, NodeStatus, _cmd, drift_of, status_exit_code
 
 
 def solfleet(*args: str, work: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -209,3 +210,14 @@ def test_lease_line_tells_this_work_dirs_leases_from_another_controllers() -> No
     assert "takes it over" in lease_line("n1", held, fleet(takeover=frozenset({"r-1"})), now=now)
     assert "another controller's" in lease_line("n1", held, fleet(takeover=frozenset({"r-2"})), now=now)
     assert "expiry is not a time ('junk')" in lease_line("n1", {**held, "expires": "junk"}, fleet(), now=now)
+
+
+def test_the_command_status_prints_names_this_fleet_and_work_dir(tmp_path: Path) -> None:
+    """A command offered for the operator to paste must act on this fleet: with a spec or work dir other
+    than the defaults it carries --fleet / --work-dir (quoted), and on the embedded fleet it needs neither."""
+    spec_file = tmp_path / "my fleet.yml"
+    spec_file.write_text(embedded_fleet().read_text())
+    spec = load_spec(spec_file, work_dir=tmp_path / "w")
+    cmd = _cmd(spec)
+    assert cmd == f"solfleet --fleet '{spec_file}' --work-dir {tmp_path / 'w'}", cmd
+    assert _cmd(load_spec(embedded_fleet(), work_dir=resolve_work_dir(None))) == "solfleet"
