@@ -420,16 +420,33 @@ class Lease:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return fd
 
-    @staticmethod
-    def describe(record: dict) -> str:
-        expires = float(record.get("expires") or 0)
+    def expires(self, record: dict) -> float:
+        """The lease's expiry (seconds since the epoch). One that is not a number (a file edited or damaged
+        by hand) says nothing about whether its rollout still runs: refuse, naming the file, rather than
+        guess it expired and let a second rollout in, or fail with a bare ValueError."""
+        raw = record.get("expires") or 0
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            value = float("nan")
+        if value != value:  # NaN: not a time
+            raise NodeError(
+                "lease",
+                "refused",
+                f"{self.layout.lease_path} holds rollout {record.get('rollout_id')} with an expiry that is"
+                f" not a time ({raw!r}); nothing was changed: remove the file once no rollout runs here",
+            )
+        return value
+
+    def describe(self, record: dict) -> str:
+        expires = self.expires(record)
         when = datetime.datetime.fromtimestamp(expires, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: UP017
         return f"rollout {record.get('rollout_id')} of {record.get('controller')} (lease expires {when})"
 
     def check(self, rollout_id: str) -> None:
         """Refuse when a live lease of another rollout holds this node."""
         held = self.layout.lease()
-        if held and held.get("rollout_id") != rollout_id and float(held.get("expires") or 0) > time.time():
+        if held and held.get("rollout_id") != rollout_id and self.expires(held) > time.time():
             raise NodeError("lease", "refused", f"{self.describe(held)} holds this node; nothing was changed")
 
     def acquire(self, *, rollout_id: str, controller: str, expires_in_s: float, take_over: list[str]) -> dict:
@@ -441,11 +458,7 @@ class Lease:
         try:
             held = self.layout.lease()
             other = held if held and held.get("rollout_id") != rollout_id else None
-            if (
-                other
-                and other.get("rollout_id") not in take_over
-                and float(other.get("expires") or 0) > time.time()
-            ):
+            if other and other.get("rollout_id") not in take_over and self.expires(other) > time.time():
                 raise NodeError(
                     "lease", "refused", f"{self.describe(other)} holds this node; nothing was changed"
                 )

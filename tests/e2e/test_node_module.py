@@ -909,3 +909,37 @@ def test_activation_reports_prior_current_not_a_stale_previous(
     assert "prior_current" in sf and sf["prior_current"] is None
     again = run_play(tmp_path, "rollback.yml", {"n1": node_on_v1}, solfleet_rollback_to=V1)
     assert (again.results["n1"]["outcome"], again.results["n1"]["prior_current"]) == ("rolled_back", V2)
+
+
+def test_a_lease_whose_expiry_is_not_a_time_refuses_naming_the_file(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    """A lease.json damaged by hand says nothing about whether its rollout still runs: the node neither
+    guesses it expired (letting a second rollout in) nor fails with a bare ValueError. Both the deploy's
+    lease check and the lease call refuse in one line that names the file, and nothing moves."""
+    lease = {"rollout_id": "r-other", "controller": "bob@laptop:4242", "expires": "tomorrow"}
+    (node_on_v1 / "lease.json").write_text(json.dumps(lease))
+    why = f"{node_on_v1 / 'lease.json'} holds rollout r-other with an expiry that is not a time ('tomorrow')"
+
+    result = run_play(
+        tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, built[V2], solfleet_rollout_id="r-mine")
+    )
+    assert result.status == "failed"
+    assert result.results["n1"]["failed_phase"] == "lease", result.results["n1"]
+    assert why in result.messages["n1"] and "\n" not in result.messages["n1"], result.messages["n1"]
+    assert os.readlink(node_on_v1 / "current") == f"releases/{V1}"
+
+    taken = run_play(
+        tmp_path,
+        "lease.yml",
+        {"n1": node_on_v1},
+        solfleet_rollout_id="r-mine",
+        solfleet_controller="me@here:1",
+        solfleet_lease_s=60,
+        solfleet_take_over=[],
+        solfleet_lease_health=[],
+    )
+    assert taken.status == "failed"
+    assert taken.results["n1"]["failed_phase"] == "lease", taken.results["n1"]
+    assert why in taken.results["n1"]["message"], taken.results["n1"]
+    assert json.loads((node_on_v1 / "lease.json").read_text()) == lease, "the file is left as it was"
