@@ -102,11 +102,11 @@ def status_exit_code(nodes: list[NodeStatus], *, unfinished: bool = False, pause
     """0 only when every node answered, is on the ledger's desired release, verified, intact and confirmed,
     and no rollout is unfinished or paused. Otherwise the most severe of: 1 a reachable node returned no
     state; 7 suspect (unverified, tampered, failed re-check, other bytes, health failed after the last move,
-    unconfirmed move); 6 drift (a node
-    not on its desired release, a node running a release this ledger never put there, or an unfinished
-    rollout); 10 paused (a rollout stopped after its canary, waiting for promote or abort: the split it
-    leaves is expected); 8 split (every node where the ledger wants it, but not all on one release);
-    3 unreachable. A node with no release and no record (never deployed) is not a fault."""
+    unconfirmed move); 6 drift (a node not on its desired release, a node running a release this ledger
+    never put there, or an unfinished rollout); 10 paused (a rollout stopped after its canary, waiting for
+    promote or abort: the split it leaves is expected); 8 split (every node where the ledger wants it, but
+    not all on one release); 3 unreachable. A node with no release and no record (never deployed) is not a
+    fault."""
     if any(n.reachable and n.error for n in nodes):
         return ExitCode.OPERATION_FAILED
     if any(n.reachable and n.drift in SUSPECT_STATES for n in nodes):

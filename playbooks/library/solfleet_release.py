@@ -648,7 +648,7 @@ class Deployment:
                 recheck = moved["health_pending"] or (moved["health_failed"] and not restore)
                 # the journal's last move names another release than current: its confirmation (and what
                 # followed) was lost, e.g. to a full disk while a failed release was switched back
-                last = (self.layout.last_moving_event() or {}).get("version")
+                last = moved["moved_to"]
                 unconfirmed = moved["unconfirmed"] or last != target
                 open_move = unconfirmed or recheck
                 if open_move and not self.layout.is_verified(target):

@@ -368,6 +368,7 @@ class NodeLayout:
             "intent": journal[last_intent] if last_intent > last_move else None,
             "health_failed": journal[last_health] if failed else None,
             "deactivated": journal[last_move] if deactivated else None,
+            "moved_to": moved_to,  # the version the journal's last move put in place (None: no move)
         }
 
     def last_moving_event(self) -> dict | None:
