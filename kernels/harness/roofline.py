@@ -51,7 +51,8 @@ def plot(report: dict[str, Any], path: str | Path) -> Path:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never hides a point
     out = Path(path)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    # "tight" grows the canvas to hold the legend outside the axes (tight_layout cannot fit ~100 entries and
+    # warns on every table)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return out
