@@ -4,8 +4,8 @@
 #               second half of the LLM ops; its registry step times clip, cast, gemm and o_proj), then the
 #               layernorm A/B below if time is left;
 #   otherwise (or STEP=ab): lab/layernorm_prefetch_ab.py (layernorm's WIDE_ROWS kernels with the next row in
-#               flight), then item 3, lab/clip_bench_spread.py (fp16, fp32), then the GPU tests of rmsnorm and
-#               fused_add_rmsnorm (the write-pass refactor; its SASS is identical) until TOTAL s.
+#               flight), then lab/staged_rows.patch applied and its GPU tests (test_bf16's staged / wide /
+#               packed rows, test_layernorm), then item 3, lab/clip_bench_spread.py (fp16, fp32), until TOTAL s.
 #   OUT=dir [STEP=auto|ab|table] [TOTAL=560] bash lab/gpu_call_twentyfirst.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-twentyfirst}; TOTAL=${TOTAL:-560}; STEP=${STEP:-auto}
@@ -25,6 +25,13 @@ probe() {
     echo "== clip probe $dt rc=$? after $(( $(date +%s) - t0 )) s"; tail -6 "$OUT/clip-$dt.txt"
   done
 }
+staged() {  # lab/staged_rows.patch (layernorm's rows staged in shared memory, as it would ship): its GPU tests
+  { git apply lab/staged_rows.patch 2>/dev/null || patch -p1 < lab/staged_rows.patch; } > "$OUT/staged-apply.txt" 2>&1 \
+    || { echo "== lab/staged_rows.patch did not apply"; return; }
+  timeout -k 5 "$(left $1)" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_bf16.py -k "staged or wide or packed" \
+    tests/kernels/test_layernorm.py > "$OUT/pytest-staged.txt" 2>&1
+  echo "== staged pytest rc=$? after $(( $(date +%s) - t0 )) s"; tail -6 "$OUT/pytest-staged.txt"
+}
 if [[ $STEP == table || ( $STEP == auto && $name == *H200* ) ]]; then
   LLM_OPS=fused_add_rmsnorm,swiglu,rope,cast_fp8,residual_add GEMM=0 LLM_DEADLINE=330 REG_DEADLINE=470 \
     OUT=$OUT/table bash benchmarks/h200_latest.sh > "$OUT/table.txt" 2>&1
@@ -32,8 +39,6 @@ if [[ $STEP == table || ( $STEP == auto && $name == *H200* ) ]]; then
   ab "$TOTAL"
 else
   ab 200
-  probe 330
-  timeout -k 5 "$(left "$TOTAL")" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_rmsnorm.py \
-    tests/kernels/test_fused_add_rmsnorm.py > "$OUT/pytest.txt" 2>&1
-  echo "== pytest rc=$? after $(( $(date +%s) - t0 )) s"; tail -6 "$OUT/pytest.txt"
+  staged 360
+  probe "$TOTAL"
 fi
