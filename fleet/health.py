@@ -1,8 +1,10 @@
 """`solfleet health`: run `python -m kernels health` in every node's current release (health.yml) and say
 which nodes are healthy. Read-only on the nodes apart from the metrics file and the Xid state that every
-health run refreshes, and the suspect record a failed `release.integrity` of current leaves (status says
-`suspect` until a deploy or rollback replaces current); no ledger row is written. Bounded by
-`timeouts.status_s` per task.
+health run refreshes, the suspect record a failed `release.integrity` of current leaves (status says
+`suspect` until a deploy or rollback replaces current), and one journal line with the result (`healthy` or
+`failed`, what status reads as the node's health since the last move), written under the node's lock and
+only when current did not move while health ran; no ledger row is written. Bounded by `timeouts.status_s`
+per task.
 
 Exit codes (docs/cli.md, "Health exit codes"): 0 every node answered and no check failed; 9 some node is
 unhealthy (a failed check, no current release, or a health run that returned no report); 3 the only problem
@@ -36,6 +38,8 @@ class NodeHealth:
     current: str | None
     checks: list[dict[str, str]] = field(default_factory=list)  # {"name", "status", "detail"}
     error: str = ""  # why there is no report (unreachable, no current, the run itself failed)
+    # why the result was not recorded in the node journal (a move while it ran, a full disk); "" when it was
+    journal_error: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +100,7 @@ def node_health(node: Node, hp: runner.HostProgress) -> NodeHealth:
         current=current if isinstance(current, str) else None,
         checks=checks,
         error=error,
+        journal_error=str(sf.get("health_journal_error") or ""),
     )
 
 
@@ -108,8 +113,9 @@ def fleet_health(spec: FleetSpec, nodes: list[Node], *, progress: ProgressSink |
         private_data_dir=pdd,
         playbook=HEALTH_PLAYBOOK,
         hosts=[n.name for n in nodes],
-        # the module's own timeout of the health run, inside the task's
-        extravars={"solfleet_health_timeout_s": max(limit - 5, 1)},
+        # the module's own timeout of the health run, inside the task's; the result goes to the node
+        # journal, so that status's health verdict follows this check (a deploy's preflight leaves it out)
+        extravars={"solfleet_health_timeout_s": max(limit - 5, 1), "solfleet_health_journal": True},
         ident="00-health",
         timeout_s=limit * 2 + spec.timeouts.connect_s,
         task_timeout_s=limit,

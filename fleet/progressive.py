@@ -13,6 +13,8 @@ node's lease, marked paused, for another lease period, so a second controller is
 the paused rollout; a deploy or rollback from this work dir is refused by the ledger (exit 2). Promote and
 abort renew the leases first; when they had expired and another rollout took a node, they refuse (exit 5),
 and a node moved meanwhile makes promote refuse (exit 2): nothing is changed and the rollout stays paused.
+At their end they drop the leases, or keep them marked unfinished while the rollout still owes its hosts a
+return to the baseline (fleet/recovery.py conclude_leases).
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from fleet.plan import Plan
 from fleet.policy import Gates
 from fleet.recovery import (
     LeaseHeld,
+    conclude_leases,
     describe_where,
-    end_leases,
     read_states,
     restore,
     take_baseline,
@@ -235,7 +237,7 @@ def promote(
                 done=paused.canary,
             )
         finally:
-            end_leases(op, ledger, hosts)
+            conclude_leases(op, ledger, hosts)  # kept, marked unfinished, while it owes a return
 
     return op.execute(body)
 
@@ -260,10 +262,10 @@ def abort(
                 report.message = f"aborted after the canary; on_failure={policy}: hosts left where they are"
                 return
             result = restore(op, ledger, paused.baseline, targets)
+            if result.final:
+                ledger.mark_recovered(op.op_id, by=op.op_id)
         finally:
-            end_leases(op, ledger, hosts)
-        if result.final:
-            ledger.mark_recovered(op.op_id, by=op.op_id)
+            conclude_leases(op, ledger, hosts)  # kept, marked unfinished, while it owes a return
         report.status = OpStatus.ABORTED
         report.exit_code = ExitCode.OK if result.ok or result.final else ExitCode.OPERATION_FAILED
         if result.ok:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import yaml
@@ -32,6 +33,15 @@ from fleet.spec import FleetSpec, project_root
 
 # outcomes of a restore step that leave the host on its baseline
 RESTORED = ("rolled_back", "unchanged")
+
+
+class LeaseState(StrEnum):
+    """The holder's state a node lease carries (lease.json `state`), for a refused second controller to read
+    what ends it (playbooks/module_utils/solfleet_layout.py LEASE_STATES)."""
+
+    RUNNING = "running"
+    PAUSED = "paused"  # stopped after its canary: promote or abort ends it
+    UNFINISHED = "unfinished"  # ended owing its hosts a return to its baseline: reconcile finishes it
 
 
 class LeaseHeld(FleetError):
@@ -163,10 +173,11 @@ def take_baseline(
     return baselines
 
 
-def renew_leases(op: Operation, ledger: Ledger, hosts: list[str], *, paused: bool) -> None:
-    """Renew this operation's lease on `hosts` for another `lease_seconds` from now; `paused` marks the
-    holder so that a refused second controller reads that the rollout is paused, not running. Best effort,
-    like end_leases: a node that does not answer keeps the lease it has (it expires as it would)."""
+def renew_leases(op: Operation, ledger: Ledger, hosts: list[str], *, state: LeaseState) -> None:
+    """Renew this operation's lease on `hosts` for another `lease_seconds` from now, the holder marked
+    `state` (paused, unfinished) so that a refused second controller reads what ends it, not "running".
+    Best effort, like end_leases: a node that does not answer keeps the lease it has (it expires as it
+    would)."""
     with contextlib.suppress(StepAborted):
         op.run_step(
             ledger,
@@ -175,7 +186,8 @@ def renew_leases(op: Operation, ledger: Ledger, hosts: list[str], *, paused: boo
             LEASE_PLAYBOOK,
             {
                 "solfleet_rollout_id": op.op_id,
-                "solfleet_controller": f"{op.controller} (paused)" if paused else op.controller,
+                "solfleet_controller": op.controller,
+                "solfleet_lease_state": state.value,
                 "solfleet_lease_s": lease_seconds(op),
                 "solfleet_take_over": [],
             },
@@ -200,6 +212,28 @@ def end_leases(op: Operation, ledger: Ledger, hosts: list[str], *, rollout_id: s
             record=False,
             timeout_s=op.spec.timeouts.status_s,
         )
+
+
+def conclude_leases(op: Operation, ledger: Ledger, hosts: list[str]) -> None:
+    """At the end of a rollout's process (deploy, promote, abort): one that owes nothing drops its leases.
+    One that still owes its hosts a return to its baseline (its undo interrupted, or unable to reach or move
+    every host: no `recovered_by`) keeps them, renewed for another lease period and marked unfinished, so
+    that no other controller moves its half-moved hosts before `solfleet reconcile` from this work dir
+    (which takes them over, Ledger.own_stale_rollouts) returns them; a refused one reads why. They still
+    expire, so a work dir that is gone does not hold the fleet for ever. Hosts it never leased are left
+    alone."""
+    row = ledger.operation(op.op_id)
+    if row is None or row.recovered_by is not None:
+        end_leases(op, ledger, hosts)
+    else:
+        keep_unfinished_leases(op, ledger, hosts)
+
+
+def keep_unfinished_leases(op: Operation, ledger: Ledger, hosts: list[str]) -> None:
+    """Renew this operation's leases on the `hosts` it leased, marked unfinished. A signal now leaves them as
+    they are (held until their expiry), like a node that does not answer."""
+    with contextlib.suppress(Interrupted):
+        renew_leases(op, ledger, [h for h in hosts if h not in op.unleased], state=LeaseState.UNFINISHED)
 
 
 def read_states(op: Operation, ledger: Ledger, hosts: list[str]) -> dict[str, NodeState]:
@@ -345,13 +379,20 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
         result = RestoreResult(ok=True, final=True, moved=[], where={})
     else:
         take_baseline(op, ledger, hosts, record=False)
+        finished = False
         try:
             result = restore(op, ledger, baseline, hosts, moved_from=row.version if row else None)
+            finished = result.final
         finally:
-            end_leases(op, ledger, hosts)
-            # where this run could not take the dead rollout's lease over (a node that could not write its
-            # lease file), the dead one's lease is still there: drop it too, it is ours
-            end_leases(op, ledger, hosts, rollout_id=unfinished_id)
+            if finished:
+                end_leases(op, ledger, hosts)
+                # where this run could not take the dead rollout's lease over (a node that could not write
+                # its lease file), the dead one's lease is still there: drop it too, it is ours
+                end_leases(op, ledger, hosts, rollout_id=unfinished_id)
+            else:
+                # the rollout stays unfinished (a host dark, an undo refused, a signal): its hosts stay
+                # leased, as at its own end (conclude_leases), until the next reconcile from here
+                keep_unfinished_leases(op, ledger, hosts)
     if gone:
         where = {**result.where, **dict.fromkeys(gone, "not returned: no longer in the fleet spec")}
         result = RestoreResult(ok=False, final=result.final, moved=result.moved, where=where)

@@ -19,6 +19,7 @@ from fleet.health import FleetHealth
 from fleet.ledger import HostRecord, Operation
 from fleet.operation import FAILED_OUTCOMES, PHASES, OperationReport, ProgressFactory
 from fleet.plan import Plan
+from fleet.recovery import LeaseState
 from fleet.runner import HostProgress, HostStatus, ProgressSink
 from fleet.status import FleetStatus, NodeStatus
 
@@ -263,6 +264,8 @@ def print_health(out: Console, fleet: FleetHealth) -> None:
         for c in n.checks:
             colour = colours.get(c["status"], "red")
             out.print(f"  [{colour}]{c['status']:<8}[/] {escape(c['name'])}: {escape(c['detail'])}")
+        if n.journal_error:  # status keeps reading the journal's older verdict for this node
+            out.print(f"  [yellow]note[/]: {escape(n.journal_error)}")
     code = fleet.exit_code
     out.print(f"health: {code.name.lower()} (exit {int(code)})")
 
@@ -297,6 +300,18 @@ def lease_line(node: str, lease: Mapping[str, Any], fleet: FleetStatus, now: flo
         return f"{head} until {when}: that rollout is running now"
     if rid in fleet.paused:
         return f"{head} until {when}: the paused rollout's; promote or abort it"
+    if lease.get("state") == LeaseState.UNFINISHED:
+        # kept by a rollout that ended owing its hosts a return to its baseline (fleet/recovery.py)
+        if rid in fleet.takeover:
+            return (
+                f"{head} until {when}: kept by this work dir's unfinished rollout; `solfleet reconcile` from"
+                " here returns its hosts to their baseline and drops it"
+            )
+        return (
+            f"[yellow]{head} until {when}[/]: kept by another work dir's unfinished rollout; a deploy from"
+            " here is refused (exit 5) until `solfleet reconcile` from that work dir finishes it, or it"
+            " expires"
+        )
     if rid in fleet.takeover:
         return (
             f"{head} until {when}: this work dir's own (it ended, or its controller is gone); the next"

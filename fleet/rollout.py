@@ -11,7 +11,8 @@ machine) is returned to its baseline by the next deploy, rollback or `solfleet r
 ansible-runner stops (job timeout) is recorded host by host and counts as failed, so the policy runs before
 the exit 4; one still running at `rollout.batch_deadline_s` (its job timeout then) is failed the same way,
 exit 1. A plan that `pauses` stops after its passing canary with the leases kept (fleet/progressive.py
-continues or aborts it)."""
+continues or aborts it). A deploy that ends still owing a return to its baseline (its undo interrupted, or
+unable to reach every host) keeps its leases too, marked unfinished, until `reconcile` returns its hosts."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ from fleet.operation import (
 from fleet.plan import Batch, Plan
 from fleet.policy import UnhealthyPolicy, UnreachablePolicy
 from fleet.recovery import (
+    LeaseState,
+    conclude_leases,
     conclude_recovery,
     describe_where,
     end_leases,
@@ -141,8 +144,10 @@ def deploy(
             else:
                 conclude_deploy(op, ledger, plan, baseline, run.failure, run.failed)
         finally:
-            if not run.paused:  # a paused rollout keeps its (renewed) leases: docs/cli.md "Progressive"
-                end_leases(op, ledger, hosts)
+            # a paused rollout keeps its (renewed) leases: docs/cli.md "Progressive"; an unfinished one keeps
+            # them too, marked so, until `reconcile` returns its hosts (conclude_leases)
+            if not run.paused:
+                conclude_leases(op, ledger, hosts)
 
     def precheck(ledger: Ledger) -> None:
         refuse_if_paused(ledger)
@@ -349,7 +354,7 @@ def run_batches(
         if index == 0 and plan.pauses:
             try:
                 # the leases stay with this rollout, marked paused, for another lease period from now
-                renew_leases(op, ledger, list(plan.hosts), paused=True)
+                renew_leases(op, ledger, list(plan.hosts), state=LeaseState.PAUSED)
             except Interrupted as exc:
                 return BatchRun(
                     BatchFailure(batch=batch, failed=[], reason=str(exc), interrupted=True), all_failed

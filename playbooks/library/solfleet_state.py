@@ -2,8 +2,10 @@
 """solfleet_state: read a node's solfleet state (status), run the kernels health check in `current`, or take
 and drop the rollout lease.
 
-status and health are read-only: they take no lock (status must answer while a deploy holds it) and change
-nothing. lease/release change only `<root>/lease.json`.
+status is read-only: it takes no lock (status must answer while a deploy holds it) and changes nothing.
+health changes nothing either, except that with journal=true (`solfleet health`) it records its result in
+the journal, under the node's lock and only when `current` did not move while it ran (journal_health).
+lease/release change only `<root>/lease.json`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.solfleet_artifact import check_files, read_manifest
 from ansible.module_utils.solfleet_kernels import KernelsRun, health_env, run_kernels
-from ansible.module_utils.solfleet_layout import Lease, NodeError, NodeLayout
+from ansible.module_utils.solfleet_layout import LEASE_STATES, Lease, NodeError, NodeLayout, NodeLock
 
 DOCUMENTATION = r"""
 module: solfleet_state
@@ -21,6 +23,9 @@ description:
     last_event, simulated. With I(deep=true) it also re-hashes every file of C(current) against its
     MANIFEST.json: C(current_intact) true/false and C(current_check) say what was found (null when not asked).
   - I(mode=health) also runs C(python -m kernels health --json) in C(<root>/current) and fails when unhealthy.
+    With I(journal=true) it journals the result (C(healthy) or C(failed), the release checked, the failed
+    checks), so that status's health verdict follows the latest check; C(health_journaled) and
+    C(health_journal_error) say whether it did, and why not.
   - I(mode=lease) takes the node's rollout lease for I(rollout_id) (refused, naming the holder, when another
     live rollout holds it, unless that rollout is in I(take_over)) and returns the state as I(mode=status)
     does: the controller's baseline. I(mode=release) drops the lease when I(rollout_id) holds it.
@@ -32,9 +37,15 @@ options:
   mode: {description: "what to do", type: str, choices: [status, health, lease, release], default: status}
   rollout_id: {description: "mode=lease/release: the rollout", type: str, default: ""}
   controller: {description: "mode=lease: user@host:pid of the controller", type: str, default: ""}
+  lease_state:
+    description: "mode=lease: the holder's state, written in lease.json"
+    type: str
+    choices: [running, paused, unfinished]
+    default: running
   lease_s: {description: "mode=lease: seconds until the lease expires", type: int, default: 3600}
   take_over: {description: "mode=lease: rollouts whose lease may go", type: list, elements: str, default: []}
   health: {description: "mode=lease: also run health once the lease is held", type: bool, default: false}
+  journal: {description: "mode=health: record the result in the journal", type: bool, default: false}
   root: {description: "absolute node root", type: path, required: true}
   node: {description: "node name", type: str, required: true}
   python: {description: "interpreter that runs python -m kernels (mode=health)", type: str, default: ""}
@@ -95,6 +106,49 @@ def check_health(layout: NodeLayout, p: dict, state: dict) -> KernelsRun:
     return run
 
 
+# How long a health run waits for the node's lock to journal its result: long enough for another health
+# run's append, never a deploy's verify (`solfleet health` answers within timeouts.status_s).
+HEALTH_JOURNAL_LOCK_S = 2.0
+
+
+def journal_health(layout: NodeLayout, checked: str, switches_before: int, ok: bool, message: str) -> dict:
+    """Record a health run's result on `checked` in the journal (`healthy`, or `failed` with why), the line
+    status reads for the node's health since the last move (NodeLayout.move_state), so that a pass on
+    current clears `health_failed` and a failure sets it. The run holds no lock while it checks (it must
+    answer while a deploy verifies for minutes), so the line is appended under the node's lock, and only
+    when nothing moved meanwhile: `current` still `checked`, no switch journaled since the run began
+    (`switches_before`); else a move's own health line would be overtaken by an older result. Nor is it
+    written when the journal's last move names another release (a line move_state would not count), or when
+    the journal already holds the same line for current since the last move (a periodic health run does not
+    grow the journal). Returns `health_journaled` (the journal holds this result for current now) and
+    `health_journal_error` (why not)."""
+    event = "healthy" if ok else "failed"
+    detail = "health passed (solfleet health)" if ok else f"health (solfleet health): {message}"
+    why = None
+    try:
+        with NodeLock(layout, HEALTH_JOURNAL_LOCK_S):
+            now = layout.link_version("current")
+            moved = layout.move_state()
+            last = moved["last_health"] or {}
+            if now != checked or layout.journaled_switches() != switches_before:
+                why = f"current moved while health ran (now {now or 'none'}): the move's own health stands"
+            elif moved["moved_to"] != checked:
+                why = (
+                    f"the journal's last move names {moved['moved_to'] or 'nothing'}, not current {checked}:"
+                    f" `rollback --to {checked}` confirms it and runs health"
+                )
+            elif (last.get("event"), last.get("detail")) != (event, detail):
+                layout.journal(event, checked, "", detail)
+    except NodeError as exc:  # the lock: a deploy or rollback is at work here
+        why = exc.message
+    except OSError as exc:  # a full disk, a root that cannot be written
+        why = f"cannot journal it: {exc.strerror or exc}"
+    return {
+        "health_journaled": why is None,
+        "health_journal_error": None if why is None else f"result not journaled: {why}",
+    }
+
+
 def lease_health(layout: NodeLayout, p: dict, state: dict) -> None:
     """mode=lease with health=true: the health check of mode=health on a node with a current release. Never
     fails the lease: the report goes to state["health"], and why there is no passing run to
@@ -119,9 +173,12 @@ def main() -> None:
             "mode": {"type": "str", "choices": ["status", "health", "lease", "release"], "default": "status"},
             "rollout_id": {"type": "str", "default": ""},
             "controller": {"type": "str", "default": ""},
+            # what a refused second controller reads of the holder (solfleet_layout.LEASE_STATES)
+            "lease_state": {"type": "str", "choices": list(LEASE_STATES), "default": "running"},
             "lease_s": {"type": "int", "default": 3600},
             "take_over": {"type": "list", "elements": "str", "default": []},
             "health": {"type": "bool", "default": False},
+            "journal": {"type": "bool", "default": False},
             "root": {"type": "path", "required": True},
             "node": {"type": "str", "required": True},
             "python": {"type": "str", "default": ""},
@@ -156,6 +213,7 @@ def main() -> None:
                 controller=p["controller"],
                 expires_in_s=p["lease_s"],
                 take_over=list(p["take_over"]),
+                state=p["lease_state"],
             )
         except NodeError as exc:
             state = layout.state()
@@ -173,6 +231,7 @@ def main() -> None:
         state["lease_replaced"] = replaced or None
         lease_health(layout, p, state)
         module.exit_json(changed=False, solfleet=state)
+    switches = layout.journaled_switches()  # before current is read: a move after it shows (journal_health)
     state = layout.state()
     if p["mode"] == "status":
         state["current_intact"], state["current_check"] = (
@@ -187,8 +246,12 @@ def main() -> None:
         module.fail_json(msg=f"solfleet: {p['node']}: health: python is empty", solfleet=state)
     try:
         run = check_health(layout, p, state)
-    except NodeError as exc:
+    except NodeError as exc:  # the run itself failed (a timeout): a failed check, as after a move
+        if p["journal"]:
+            state.update(journal_health(layout, state["current"], switches, False, exc.message))
         module.fail_json(msg=f"solfleet: {p['node']}: health: {exc.message}", solfleet=state)
+    if p["journal"]:
+        state.update(journal_health(layout, state["current"], switches, run.ok, run.message))
     if not run.ok:
         module.fail_json(
             msg=f"solfleet: {p['node']}: health: {run.message} (current {state['current']})", solfleet=state

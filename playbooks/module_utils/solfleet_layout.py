@@ -34,7 +34,20 @@ MOVING_EVENTS = ("activated", "rolled_back", "deactivated")
 # one of MOVING_EVENTS was cut short; a confirmed move not followed by HEALTH_EVENTS never had its health run.
 INTENT_EVENT = "switching"
 HEALTH_EVENTS = ("healthy", "failed")
-LEASE_FILE = "lease.json"  # the rollout holding this node: {rollout_id, controller, user, pid, expires}
+LEASE_FILE = "lease.json"  # the rollout holding this node: {rollout_id, controller, state, acquired, expires}
+# The holder's state, written in the lease so that a refused second controller reads what the holder is
+# doing and what ends it: `running` (a rollout in progress), `paused` after its canary (promote or abort
+# ends it), `unfinished` (it ended owing its hosts a return to its baseline: reconcile from its work dir).
+# A lease without the field (written before it existed) is a running one.
+LEASE_STATES = ("running", "paused", "unfinished")
+LEASE_STATE_NOTES = {
+    "running": "",
+    "paused": " (paused after its canary: `solfleet promote` or `solfleet abort` from its work dir ends it)",
+    "unfinished": (
+        " (unfinished: it owes its hosts a return to its baseline; `solfleet reconcile` from its work dir"
+        " finishes it)"
+    ),
+}
 SUSPECT_FILE = "suspect.json"  # {version, reason, time}: current failed a re-check; cleared when replaced
 FAILED_DIR = "failed"  # verify/health records of refused releases, kept after the release is removed
 
@@ -367,9 +380,16 @@ class NodeLayout:
             "health_pending": last_move >= 0 and last_health < last_move and not deactivated,
             "intent": journal[last_intent] if last_intent > last_move else None,
             "health_failed": journal[last_health] if failed else None,
+            # the last health line that counts for current since the last move (healthy or failed), or None
+            "last_health": journal[last_health] if last_health > last_move else None,
             "deactivated": journal[last_move] if deactivated else None,
             "moved_to": moved_to,  # the version the journal's last move put in place (None: no move)
         }
+
+    def journaled_switches(self) -> int:
+        """How many switches of `current` (intents and confirmations) the journal holds. It is append-only
+        and every switch is journaled under the node's lock, so a count that grew means `current` moved."""
+        return sum(1 for line in self.read_journal() if line.get("event") in (INTENT_EVENT, *MOVING_EVENTS))
 
     def last_moving_event(self) -> dict | None:
         for line in reversed(self.read_journal()):
@@ -442,7 +462,13 @@ class Lease:
     def describe(self, record: dict) -> str:
         expires = self.expires(record)
         when = datetime.datetime.fromtimestamp(expires, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: UP017
-        return f"rollout {record.get('rollout_id')} of {record.get('controller')} (lease expires {when})"
+        state = record.get("state") or "running"
+        # a state this node never writes (a file edited by hand) is named as found, not guessed at
+        note = LEASE_STATE_NOTES.get(state) if isinstance(state, str) else None
+        if note is None:
+            note = f" (lease state {state!r}, not one of {', '.join(LEASE_STATES)})"
+        holder = f"rollout {record.get('rollout_id')} of {record.get('controller')}"
+        return f"{holder}{note} (lease expires {when})"
 
     def check(self, rollout_id: str) -> None:
         """Refuse when a live lease of another rollout holds this node."""
@@ -450,10 +476,25 @@ class Lease:
         if held and held.get("rollout_id") != rollout_id and self.expires(held) > time.time():
             raise NodeError("lease", "refused", f"{self.describe(held)} holds this node; nothing was changed")
 
-    def acquire(self, *, rollout_id: str, controller: str, expires_in_s: float, take_over: list[str]) -> dict:
-        """Take (or renew) the lease for `rollout_id`. A live lease of another rollout is refused unless it is
-        one of `take_over` (an unfinished rollout of this controller's ledger that is being reconciled).
-        Returns the lease record replaced, when it was another rollout's."""
+    def acquire(
+        self,
+        *,
+        rollout_id: str,
+        controller: str,
+        expires_in_s: float,
+        take_over: list[str],
+        state: str = "running",
+    ) -> dict:
+        """Take (or renew) the lease for `rollout_id`, its holder in `state` (LEASE_STATES). A live lease of
+        another rollout is refused unless it is one of `take_over` (an unfinished rollout of this
+        controller's ledger that is being reconciled). Returns the lease record replaced, when it was
+        another rollout's."""
+        if state not in LEASE_STATES:
+            raise NodeError(
+                "lease",
+                "refused",
+                f"lease state {state!r} is not one of {', '.join(LEASE_STATES)}; nothing was changed",
+            )
         os.makedirs(self.layout.root, mode=0o755, exist_ok=True)
         fd = self._locked()
         try:
@@ -468,6 +509,7 @@ class Lease:
                 {
                     "rollout_id": rollout_id,
                     "controller": controller,
+                    "state": state,
                     "acquired": utc_now(),
                     "expires": round(time.time() + expires_in_s, 3),
                 },

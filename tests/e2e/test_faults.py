@@ -602,3 +602,106 @@ def test_16_a_node_path_with_markup_is_printed_not_parsed(ff: Faults, tmp_path: 
     assert hist.returncode == 0, hist.stdout + hist.stderr
     assert "odd[/]root[red]" in hist.stdout.replace("\n", ""), hist.stdout
     shutil.rmtree(odd, ignore_errors=True)
+
+
+# -- 17: a rollout that ends unfinished keeps its leases until reconcile ----------------------------------
+def cut_off(ff: Faults, node: str) -> None:
+    """`node` stops answering now, mid-rollout: its sshd stops, and so do the sessions it serves (else the
+    controller's ControlPersist connection, opened by the rollout's lease call, would still reach it)."""
+    sshd = ff.sshd.node(node).proc
+    assert sshd is not None
+    sessions = subprocess.run(["pgrep", "-P", str(sshd.pid)], capture_output=True, text=True).stdout.split()
+    ff.sshd.stop_node(node)
+    for pid in sessions:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def lease_of(ff: Faults, node: str) -> dict | None:
+    path = ff.root(node) / "lease.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def test_17_an_unfinished_rollout_keeps_its_leases_until_reconcile_from_its_work_dir(
+    ff: Faults, tmp_path: Path
+) -> None:
+    """The canary fails verify, so on_failure returns every host to its baseline; one host stops answering
+    before that undo can read it, so the rollout ends unfinished. Its leases stay (renewed, marked
+    unfinished): a second controller is refused (exit 5) naming the unfinished rollout and `solfleet
+    reconcile`; once the host is back, reconcile from the first work dir finishes it and drops them, and the
+    second controller may deploy."""
+    before = ff.links()
+    dark = "node04"
+    broken = retag(ff.artifact(V1), ff.dist / "solfleet-ops-6.2.0.tar.gz", "6.2.0", break_residual_add)
+    proc = ff.start(
+        "deploy", "--version", "6.2.0", "--artifact", str(broken), "--verify-ops", VERIFY_OPS, "--yes"
+    )
+    other_work = tmp_path / "second-operator"
+    try:
+        # every node leased and its baseline read: the canary has its release staged; now cut node04 off
+        ff.wait_journal("node01", "staged", "6.2.0")
+        cut_off(ff, dark)
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == ExitCode.OPERATION_FAILED, out[-3000:]
+        flat = " ".join(out.split())
+        assert "could not return every host to the baseline (run `solfleet reconcile`)" in flat, flat[-3000:]
+        op = last_op(ff)
+        assert op["recovered_by"] is None, op  # unfinished: owed a return to its baseline
+        for node in NODES:
+            lease = lease_of(ff, node)
+            assert lease is not None and lease["rollout_id"] == op["id"], (node, lease)
+            if node != dark:  # renewed and marked; the dark node keeps the lease it was given
+                assert lease["state"] == "unfinished" and lease["expires"] > time.time() + 60, (node, lease)
+        text = " ".join(ff.cli("status").stdout.split())
+        assert f"node01: lease of rollout {op['id']}" in text, text[-3000:]
+        assert "kept by this work dir's unfinished rollout; `solfleet reconcile` from here" in text, text[
+            -3000:
+        ]
+
+        # a second controller (its own work dir and ledger) is refused by the kept leases; nothing moves
+        trees = {n: ff.tree(n) for n in NODES}
+        second = ff.start(*ff.deploy_args(V3), "--verify-ops", VERIFY_OPS, "--yes", work=other_work)
+        out2, _ = second.communicate(timeout=300)
+        assert second.returncode == ExitCode.LOCKED, out2[-3000:]
+        flat2 = " ".join(out2.split())
+        assert f"rollout {op['id']} of " in flat2 and "(unfinished: it owes its hosts a return" in flat2, (
+            flat2
+        )
+        assert "`solfleet reconcile` from its work dir finishes it" in flat2, flat2
+        assert {n: ff.tree(n) for n in NODES} == trees, "a refused controller touched a node"
+    finally:
+        ff.sshd.restart_node(dark)
+
+    # reconcile from the first work dir finishes the rollout and drops every lease
+    result = ff.cli("reconcile", "--yes")
+    assert result.rc == 0, result.output[-3000:]
+    with ff.ledger() as conn:
+        (recovered_by,) = conn.execute(
+            "SELECT recovered_by FROM operations WHERE id = ?", (op["id"],)
+        ).fetchone()
+    assert recovered_by is not None
+    assert {n: lease_of(ff, n) for n in NODES} == dict.fromkeys(NODES), "reconcile left a lease"
+    assert ff.links() == before
+    # and the second controller may deploy now (the release every node runs: nothing moves)
+    again = ff.start(*ff.deploy_args(before["node01"][0] or V2), "--verify-ops", VERIFY_OPS, "--yes",
+                     work=other_work)  # fmt: skip
+    out3, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, out3[-3000:]
+    assert ff.links() == before and {n: lease_of(ff, n) for n in NODES} == dict.fromkeys(NODES)
+    assert_truthful(ff, ExitCode.OK)
+
+
+# -- 18: `solfleet health` records its result where status reads it -----------------------------------
+def test_18_solfleet_health_journals_its_result_once(ff: Faults) -> None:
+    result = ff.cli("health", "--json")
+    assert result.rc == 0, result.output[-3000:]
+    assert all(not n["journal_error"] for n in json.loads(result.stdout)["nodes"]), result.stdout
+    journals = {}
+    for node in NODES:
+        last = ff.journal(node)[-1]
+        assert (last["event"], last["version"]) == ("healthy", ff.link(node, "current")), last
+        assert last["detail"] == "health passed (solfleet health)", last
+        journals[node] = ff.journal(node)
+    assert ff.cli("health").rc == 0
+    assert {n: ff.journal(n) for n in NODES} == journals, "the same result was journaled twice"
+    assert_truthful(ff, ExitCode.OK)

@@ -943,3 +943,145 @@ def test_a_lease_whose_expiry_is_not_a_time_refuses_naming_the_file(
     assert taken.results["n1"]["failed_phase"] == "lease", taken.results["n1"]
     assert why in taken.results["n1"]["message"], taken.results["n1"]
     assert json.loads((node_on_v1 / "lease.json").read_text()) == lease, "the file is left as it was"
+
+
+def test_a_lease_kept_by_an_unfinished_rollout_says_so_and_still_expires(
+    tmp_path: Path, built: dict[str, Path], node_on_v1: Path
+) -> None:
+    """A rollout that ended owing its hosts a return to its baseline renews its leases marked `unfinished`
+    (fleet/recovery.py conclude_leases). The node writes the state into lease.json, a second rollout's lease
+    call and its deploy are refused naming the unfinished rollout and `solfleet reconcile`, a state the node
+    does not know is refused with nothing changed, and the lease still expires."""
+
+    def lease(rollout_id: str, lease_s: int = 600, state: str = "running") -> PlayResult:
+        # every var named: run_play's private data dir keeps the extravars of the run before it
+        return run_play(
+            tmp_path,
+            "lease.yml",
+            {"n1": node_on_v1},
+            solfleet_rollout_id=rollout_id,
+            solfleet_controller="me@here:1",
+            solfleet_lease_s=lease_s,
+            solfleet_lease_state=state,
+            solfleet_take_over=[],
+            solfleet_lease_health=[],
+        )
+
+    kept = lease("r-first", state="unfinished")
+    assert kept.status == "successful", kept.messages
+    record = json.loads((node_on_v1 / "lease.json").read_text())
+    assert (record["rollout_id"], record["state"]) == ("r-first", "unfinished"), record
+    why = "rollout r-first of me@here:1 (unfinished: it owes its hosts a return to its baseline;"
+    fix = "`solfleet reconcile` from its work dir finishes it)"
+
+    refused = lease("r-second")
+    assert refused.status == "failed" and refused.results["n1"]["failed_phase"] == "lease", refused.results
+    message = refused.results["n1"]["message"]
+    assert why in message and fix in message and "\n" not in message, message
+    deploy = run_play(
+        tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, built[V2], solfleet_rollout_id="r-2")
+    )
+    assert deploy.status == "failed" and why in deploy.messages["n1"], deploy.messages
+
+    bogus = lease("r-first", state="resting")
+    assert bogus.status == "failed", bogus.messages
+    assert "lease_state" in bogus.messages["n1"] and "unfinished" in bogus.messages["n1"], bogus.messages
+    assert json.loads((node_on_v1 / "lease.json").read_text()) == record, "a refused state changed the lease"
+
+    # it still expires: a vanished work dir does not hold the node for ever
+    assert lease("r-first", lease_s=0, state="unfinished").status == "successful"
+    taken = lease("r-second")
+    assert taken.status == "successful", taken.messages
+    assert taken.results["n1"]["lease_replaced"]["state"] == "unfinished", taken.results["n1"]
+    assert json.loads((node_on_v1 / "lease.json").read_text())["state"] == "running"
+
+
+def _marker_health(d: Path) -> None:
+    """A release whose health fails while <root>/unhealthy exists (a node fault), and which journals a move
+    of `current` while it checks when <root>/move-while-checking exists (a rollback that ran meanwhile)."""
+    wrap_health(
+        d,
+        "unhealthy while <root>/unhealthy exists; a journaled move while <root>/move-while-checking exists",
+        "    import json\n"
+        "    from pathlib import Path\n"
+        "    root = Path(__file__).resolve().parents[4]\n"
+        "    report = _real_run()\n"
+        "    if (root / 'unhealthy').exists():\n"
+        "        report['ok'] = False\n"
+        "        report['checks'].append(\n"
+        "            {'name': 'injected', 'status': 'failed', 'ok': False, 'detail': 'marker'}\n"
+        "        )\n"
+        "    if (root / 'move-while-checking').exists():\n"
+        "        line = {'event': 'rolled_back', 'version': '1.0.0', 'rollout_id': 'r-meanwhile',\n"
+        "                'node': 'n1', 'simulated': True, 'detail': 'a move while health ran'}\n"
+        "        with open(root / 'journal.jsonl', 'a') as fh:\n"
+        "            fh.write(json.dumps(line) + '\\n')\n"
+        "    return report\n",
+    )
+
+
+def test_solfleet_health_journals_its_result_so_status_follows_the_latest_check(
+    tmp_path: Path, built: dict[str, Path]
+) -> None:
+    """health.yml with solfleet_health_journal (what `solfleet health` passes) journals its result for the
+    release it checked: a failure on current makes status's verdict `health_failed` naming the check, a pass
+    clears it. The same result twice adds no line; without the flag (a deploy's preflight) nothing is
+    written; and the line is not written while another step holds the node's lock, nor when `current`
+    moved while health ran (that move's own health stands)."""
+    v1 = repack(built[V1], tmp_path / "v1-marker-health.tar.gz", _marker_health)
+    root = tmp_path / "n1"
+    done = run_play(tmp_path, "deploy.yml", {"n1": root}, **deploy_vars(V1, v1))
+    assert done.status == "successful", done.messages
+
+    def journal() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in (root / "journal.jsonl").read_text().splitlines()]
+
+    def health(**extra: Any) -> PlayResult:
+        return run_play(tmp_path, "health.yml", {"n1": root}, **extra)
+
+    def status() -> dict[str, Any]:
+        return run_play(tmp_path, "status.yml", {"n1": root}).results["n1"]
+
+    (root / "unhealthy").touch()
+    before = journal()
+    assert health().status == "failed" and journal() == before, "a health run without the flag journaled"
+    sick = health(solfleet_health_journal=True)
+    assert sick.status == "failed" and sick.results["n1"]["health_journaled"] is True, sick.results
+    last = journal()[-1]
+    assert (last["event"], last["version"]) == ("failed", V1) and "injected: marker" in last["detail"], last
+    sf = status()
+    assert sf["health_failed"]["version"] == V1 and "solfleet health" in sf["health_failed"]["detail"], sf
+    assert drift_of(V1, V1, reachable=True, current_verified=True, health_failed=True) == "health_failed"
+    assert "solfleet health --limit n1" in (_move_detail(sf, V1, "solfleet", "n1") or "")
+    again = journal()
+    assert health(solfleet_health_journal=True).results["n1"]["health_journaled"] is True
+    assert journal() == again, "the same result twice added a line"
+
+    (root / "unhealthy").unlink()
+    well = health(solfleet_health_journal=True)
+    assert well.status == "successful", well.messages
+    assert [(e["event"], e["version"]) for e in journal()[-1:]] == [("healthy", V1)]
+    sf = status()
+    assert sf["health_failed"] is None and not sf["health_pending"], sf
+    assert _move_detail(sf, V1, "solfleet", "n1") is None
+
+    # a deploy or rollback holds the node's lock: the result is not journaled, and the answer says why
+    (root / "unhealthy").touch()
+    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        before = journal()
+        held = health(solfleet_health_journal=True)
+    finally:
+        os.close(fd)
+    assert held.status == "failed" and held.results["n1"]["health_journaled"] is False, held.results
+    assert "another deploy or rollback holds" in held.results["n1"]["health_journal_error"], held.results
+    assert journal() == before and status()["health_failed"] is None
+
+    # current moved while health ran: the older result must not overtake the move's own health line
+    (root / "move-while-checking").touch()
+    moved = health(solfleet_health_journal=True)
+    after = journal()
+    assert moved.results["n1"]["health_journaled"] is False, moved.results
+    assert "current moved while health ran" in moved.results["n1"]["health_journal_error"], moved.results
+    assert after[-1]["rollout_id"] == "r-meanwhile", after[-2:]  # nothing was appended after the move

@@ -142,7 +142,7 @@ def test_01_a_paused_rollout_is_told_truthfully_and_promote_from_a_new_process_f
     for node in NODES:  # the leases stay with the paused rollout, and say it is paused
         lease = pf.lease(node)
         assert lease is not None and lease["rollout_id"] == op_id, (node, lease)
-        assert lease["controller"].endswith("(paused)") and lease["expires"] > time.time(), lease
+        assert lease["state"] == "paused" and lease["expires"] > time.time(), lease
     code, report = pf.status()
     assert code == ExitCode.PAUSED and report["paused"] == [op_id], json.dumps(report, indent=1)[-2000:]
     assert {n["name"]: n["drift"] for n in report["nodes"]} == dict.fromkeys(NODES, "in_sync")
@@ -195,7 +195,8 @@ def test_02_while_paused_nothing_else_starts_a_moved_node_stops_promote_and_abor
     # another controller (its own work dir and ledger) is refused by the nodes' leases, which say paused
     second = pf.deploy_with(pf.spec, V4, work=tmp_path / "second-work")
     assert second.rc == ExitCode.LOCKED, second.output[-3000:]
-    assert f"rollout {op_id} of " in second.stderr and "(paused)" in second.stderr, second.stderr[-2000:]
+    flat = " ".join(second.stderr.split())
+    assert f"rollout {op_id} of " in flat and "(paused after its canary:" in flat, flat[-2000:]
     assert {n: pf.tree(n) for n in NODES} == trees, "a refused command touched a node"
 
     # a node moved behind the pause's back: promote refuses, naming it, and changes nothing

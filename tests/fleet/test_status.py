@@ -212,6 +212,31 @@ def test_lease_line_tells_this_work_dirs_leases_from_another_controllers() -> No
     assert "expiry is not a time ('junk')" in lease_line("n1", {**held, "expires": "junk"}, fleet(), now=now)
 
 
+def test_a_lease_kept_by_an_unfinished_rollout_names_reconcile(tmp_path: Path) -> None:
+    """A rollout that ended owing its hosts a return to its baseline keeps its leases, marked unfinished
+    (fleet/recovery.py conclude_leases): status's lease line says so and names `solfleet reconcile`, from
+    the holder's work dir (through the real CLI and the node's lease file), or from here when it is this
+    work dir's own; an expired one is still the next deploy's to take."""
+    work = tmp_path / "work"
+    root = work / "local-fleet" / "n1"
+    root.mkdir(parents=True)
+    rid = "r-20261207T000000Z-0cc0c0"
+    lease = {"rollout_id": rid, "controller": "bob@laptop:4242", "state": "unfinished"}
+    (root / "lease.json").write_text(json.dumps({**lease, "expires": time.time() + 3600}))
+    out = solfleet("status", work=work, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    line = " ".join(out.stdout.split()).split("n1: lease of rollout ", 1)[1].split("status: exit", 1)[0]
+    assert "another work dir's unfinished rollout" in line, line
+    assert "refused (exit 5) until `solfleet reconcile` from that work dir finishes it" in line, line
+
+    now = 1_800_000_000.0
+    held = {**lease, "expires": now + 60}
+    mine = FleetStatus(nodes=[], unfinished=[rid], takeover=frozenset({rid}))
+    own = lease_line("n1", held, mine, now=now)
+    assert "this work dir's unfinished rollout" in own and "`solfleet reconcile` from here" in own, own
+    assert "expired" in lease_line("n1", {**held, "expires": now - 1}, mine, now=now)
+
+
 def test_the_command_status_prints_names_this_fleet_and_work_dir(tmp_path: Path) -> None:
     """A command offered for the operator to paste must act on this fleet: with a spec or work dir other
     than the defaults it carries --fleet / --work-dir (quoted), and on the embedded fleet it needs neither."""
