@@ -6,7 +6,8 @@
 #   otherwise (or STEP=ab): lab/layernorm_prefetch_ab.py (layernorm's WIDE_ROWS kernels with the next row in
 #               flight), then lab/staged_rows.patch applied and its GPU tests (test_bf16's staged / wide /
 #               packed rows, test_layernorm), then item 3, lab/clip_bench_spread.py (fp16, fp32), until TOTAL s.
-#   OUT=dir [STEP=auto|ab|table] [TOTAL=560] bash lab/gpu_call_twentyfirst.sh
+#   STEP=tests: the GPU tests of rmsnorm and fused_add_rmsnorm (the write-pass refactor), until TOTAL s
+#   OUT=dir [STEP=auto|ab|table|tests] [TOTAL=560] bash lab/gpu_call_twentyfirst.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-twentyfirst}; TOTAL=${TOTAL:-560}; STEP=${STEP:-auto}
 t0=$(date +%s)
@@ -32,11 +33,15 @@ staged() {  # lab/staged_rows.patch (layernorm's rows staged in shared memory, a
     tests/kernels/test_layernorm.py > "$OUT/pytest-staged.txt" 2>&1
   echo "== staged pytest rc=$? after $(( $(date +%s) - t0 )) s"; tail -6 "$OUT/pytest-staged.txt"
 }
-if [[ $STEP == table || ( $STEP == auto && $name == *H200* ) ]]; then
+[[ $STEP == auto ]] && STEP=$([[ $name == *H200* ]] && echo table || echo ab)
+if [[ $STEP == table ]]; then
   LLM_OPS=fused_add_rmsnorm,swiglu,rope,cast_fp8,residual_add GEMM=0 LLM_DEADLINE=330 REG_DEADLINE=470 \
     OUT=$OUT/table bash benchmarks/h200_latest.sh > "$OUT/table.txt" 2>&1
   echo "== table rc=$? after $(( $(date +%s) - t0 )) s"; tail -30 "$OUT/table.txt"
-  ab "$TOTAL"
+elif [[ $STEP == tests ]]; then  # the write-pass refactor (rmsnorm.make_scale_write; its SASS is identical)
+  timeout -k 5 "$(left "$TOTAL")" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_rmsnorm.py \
+    tests/kernels/test_fused_add_rmsnorm.py > "$OUT/pytest.txt" 2>&1
+  echo "== pytest rc=$? after $(( $(date +%s) - t0 )) s"; tail -6 "$OUT/pytest.txt"
 else
   ab 200
   staged 360
