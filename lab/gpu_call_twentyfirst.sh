@@ -7,7 +7,8 @@
 #               flight), then lab/staged_rows.patch applied and its GPU tests (test_bf16's staged / wide /
 #               packed rows, test_layernorm), then item 3, lab/clip_bench_spread.py (fp16, fp32), until TOTAL s.
 #   STEP=tests: the GPU tests of rmsnorm and fused_add_rmsnorm (the write-pass refactor), until TOTAL s
-#   OUT=dir [STEP=auto|ab|table|tests] [TOTAL=560] bash lab/gpu_call_twentyfirst.sh
+#   STEP=ab2: lab/layernorm_prefetch_ab.py's shared form on 2 or 4 consecutive rows a block, until TOTAL s
+#   OUT=dir [STEP=auto|ab|ab2|table|tests] [TOTAL=560] bash lab/gpu_call_twentyfirst.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-twentyfirst}; TOTAL=${TOTAL:-560}; STEP=${STEP:-auto}
 t0=$(date +%s)
@@ -38,6 +39,10 @@ if [[ $STEP == table ]]; then
   LLM_OPS=fused_add_rmsnorm,swiglu,rope,cast_fp8,residual_add GEMM=0 LLM_DEADLINE=330 REG_DEADLINE=470 \
     OUT=$OUT/table bash benchmarks/h200_latest.sh > "$OUT/table.txt" 2>&1
   echo "== table rc=$? after $(( $(date +%s) - t0 )) s"; tail -30 "$OUT/table.txt"
+elif [[ $STEP == ab2 ]]; then  # the staged layernorm on the hardware's scheduling: 2 or 4 rows a block
+  mkdir -p "$OUT/ln-ab2"; OUT=$OUT/ln-ab2 AB_OPS=layernorm AB_VARIANTS=shared,rows2,rows4 \
+    timeout -k 5 "$(left "$TOTAL")" $PY lab/layernorm_prefetch_ab.py > "$OUT/ln-ab2.txt" 2>&1
+  echo "== layernorm A/B 2 rc=$? after $(( $(date +%s) - t0 )) s"; tail -13 "$OUT/ln-ab2.txt"
 elif [[ $STEP == tests ]]; then  # the write-pass refactor (rmsnorm.make_scale_write; its SASS is identical)
   timeout -k 5 "$(left "$TOTAL")" $PY -m pytest -q -p no:cacheprovider tests/kernels/test_rmsnorm.py \
     tests/kernels/test_fused_add_rmsnorm.py > "$OUT/pytest.txt" 2>&1

@@ -132,11 +132,14 @@ def ln_prefetch(threads: int, per: int, min_blocks: int, word: bool):  # type: i
     return k
 
 
-def ln_shared(threads: int, per: int, min_blocks: int, word: bool):  # type: ignore[no-untyped-def]
+def ln_shared(threads: int, per: int, min_blocks: int, word: bool, group_rows: int = 0):  # type: ignore[no-untyped-def]
     """`shared`: the row never held in registers. Two row buffers a block in shared memory: the next row is
     cp.async'd into one while this row is read from the other, once for the sum, once for the variance and
     once for the write pass (8 values at a time), so a thread holds a vector, not a row (no spills where
-    `prefetch` spills 72 bytes: ptxas sm_90, 64 registers at every WIDE_ROWS shape's launch bounds)."""
+    `prefetch` spills 72 bytes: ptxas sm_90, 64 registers at every WIDE_ROWS shape's launch bounds).
+    `group_rows` 0: a persistent grid, block b takes rows b, b + grid, ...; R > 0: block b takes the R
+    consecutive rows b R .. b R + R - 1 (grid = rows / R, the hardware schedules the blocks), staging each
+    next one while it normalises the one before."""
     width = WIDTH
     _, col_of = make_row_io(width, threads, per)
     bsum, slots = make_block_sum(threads), row_slots(threads)
@@ -159,18 +162,25 @@ def ln_shared(threads: int, per: int, min_blocks: int, word: bool):  # type: ign
         rows = x.shape[0]
         n = x.shape[1]
         fn = float32(n)
-        row = cuda.blockIdx.x
-        if row >= rows:
+        if group_rows:
+            row = cuda.blockIdx.x * group_rows
+            stride = 1
+            end = min(rows, row + group_rows)
+        else:
+            row = cuda.blockIdx.x
+            stride = cuda.gridDim.x
+            end = rows
+        if row >= end:
             return
         xr = x[row]
         for q in range(nv):
             cp16(part, 4 * (q * threads + tid), xr, col_of(q))
         commit()
         base = 0
-        while row < rows:
+        while row < end:
             wait_all()
-            nxt = row + cuda.gridDim.x
-            if nxt < rows:
+            nxt = row + stride
+            if nxt < end:
                 xn = x[nxt]
                 other = rowv - base
                 for q in range(nv):
@@ -284,7 +294,9 @@ def main() -> int:
     print(f"copy {copy:.0f} GB/s on {report['device']}")
     for op in ops:
         mod = ln if op == "layernorm" else rms
-        variants = ("shipped", "persist", "prefetch", "shared") if op == "layernorm" else ("shipped", "persist", "shared")
+        variants = ("shipped", "persist", "prefetch", "shared", "rows2", "rows4") if op == "layernorm" else ("shipped", "persist", "shared")
+        if os.environ.get("AB_VARIANTS"):  # e.g. AB_VARIANTS=shared,rows2,rows4: those against the shipped kernel
+            variants = ("shipped", *(v for v in variants if v in os.environ["AB_VARIANTS"].split(",")))
         for dt in dts:
             for n in cols:
                 m = max(ELEMS // n, 1)
@@ -299,6 +311,10 @@ def main() -> int:
                 mb = max(1, min(shape.min_blocks, SMEM_BUDGET // (2 * smem)))
                 built = {"shared": (kernel((ln_shared if op == "layernorm" else rms_shared)(shape.threads, shape.per, mb, word),
                                            mod._SIGS[dt], on_load=dynamic_smem(2 * smem)), 2 * smem)}  # fmt: skip
+                for v, r in (("rows2", 2), ("rows4", 4)):
+                    if v in variants:
+                        built[v] = (kernel(ln_shared(shape.threads, shape.per, mb, word, r), mod._SIGS[dt],
+                                           on_load=dynamic_smem(2 * smem)), 2 * smem)  # fmt: skip
                 if "prefetch" in variants:
                     built["prefetch"] = (kernel(ln_prefetch(shape.threads, shape.per, shape.min_blocks, word), mod._SIGS[dt],
                                                 on_load=dynamic_smem(smem)), smem)  # fmt: skip
@@ -310,7 +326,8 @@ def main() -> int:
                 outs = {p: [arrays.to_device(np.zeros((m, n), dt)) for _ in range(SETS)] for p in variants}
                 grids = {"persist": min(m, sm_count() * k0.resident_blocks(threads))}
                 for p, (kk, sh) in built.items():
-                    grids[p] = min(m, sm_count() * kk.resident_blocks(threads, sh))
+                    # rows2 / rows4: a block per 2 / 4 consecutive rows, scheduled by the hardware
+                    grids[p] = -(-m // int(p[4:])) if p.startswith("rows") else min(m, sm_count() * kk.resident_blocks(threads, sh))
                 eps = float(ln.EPS if op == "layernorm" else rms.EPS)
 
                 def call(p: str, s: int) -> None:
@@ -363,12 +380,13 @@ def main() -> int:
                 del xs, outs
     with open(os.path.join(out_dir, "layernorm_prefetch_ab.json"), "w") as fh:
         json.dump(report, fh, indent=1)
-    print(f"{'op':9} {'dtype':9} {'shape':12} {'kernel':15} {'shipped us':>10} {'of copy':>7} {'persist x':>9} {'prefetch x':>10} {'shared x':>8} {'best copy':>9} bits")
+    print(f"{'op':9} {'dtype':9} {'shape':12} {'kernel':15} {'shipped us':>10} {'of copy':>7} {'persist x':>9} {'prefetch x':>10} {'shared x':>8} {'rows2 x':>7} {'rows4 x':>7} {'best copy':>9} bits")
     for r in report["rows"]:
         x = r["x_shipped"]
         print(f"{r['op']:9} {r['dtype']:9} {r['rows']}x{r['cols']:<7} {r['shape']:15} {r['us']['shipped']:10.1f} "
-              f"{r['of_copy']['shipped']:7.3f} {x['persist']:9.3f} {x.get('prefetch', float('nan')):10.3f} "
-              f"{x['shared']:8.3f} {max(r['of_copy'].values()):9.3f} {all(r['bits_equal_shipped'].values())}")  # fmt: skip
+              f"{r['of_copy']['shipped']:7.3f} {x.get('persist', float('nan')):9.3f} {x.get('prefetch', float('nan')):10.3f} "
+              f"{x.get('shared', float('nan')):8.3f} {x.get('rows2', float('nan')):7.3f} {x.get('rows4', float('nan')):7.3f} "
+              f"{max(r['of_copy'].values()):9.3f} {all(r['bits_equal_shipped'].values())}")  # fmt: skip
     print("all outputs within tolerance (layernorm's bit-equal to shipped)" if ok else "SOME OUTPUT FAILED ITS CHECK")
     return 0 if ok else 1
 
