@@ -260,7 +260,14 @@ def _move_detail(sf: Mapping[str, Any], current: str | None, cmd: str, node: str
             f" {intent.get('time', '?')}); current is {sf.get('current') or 'none'}: {then}"
         )
     if sf.get("health_pending") and fix:
-        return f"health never ran after the last move to {current}: {fix} runs it"
+        moved_to = sf.get("moved_to")
+        if moved_to and moved_to != current:  # the confirmation of the move to current was lost (a full disk)
+            return (
+                f"the journal's last move names {moved_to}, not current {current}, and health never ran"
+                f" after it: {fix} confirms {current} and runs health"
+            )
+        again = f"`{cmd} health --limit {node}`"  # it journals a pass on current (fleet/health.py)
+        return f"health never ran after the last move to {current}: {fix} or {again} runs it"
     return None
 
 

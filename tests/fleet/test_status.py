@@ -14,7 +14,7 @@ from pathlib import Path
 from fleet.errors import ExitCode
 from fleet.report import lease_line
 from fleet.spec import embedded_fleet, load_spec, resolve_work_dir
-from fleet.status import FleetStatus, NodeStatus, _cmd, drift_of, status_exit_code
+from fleet.status import FleetStatus, NodeStatus, _cmd, _move_detail, drift_of, status_exit_code
 
 
 def solfleet(*args: str, work: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -246,3 +246,18 @@ def test_the_command_status_prints_names_this_fleet_and_work_dir(tmp_path: Path)
     cmd = _cmd(spec)
     assert cmd == f"solfleet --fleet '{spec_file}' --work-dir {tmp_path / 'w'}", cmd
     assert _cmd(load_spec(embedded_fleet(), work_dir=resolve_work_dir(None))) == "solfleet"
+
+
+def test_pending_health_names_the_release_the_journals_last_move_put_in_place() -> None:
+    """Health pending after a move whose confirmation was lost (the journal's last move names the release
+    before): the detail names both releases and the rollback that confirms current, not "the last move to
+    <current>"; after a confirmed move it offers `solfleet health` too (it journals a pass on current)."""
+    lost = {"health_pending": True, "moved_to": "1.0.0", "current": "2.0.0"}
+    detail = _move_detail(lost, "2.0.0", "solfleet", "n1") or ""
+    assert "last move names 1.0.0, not current 2.0.0" in detail
+    assert "`solfleet rollback --to 2.0.0 --limit n1` confirms 2.0.0 and runs health" in detail
+    confirmed = {"health_pending": True, "moved_to": "2.0.0", "current": "2.0.0"}
+    detail = _move_detail(confirmed, "2.0.0", "solfleet", "n1") or ""
+    assert detail.startswith("health never ran after the last move to 2.0.0")
+    assert "`solfleet health --limit n1`" in detail
+    assert _move_detail(lost, None, "solfleet", "n1") is None  # no verified current: nothing to offer
