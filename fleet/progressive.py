@@ -19,6 +19,7 @@ return to the baseline (fleet/recovery.py conclude_leases).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,9 +40,11 @@ from fleet.plan import Plan
 from fleet.policy import Gates
 from fleet.recovery import (
     LeaseHeld,
+    LeaseState,
     conclude_leases,
     describe_where,
     read_states,
+    renew_leases,
     restore,
     take_baseline,
 )
@@ -177,6 +180,7 @@ def _before_any_move(op: Operation, ledger: Ledger, command: str, *, lease: bool
             exit_code=ExitCode.INTERRUPTED,
         ) from None
     except LeaseHeld as exc:
+        keep_paused(op, ledger, hosts)  # the leases this call renewed on the other nodes
         raise StillPaused(
             f"{command} {op.op_id} refused, it stays paused: {exc}", exit_code=ExitCode.LOCKED
         ) from None
@@ -185,6 +189,14 @@ def _before_any_move(op: Operation, ledger: Ledger, command: str, *, lease: bool
             f"{command} {op.op_id} could not read the nodes, it stays paused: {exc}",
             exit_code=ExitCode.RUNNER,
         ) from None
+
+
+def keep_paused(op: Operation, ledger: Ledger, hosts: list[str]) -> None:
+    """A promote or abort refused after renewing the paused rollout's leases (take_baseline marks them
+    running): mark them paused again, so that a refused second controller reads that promote or abort ends
+    them. Best effort: a signal now leaves them as they are until they expire."""
+    with contextlib.suppress(Interrupted):
+        renew_leases(op, ledger, [h for h in hosts if h not in op.unleased], state=LeaseState.PAUSED)
 
 
 def check_artifact_file(paused: PausedRollout) -> None:
@@ -217,6 +229,8 @@ def promote(
             now = _before_any_move(op, ledger, "promote", lease=lease)
             bad = misplaced(paused, now, unreachable_ok=plan.unreachable == "skip")
             if bad:
+                if lease:  # this pass renewed the leases as this process's: they go back to paused
+                    keep_paused(op, ledger, hosts)
                 more = f"; and {len(bad) - 1} more" if len(bad) > 1 else ""
                 raise StillPaused(f"promote {paused.id} refused, nothing was changed: {bad[0]}{more}")
         # a host that did not answer the rollout's first lease call has no baseline to return to: it is

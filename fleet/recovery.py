@@ -378,7 +378,13 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
     if not hosts:  # every host gone from the spec: nothing to lease, read or move
         result = RestoreResult(ok=True, final=True, moved=[], where={})
     else:
-        take_baseline(op, ledger, hosts, record=False)
+        try:
+            take_baseline(op, ledger, hosts, record=False, drop_on_refusal=False)
+        except (LeaseHeld, UsageError):
+            # refused on some node (another rollout holds it): the leases it took over from the unfinished
+            # rollout on the others stay, marked unfinished, as that rollout left them; never dropped
+            keep_unfinished_leases(op, ledger, hosts)
+            raise
         finished = False
         try:
             result = restore(op, ledger, baseline, hosts, moved_from=row.version if row else None)

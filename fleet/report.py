@@ -300,22 +300,33 @@ def lease_line(node: str, lease: Mapping[str, Any], fleet: FleetStatus, now: flo
         return f"{head} until {when}: that rollout is running now"
     if rid in fleet.paused:
         return f"{head} until {when}: the paused rollout's; promote or abort it"
-    if lease.get("state") == LeaseState.UNFINISHED:
-        # kept by a rollout that ended owing its hosts a return to its baseline (fleet/recovery.py)
-        if rid in fleet.takeover:
-            return (
-                f"{head} until {when}: kept by this work dir's unfinished rollout; `solfleet reconcile` from"
-                " here returns its hosts to their baseline and drops it"
-            )
+    if lease.get("state") == LeaseState.PAUSED and rid not in fleet.takeover:
         return (
-            f"[yellow]{head} until {when}[/]: kept by another work dir's unfinished rollout; a deploy from"
-            " here is refused (exit 5) until `solfleet reconcile` from that work dir finishes it, or it"
+            f"[yellow]{head} until {when}[/]: another work dir's rollout, paused after its canary; a deploy"
+            " from here is refused (exit 5) until `solfleet promote` or `solfleet abort` there ends it, or it"
             " expires"
         )
+    if lease.get("state") == LeaseState.UNFINISHED:
+        # kept by a rollout that ended owing its hosts a return to its baseline (fleet/recovery.py); a
+        # reconcile that could not finish keeps them under its own id
+        if rid in fleet.takeover:
+            if fleet.unfinished:  # else nothing is owed any more: the plain takeover line below
+                return (
+                    f"{head} until {when}: kept by this work dir's unfinished rollout; `solfleet reconcile`"
+                    " from here returns its hosts to their baseline and drops it"
+                )
+        else:
+            return (
+                f"[yellow]{head} until {when}[/]: kept by another work dir's unfinished rollout; a deploy"
+                " from here is refused (exit 5) until `solfleet reconcile` from that work dir finishes it, or"
+                " it expires"
+            )
     if rid in fleet.takeover:
+        # with nothing unfinished, reconcile has nothing to do and leaves it: a deploy or rollback takes it
+        which = "deploy, rollback or reconcile" if fleet.unfinished else "deploy or rollback"
         return (
             f"{head} until {when}: this work dir's own (it ended, or its controller is gone); the next"
-            " deploy, rollback or reconcile from here takes it over"
+            f" {which} from here takes it over"
         )
     return (
         f"[yellow]{head} until {when}[/]: another controller's; a deploy from here is refused (exit 5)"

@@ -651,9 +651,11 @@ class Deployment:
                 last = moved["moved_to"]
                 unconfirmed = moved["unconfirmed"] or last != target
                 open_move = unconfirmed or recheck
-                if open_move and not self.layout.is_verified(target):
+                if (open_move or not restore) and not self.layout.is_verified(target):
                     # never confirm, or call healthy, a current release that is not verified (one that
-                    # failed after activation, its restore cut short): the operator must leave it
+                    # failed after activation, its restore cut short): the operator must leave it. Nor
+                    # answer the operator's rollback to it "unchanged": it is not a release to be on. An
+                    # undo's restore to such a baseline leaves it as it found it (status says unverified).
                     why = ": it failed after activation" if self.layout.failed_record(target) else ""
                     verified = ", ".join(self.layout.verified_releases()) or "none"
                     raise NodeError(

@@ -117,7 +117,8 @@ def journal_health(layout: NodeLayout, checked: str, switches_before: int, ok: b
     current clears `health_failed` and a failure sets it. The run holds no lock while it checks (it must
     answer while a deploy verifies for minutes), so the line is appended under the node's lock, and only
     when nothing moved meanwhile: `current` still `checked`, no switch journaled since the run began
-    (`switches_before`); else a move's own health line would be overtaken by an older result. Nor is it
+    (`switches_before`); else a move's own health line would be overtaken by an older result. Nor for a
+    release that is not verified (status says `unverified` whatever its health). Nor is it
     written when the journal's last move names another release (a line move_state would not count), or when
     the journal already holds the same line for current since the last move (a periodic health run does not
     grow the journal). Returns `health_journaled` (the journal holds this result for current now) and
@@ -132,6 +133,10 @@ def journal_health(layout: NodeLayout, checked: str, switches_before: int, ok: b
             last = moved["last_health"] or {}
             if now != checked or layout.journaled_switches() != switches_before:
                 why = f"current moved while health ran (now {now or 'none'}): the move's own health stands"
+            elif not layout.is_verified(checked):
+                # a release refused after its switch (killed before the switch back): a pass never makes it
+                # healthy, and the rollback no-op must keep refusing it
+                why = f"current {checked} is not a verified release: a deploy or a rollback replaces it"
             elif moved["moved_to"] != checked:
                 why = (
                     f"the journal's last move names {moved['moved_to'] or 'nothing'}, not current {checked}:"

@@ -672,6 +672,23 @@ def test_17_an_unfinished_rollout_keeps_its_leases_until_reconcile_from_its_work
     finally:
         ff.sshd.restart_node(dark)
 
+    # the dark node's lease expired and another controller took it meanwhile (its lease file, as that
+    # controller's lease call writes it): reconcile is refused there (exit 5) and keeps the leases it took
+    # over on the others, marked unfinished; it never drops them while the rollout is still owed
+    other = {"rollout_id": "r-20261207T000000Z-0e0e0e", "controller": "bob@laptop:4242", "state": "running",
+             "acquired": "2026-12-07T00:00:00Z", "expires": time.time() + 3600}  # fmt: skip
+    (ff.root(dark) / "lease.json").write_text(json.dumps(other))
+    refused = ff.cli("reconcile", "--yes")
+    assert refused.rc == ExitCode.LOCKED, refused.output[-3000:]
+    for node in NODES:
+        lease = lease_of(ff, node)
+        if node == dark:
+            assert lease == other, lease
+        else:
+            assert lease is not None and lease["state"] == "unfinished", (node, lease)
+            assert lease["expires"] > time.time() + 60, (node, lease)
+    (ff.root(dark) / "lease.json").unlink()  # that controller ended
+
     # reconcile from the first work dir finishes the rollout and drops every lease
     result = ff.cli("reconcile", "--yes")
     assert result.rc == 0, result.output[-3000:]

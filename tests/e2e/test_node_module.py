@@ -525,18 +525,25 @@ def test_a_first_release_that_fails_health_leaves_no_current_and_status_names_it
     assert _move_detail(sf, V2, "solfleet", "n1") is None
 
 
+def deploy_then_mark_failed(tmp_path: Path, root: Path, version: str, artifact: Path) -> None:
+    """Deploy `version` to the node at `root`, then record it failed after activation (verify/failed.json,
+    as the node writes it before a health-failure restore switches back): what a kill right after that
+    leaves."""
+    done = run_play(tmp_path, "deploy.yml", {"n1": root}, **deploy_vars(version, artifact))
+    assert done.status == "successful", done.messages
+    verify = root / "releases" / version / "verify"
+    verify.chmod(0o755)
+    (verify / "failed.json").write_text(json.dumps({"time": "2026-12-07T00:00:00Z", "reason": "health"}))
+    verify.chmod(0o555)
+
+
 def test_rollback_to_current_never_confirms_a_current_release_that_is_not_verified(
     tmp_path: Path, built: dict[str, Path], node_on_v1: Path
 ) -> None:
     """A kill inside a health-failure restore, after V2 was marked failed and the restore's intent journaled
     but before the switch back: current is still V2, which is no longer verified. `rollback --to V2` must
     not confirm it or call it healthy; it refuses, naming the verified releases, and nothing moves."""
-    done = run_play(tmp_path, "deploy.yml", {"n1": node_on_v1}, **deploy_vars(V2, built[V2]))
-    assert done.status == "successful", done.messages
-    verify = node_on_v1 / "releases" / V2 / "verify"
-    verify.chmod(0o755)
-    (verify / "failed.json").write_text(json.dumps({"time": "2026-12-07T00:00:00Z", "reason": "health"}))
-    verify.chmod(0o555)
+    deploy_then_mark_failed(tmp_path, node_on_v1, V2, built[V2])
     line = {"event": "switching", "version": V1, "time": "2026-12-07T00:00:01Z", "detail": "restore"}
     with (node_on_v1 / "journal.jsonl").open("a") as fh:
         fh.write(json.dumps(line) + "\n")
@@ -1085,3 +1092,25 @@ def test_solfleet_health_journals_its_result_so_status_follows_the_latest_check(
     assert moved.results["n1"]["health_journaled"] is False, moved.results
     assert "current moved while health ran" in moved.results["n1"]["health_journal_error"], moved.results
     assert after[-1]["rollout_id"] == "r-meanwhile", after[-2:]  # nothing was appended after the move
+
+
+def test_solfleet_health_journals_nothing_for_a_current_that_is_not_verified(
+    tmp_path: Path, built: dict[str, Path]
+) -> None:
+    """A kill between marking a release failed and the switch back leaves current on a release that is not
+    verified, the journal's last move naming it. `solfleet health` there fails (its release.current check
+    names failed.json) and journals nothing: status's verdict is `unverified` whatever health says, and no
+    health line may ever let `rollback --to` that release confirm it. The answer says why, the journal is
+    unchanged, and the rollback still refuses."""
+    root = tmp_path / "n1"
+    deploy_then_mark_failed(tmp_path, root, V1, built[V1])
+    before = (root / "journal.jsonl").read_text()
+    checked = run_play(tmp_path, "health.yml", {"n1": root}, solfleet_health_journal=True)
+    assert checked.status == "failed", checked.messages
+    assert "failed after activation" in checked.messages["n1"], checked.messages
+    sf = checked.results["n1"]
+    assert sf["health_journaled"] is False, sf
+    assert f"current {V1} is not a verified release" in sf["health_journal_error"], sf
+    assert (root / "journal.jsonl").read_text() == before
+    refused = run_play(tmp_path, "rollback.yml", {"n1": root}, solfleet_rollback_to=V1)
+    assert refused.status == "failed", refused.messages

@@ -208,6 +208,8 @@ def test_02_while_paused_nothing_else_starts_a_moved_node_stops_promote_and_abor
     assert f"promote {op_id} refused, nothing was changed: node03: current {V1}, previous {V1}" in line, line
     assert {n: pf.tree(n) for n in NODES} == trees, "a refused promote touched a node"
     assert pf.operation(op_id)["status"] == "paused"
+    # its check renewed the leases under the promote; refused, it leaves them marked paused again
+    assert {n: (pf.lease(n) or {}).get("state") for n in NODES} == dict.fromkeys(NODES, "paused")
     move_current(pf, "node03", V2)
 
     # abort, from yet another process: on_failure=rollback_fleet puts the canary back on its baseline

@@ -235,6 +235,21 @@ def test_a_lease_kept_by_an_unfinished_rollout_names_reconcile(tmp_path: Path) -
     own = lease_line("n1", held, mine, now=now)
     assert "this work dir's unfinished rollout" in own and "`solfleet reconcile` from here" in own, own
     assert "expired" in lease_line("n1", {**held, "expires": now - 1}, mine, now=now)
+    # this work dir's unfinished-marked lease once nothing is owed any more (its rollout was reconciled,
+    # the lease left on a node that could not be reached): reconcile has nothing to do, a deploy takes it
+    done = FleetStatus(nodes=[], unfinished=[], takeover=frozenset({rid}))
+    left = lease_line("n1", held, done, now=now)
+    assert "reconcile" not in left and "the next deploy or rollback from here takes it over" in left, left
+
+
+def test_a_paused_lease_of_another_work_dir_names_promote_and_abort() -> None:
+    """A lease marked paused (lease.json `state`) by a rollout this work dir does not know: the line says
+    the rollout is paused after its canary and that promote or abort from its work dir ends it."""
+    now = 1_800_000_000.0
+    held = {"rollout_id": "r-x", "controller": "bob@laptop:1", "state": "paused", "expires": now + 60}
+    line = lease_line("n1", held, FleetStatus(nodes=[], unfinished=[]), now=now)
+    assert "another work dir's rollout, paused after its canary" in line, line
+    assert "`solfleet promote` or `solfleet abort` there ends it" in line, line
 
 
 def test_the_command_status_prints_names_this_fleet_and_work_dir(tmp_path: Path) -> None:
