@@ -146,6 +146,18 @@ def take_baseline(
         on_node = (state.release_shas or {}).get(version or "")
         if version and artifact_sha256 and on_node and on_node != artifact_sha256:
             other_bytes.append(f"{host} has {version} as artifact {on_node[:12]}..")
+    # set before any refusal: a caller that keeps (renews) its leases after one must skip the hosts this
+    # call did not lease (a renewal there would take a lease it never held)
+    op.unleased = {}
+    for host in hosts:
+        if host in baselines and baselines[host].reachable:
+            continue
+        hp = step.ok_hosts.get(host)
+        if hp is None or hp.status in (HostStatus.UNREACHABLE, HostStatus.NOT_RUN):
+            op.unleased[host] = ("unreachable", "did not answer when this rollout took its leases")
+        else:  # it answered, but its lease call failed: the node's own reason
+            why = hp.message or hp.solfleet.get("message") or f"no state ({hp.status.value})"
+            op.unleased[host] = ("refused", f"its lease call failed: {why}")
     if held or other_bytes:
         if drop_on_refusal:
             end_leases(op, ledger, [h for h in hosts if h in baselines])
@@ -158,16 +170,6 @@ def take_baseline(
             f"version {version} is already other bytes on the fleet ({'; '.join(other_bytes[:3])}), not "
             f"{(artifact_sha256 or '')[:12]}..: a version is immutable, build a new version"
         )
-    op.unleased = {}
-    for host in hosts:
-        if host in baselines and baselines[host].reachable:
-            continue
-        hp = step.ok_hosts.get(host)
-        if hp is None or hp.status in (HostStatus.UNREACHABLE, HostStatus.NOT_RUN):
-            op.unleased[host] = ("unreachable", "did not answer when this rollout took its leases")
-        else:  # it answered, but its lease call failed: the node's own reason
-            why = hp.message or hp.solfleet.get("message") or f"no state ({hp.status.value})"
-            op.unleased[host] = ("refused", f"its lease call failed: {why}")
     if record:
         ledger.record_baseline(op.op_id, list(baselines.values()))
     return baselines

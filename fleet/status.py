@@ -249,8 +249,10 @@ def _move_detail(sf: Mapping[str, Any], current: str | None, cmd: str, node: str
         return f"{line.get('detail') or 'current removed'} ({when}); a deploy that passes fixes it"
     if (line := _line(sf, "health_failed")) is not None:
         why = line.get("detail") or "health failed"
-        # `solfleet health` journals its result too (fleet/health.py): a pass on current clears this
-        again = f"; {fix} or `{cmd} health --limit {node}` checks it again" if fix else ""
+        # `solfleet health` journals its result too (fleet/health.py): a pass on current clears this, but
+        # only where the journal's last move is to current (else it journals nothing: the rollback does)
+        health = f" or `{cmd} health --limit {node}`" if sf.get("moved_to") == current else ""
+        again = f"; {fix}{health} checks it again" if fix else ""
         return f"{line.get('version', '?')}: {why} ({line.get('time', '?')}){again}"
     if sf.get("unconfirmed"):
         intent = _line(sf, "intent") or {}

@@ -134,8 +134,8 @@ def journal_health(layout: NodeLayout, checked: str, switches_before: int, ok: b
             if now != checked or layout.journaled_switches() != switches_before:
                 why = f"current moved while health ran (now {now or 'none'}): the move's own health stands"
             elif not layout.is_verified(checked):
-                # a release refused after its switch (killed before the switch back): a pass never makes it
-                # healthy, and the rollback no-op must keep refusing it
+                # a release that failed after activation (a kill before the switch back): no line ever makes
+                # it healthy, and the rollback no-op must keep refusing it
                 why = f"current {checked} is not a verified release: a deploy or a rollback replaces it"
             elif moved["moved_to"] != checked:
                 why = (

@@ -276,3 +276,17 @@ def test_pending_health_names_the_release_the_journals_last_move_put_in_place() 
     assert detail.startswith("health never ran after the last move to 2.0.0")
     assert "`solfleet health --limit n1`" in detail
     assert _move_detail(lost, None, "solfleet", "n1") is None  # no verified current: nothing to offer
+
+
+def test_failed_health_offers_solfleet_health_only_where_it_can_clear_it() -> None:
+    """`solfleet health` journals its result only where the journal's last move is to current. After a
+    lost confirmation (the last move names V2, current is V1 again) it journals nothing, so the detail of a
+    failed health offers only the rollback that confirms current; after a confirmed move, both."""
+    failed = {"version": "2.0.0", "detail": "health after activation: marker", "time": "t"}
+    lost = {"health_failed": failed, "moved_to": "2.0.0", "current": "1.0.0"}
+    detail = _move_detail(lost, "1.0.0", "solfleet", "n1") or ""
+    assert "`solfleet rollback --to 1.0.0 --limit n1` checks it again" in detail, detail
+    assert "solfleet health" not in detail, detail
+    here = {"health_failed": {**failed, "version": "1.0.0"}, "moved_to": "1.0.0", "current": "1.0.0"}
+    detail = _move_detail(here, "1.0.0", "solfleet", "n1") or ""
+    assert "or `solfleet health --limit n1` checks it again" in detail, detail
