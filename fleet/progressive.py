@@ -19,7 +19,6 @@ return to the baseline (fleet/recovery.py conclude_leases).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,8 +42,8 @@ from fleet.recovery import (
     LeaseState,
     conclude_leases,
     describe_where,
+    keep_leases,
     read_states,
-    renew_leases,
     restore,
     take_baseline,
 )
@@ -180,7 +179,8 @@ def _before_any_move(op: Operation, ledger: Ledger, command: str, *, lease: bool
             exit_code=ExitCode.INTERRUPTED,
         ) from None
     except LeaseHeld as exc:
-        keep_paused(op, ledger, hosts)  # the leases this call renewed on the other nodes
+        # the leases this call renewed (take_baseline marks them running) go back to paused
+        keep_leases(op, ledger, hosts, LeaseState.PAUSED)
         raise StillPaused(
             f"{command} {op.op_id} refused, it stays paused: {exc}", exit_code=ExitCode.LOCKED
         ) from None
@@ -189,14 +189,6 @@ def _before_any_move(op: Operation, ledger: Ledger, command: str, *, lease: bool
             f"{command} {op.op_id} could not read the nodes, it stays paused: {exc}",
             exit_code=ExitCode.RUNNER,
         ) from None
-
-
-def keep_paused(op: Operation, ledger: Ledger, hosts: list[str]) -> None:
-    """A promote or abort refused after renewing the paused rollout's leases (take_baseline marks them
-    running): mark them paused again, so that a refused second controller reads that promote or abort ends
-    them. Best effort: a signal now leaves them as they are until they expire."""
-    with contextlib.suppress(Interrupted):
-        renew_leases(op, ledger, [h for h in hosts if h not in op.unleased], state=LeaseState.PAUSED)
 
 
 def check_artifact_file(paused: PausedRollout) -> None:
@@ -230,7 +222,7 @@ def promote(
             bad = misplaced(paused, now, unreachable_ok=plan.unreachable == "skip")
             if bad:
                 if lease:  # this pass renewed the leases as this process's: they go back to paused
-                    keep_paused(op, ledger, hosts)
+                    keep_leases(op, ledger, hosts, LeaseState.PAUSED)
                 more = f"; and {len(bad) - 1} more" if len(bad) > 1 else ""
                 raise StillPaused(f"promote {paused.id} refused, nothing was changed: {bad[0]}{more}")
         # a host that did not answer the rollout's first lease call has no baseline to return to: it is

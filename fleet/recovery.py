@@ -228,14 +228,15 @@ def conclude_leases(op: Operation, ledger: Ledger, hosts: list[str]) -> None:
     if row is None or row.recovered_by is not None:
         end_leases(op, ledger, hosts)
     else:
-        keep_unfinished_leases(op, ledger, hosts)
+        keep_leases(op, ledger, hosts, LeaseState.UNFINISHED)
 
 
-def keep_unfinished_leases(op: Operation, ledger: Ledger, hosts: list[str]) -> None:
-    """Renew this operation's leases on the `hosts` it leased, marked unfinished. A signal now leaves them as
-    they are (held until their expiry), like a node that does not answer."""
+def keep_leases(op: Operation, ledger: Ledger, hosts: list[str], state: LeaseState) -> None:
+    """Renew this operation's leases on the `hosts` it leased (not `op.unleased`), marked `state`: an
+    unfinished rollout's at its end, a paused one's after a refused promote or abort. A signal now leaves
+    them as they are (held until their expiry), like a node that does not answer."""
     with contextlib.suppress(Interrupted):
-        renew_leases(op, ledger, [h for h in hosts if h not in op.unleased], state=LeaseState.UNFINISHED)
+        renew_leases(op, ledger, [h for h in hosts if h not in op.unleased], state=state)
 
 
 def read_states(op: Operation, ledger: Ledger, hosts: list[str]) -> dict[str, NodeState]:
@@ -382,10 +383,10 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
     else:
         try:
             take_baseline(op, ledger, hosts, record=False, drop_on_refusal=False)
-        except (LeaseHeld, UsageError):
+        except LeaseHeld:
             # refused on some node (another rollout holds it): the leases it took over from the unfinished
             # rollout on the others stay, marked unfinished, as that rollout left them; never dropped
-            keep_unfinished_leases(op, ledger, hosts)
+            keep_leases(op, ledger, hosts, LeaseState.UNFINISHED)
             raise
         finished = False
         try:
@@ -400,7 +401,7 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
             else:
                 # the rollout stays unfinished (a host dark, an undo refused, a signal): its hosts stay
                 # leased, as at its own end (conclude_leases), until the next reconcile from here
-                keep_unfinished_leases(op, ledger, hosts)
+                keep_leases(op, ledger, hosts, LeaseState.UNFINISHED)
     if gone:
         where = {**result.where, **dict.fromkeys(gone, "not returned: no longer in the fleet spec")}
         result = RestoreResult(ok=False, final=result.final, moved=result.moved, where=where)
