@@ -21,7 +21,7 @@ from typing import Any
 from fleet import runner
 from fleet.errors import ControllerError, ExitCode, FleetError, Interrupted, RunnerError
 from fleet.inventory import write_private_data_dir
-from fleet.ledger import HostRecord, Ledger, OpStatus, new_operation_id
+from fleet.ledger import Baseline, HostRecord, Ledger, OpStatus, new_operation_id
 from fleet.plan import Plan
 from fleet.runner import HostProgress, HostStatus, ProgressSink
 from fleet.spec import FleetSpec
@@ -222,6 +222,11 @@ class Operation:
         # hosts whose lease call this operation could not complete (no answer, or a failure: no lease, no
         # baseline): host -> (outcome, why). Never deployed by this operation (fleet/rollout.py preflight).
         self.unleased: dict[str, tuple[str, str]] = {}
+        # where each host was at this operation's lease read (fleet/recovery.py take_baseline), set before
+        # any refusal; and the hosts its return to a baseline found or put there, or that owe that baseline
+        # nothing (fleet/recovery.py restore): an unfinished end keeps leases only on the others
+        self.lease_read: dict[str, Baseline] = {}
+        self.settled: set[str] = set()
 
     def run_step(
         self,

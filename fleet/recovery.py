@@ -147,7 +147,9 @@ def take_baseline(
         if version and artifact_sha256 and on_node and on_node != artifact_sha256:
             other_bytes.append(f"{host} has {version} as artifact {on_node[:12]}..")
     # set before any refusal: a caller that keeps (renews) its leases after one must skip the hosts this
-    # call did not lease (a renewal there would take a lease it never held)
+    # call did not lease (a renewal there would take a lease it never held), and may release those the read
+    # found owing nothing (recover)
+    op.lease_read = dict(baselines)
     op.unleased = {}
     for host in hosts:
         if host in baselines and baselines[host].reachable:
@@ -175,11 +177,18 @@ def take_baseline(
     return baselines
 
 
-def renew_leases(op: Operation, ledger: Ledger, hosts: list[str], *, state: LeaseState) -> None:
+def renew_leases(
+    op: Operation, ledger: Ledger, hosts: list[str], *, state: LeaseState, rollout_id: str | None = None
+) -> None:
     """Renew this operation's lease on `hosts` for another `lease_seconds` from now, the holder marked
     `state` (paused, unfinished) so that a refused second controller reads what ends it, not "running".
-    Best effort, like end_leases: a node that does not answer keeps the lease it has (it expires as it
-    would)."""
+    `rollout_id`: renew them as that rollout's instead (the unfinished rollout a reconcile or rollback could
+    not finish: the lease then names the rollout owed, its `controller` this process), replacing this
+    operation's own. Best effort, like end_leases: a node that does not answer keeps the lease it has (it
+    expires as it would)."""
+    if not hosts:
+        return
+    holder = rollout_id or op.op_id
     with contextlib.suppress(StepAborted):
         op.run_step(
             ledger,
@@ -187,11 +196,11 @@ def renew_leases(op: Operation, ledger: Ledger, hosts: list[str], *, state: Leas
             hosts,
             LEASE_PLAYBOOK,
             {
-                "solfleet_rollout_id": op.op_id,
+                "solfleet_rollout_id": holder,
                 "solfleet_controller": op.controller,
                 "solfleet_lease_state": state.value,
                 "solfleet_lease_s": lease_seconds(op),
-                "solfleet_take_over": [],
+                "solfleet_take_over": [op.op_id] if holder != op.op_id else [],
             },
             record=False,
             timeout_s=op.spec.timeouts.status_s,
@@ -222,21 +231,44 @@ def conclude_leases(op: Operation, ledger: Ledger, hosts: list[str]) -> None:
     every host: no `recovered_by`) keeps them, renewed for another lease period and marked unfinished, so
     that no other controller moves its half-moved hosts before `solfleet reconcile` from this work dir
     (which takes them over, Ledger.own_stale_rollouts) returns them; a refused one reads why. They still
-    expire, so a work dir that is gone does not hold the fleet for ever. Hosts it never leased are left
-    alone."""
+    expire, so a work dir that is gone does not hold the fleet for ever. Only hosts still owed are kept
+    (keep_owed_leases): those its undo found or put on their baseline are released. Hosts it never leased
+    are left alone."""
     row = ledger.operation(op.op_id)
     if row is None or row.recovered_by is not None:
         end_leases(op, ledger, hosts)
     else:
-        keep_leases(op, ledger, hosts, LeaseState.UNFINISHED)
+        keep_owed_leases(op, ledger, hosts)
 
 
-def keep_leases(op: Operation, ledger: Ledger, hosts: list[str], state: LeaseState) -> None:
+def keep_leases(
+    op: Operation, ledger: Ledger, hosts: list[str], state: LeaseState, *, rollout_id: str | None = None
+) -> None:
     """Renew this operation's leases on the `hosts` it leased (not `op.unleased`), marked `state`: an
-    unfinished rollout's at its end, a paused one's after a refused promote or abort. A signal now leaves
-    them as they are (held until their expiry), like a node that does not answer."""
+    unfinished rollout's at its end, a paused one's after a refused promote or abort (`rollout_id`: as that
+    rollout's, renew_leases). A signal now leaves them as they are (held until their expiry), like a node
+    that does not answer."""
     with contextlib.suppress(Interrupted):
-        renew_leases(op, ledger, [h for h in hosts if h not in op.unleased], state=state)
+        renew_leases(
+            op, ledger, [h for h in hosts if h not in op.unleased], state=state, rollout_id=rollout_id
+        )
+
+
+def keep_owed_leases(
+    op: Operation, ledger: Ledger, hosts: list[str], *, rollout_id: str | None = None
+) -> None:
+    """The end of an operation that leaves a rollout unfinished (`rollout_id`, default this one): the hosts
+    still owed a return to its baseline keep their leases, renewed and marked unfinished under that
+    rollout's id (keep_leases); hosts this process found or put on the baseline, or that owe it nothing
+    (`op.settled`), are released. A host whose state is unknown (no answer, an undo cut short) is owed."""
+    owed = [h for h in hosts if h not in op.settled]
+    done = [h for h in hosts if h in op.settled]
+    keep_leases(op, ledger, owed, LeaseState.UNFINISHED, rollout_id=rollout_id)
+    end_leases(op, ledger, done)
+    if rollout_id is not None and rollout_id != op.op_id:
+        # where this process could not take that rollout's lease over (a node that could not write its
+        # lease file), that rollout's own lease is still there: it is ours to drop as well
+        end_leases(op, ledger, done, rollout_id=rollout_id)
 
 
 def read_states(op: Operation, ledger: Ledger, hosts: list[str]) -> dict[str, NodeState]:
@@ -288,6 +320,7 @@ def restore(
     where it is, said so in the ledger, rather than taken back past that operation."""
     pending = set(pending)
     states = read_states(op, ledger, hosts)
+    op.settled.difference_update(hosts)  # known again below, from this read and this undo
     moves: dict[str, dict[str, str]] = {}
     notes: list[HostRecord] = []
     where: dict[str, str] = {}
@@ -296,6 +329,7 @@ def restore(
         base, now = baseline.get(host), states[host]
         if base is None or not base.reachable:
             where[host] = f"{now.current or 'unknown'} (no baseline: it did not answer before the rollout)"
+            op.settled.add(host)  # nothing to return it to
             continue
         if not now.reachable:
             ok = final = False
@@ -306,17 +340,20 @@ def restore(
             host not in pending or base.current is None
         ):
             where[host] = f"{now.current or 'none'} (baseline)"
+            op.settled.add(host)
             continue
         if moved_from is not None and now.current not in (moved_from, base.current):
             ok = False
             where[host] = f"{now.current or 'none'} (moved by another operation since: left where it is)"
             note = f"not returned: on {now.current or 'none'}, neither {moved_from} nor the baseline"
             notes.append(_note(host, "kept", base, now.current, note))
+            op.settled.add(host)  # left where it is, by rule: nothing more is owed there
             continue
         if base.current is None:
             ok = False
             where[host] = f"{now.current} (kept: no release before the rollout to return to)"
             notes.append(_note(host, "kept", base, now.current, "no prior release on this node to return to"))
+            op.settled.add(host)
             continue
         moves[host] = {"current": base.current, "previous": base.previous or ""}
     if notes:
@@ -332,6 +369,8 @@ def restore(
         except StepAborted as exc:
             step = exc.step
         for r in step.records:
+            if r.outcome in RESTORED:
+                op.settled.add(r.host)
             if r.outcome == "unchanged":
                 where[r.host] = f"{r.version_after} (baseline)"
             elif r.outcome in RESTORED:
@@ -385,8 +424,15 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
             take_baseline(op, ledger, hosts, record=False, drop_on_refusal=False)
         except LeaseHeld:
             # refused on some node (another rollout holds it): the leases it took over from the unfinished
-            # rollout on the others stay, marked unfinished, as that rollout left them; never dropped
-            keep_leases(op, ledger, hosts, LeaseState.UNFINISHED)
+            # rollout stay that rollout's, marked unfinished, on the hosts still owed; those its lease read
+            # found owing nothing (on the baseline, or moved by another operation since) are released
+            moved_from = row.version if row else None
+            op.settled = {
+                h
+                for h in hosts
+                if h in op.lease_read and owes_nothing(baseline.get(h), op.lease_read[h], moved_from)
+            }
+            keep_owed_leases(op, ledger, hosts, rollout_id=unfinished_id)
             raise
         finished = False
         try:
@@ -399,15 +445,76 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
                 # its lease file), the dead one's lease is still there: drop it too, it is ours
                 end_leases(op, ledger, hosts, rollout_id=unfinished_id)
             else:
-                # the rollout stays unfinished (a host dark, an undo refused, a signal): its hosts stay
-                # leased, as at its own end (conclude_leases), until the next reconcile from here
-                keep_leases(op, ledger, hosts, LeaseState.UNFINISHED)
+                # the rollout stays unfinished (a host dark, an undo refused, a signal): the hosts it still
+                # owes stay leased, as at its own end (conclude_leases), until the next reconcile from
+                # here; the leases name that rollout, not this reconcile: a refused controller learns what
+                # is owed and what finishes it
+                keep_owed_leases(op, ledger, hosts, rollout_id=unfinished_id)
     if gone:
         where = {**result.where, **dict.fromkeys(gone, "not returned: no longer in the fleet spec")}
         result = RestoreResult(ok=False, final=result.final, moved=result.moved, where=where)
     if result.final:
         ledger.mark_recovered(unfinished_id, by=op.op_id)
     return result
+
+
+def owes_nothing(base: Baseline | None, now: Baseline, moved_from: str | None) -> bool:
+    """A host read `now` (reachable) owes the rollout with `base` nothing: it had no baseline release to
+    return to, it is on that baseline (current and previous), or (`moved_from`: that rollout's version) it
+    runs neither that version nor its baseline, moved by another operation since (restore leaves it)."""
+    if base is None or not base.reachable or base.current is None:
+        return True
+    if not now.reachable:
+        return False
+    if (now.current, now.previous) == (base.current, base.previous):
+        return True
+    return moved_from is not None and now.current not in (moved_from, base.current)
+
+
+def conclude_rollback_leases(
+    op: Operation, ledger: Ledger, hosts: list[str], records: Iterable[HostRecord]
+) -> dict[str, list[str]]:
+    """The end of a rollback (the escape hatch) while this ledger has unfinished rollouts (a reconcile that
+    could not finish them ran first). For each, a host owes it nothing more when it owed nothing at the
+    rollback's lease read (owes_nothing) and the rollback moved nothing there (`refused`), when the rollback
+    left it on a verified release (`rolled_back`, `unchanged`: what the rollback did stands), or when it is
+    no longer in the fleet spec. Every other host of its baseline (no answer, a failed step, a host this
+    rollback did not select) is still owed. A rollout owed nothing more is concluded (recovered by this
+    rollback: status no longer calls it unfinished, and no reconcile moves the rollback's hosts back); the
+    hosts still owed that this rollback leased keep their lease, renewed and marked unfinished as that
+    rollout's (keep_leases); every other lease it took is dropped. Returns, per rollout still unfinished,
+    the hosts it still owes (a concluded one maps to [])."""
+    outcome = {r.host: r.outcome for r in records}
+    in_spec = {n.name for n in op.spec.nodes}
+    kept: dict[str, str] = {}  # host -> the (oldest) unfinished rollout that still owes it
+    owed_by: dict[str, list[str]] = {}
+    for row in ledger.unfinished():
+        owed = []
+        for host, base in ledger.baseline(row.id).items():
+            if host not in in_spec or not base.reachable or base.current is None:
+                continue  # owes nothing: no longer this fleet's, or no release before it to return to
+            if outcome.get(host) in RESTORED:
+                continue
+            read = op.lease_read.get(host)
+            if outcome.get(host) == "refused" and read is not None and owes_nothing(base, read, row.version):
+                continue
+            owed.append(host)
+        owed_by[row.id] = owed
+        if not owed:
+            ledger.mark_recovered(row.id, by=op.op_id)
+        for host in owed:
+            kept.setdefault(host, row.id)
+    leased = [h for h in hosts if h not in op.unleased]
+    for rollout_id in sorted(set(kept.values())):
+        keep_leases(
+            op,
+            ledger,
+            [h for h in leased if kept.get(h) == rollout_id],
+            LeaseState.UNFINISHED,
+            rollout_id=rollout_id,
+        )
+    end_leases(op, ledger, [h for h in hosts if h not in kept])
+    return owed_by
 
 
 def describe_where(where: Mapping[str, str]) -> str:

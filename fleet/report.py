@@ -308,7 +308,7 @@ def lease_line(node: str, lease: Mapping[str, Any], fleet: FleetStatus, now: flo
         )
     if lease.get("state") == LeaseState.UNFINISHED:
         # kept by a rollout that ended owing its hosts a return to its baseline (fleet/recovery.py); a
-        # reconcile that could not finish keeps them under its own id
+        # reconcile or rollback that could not finish it renews them under that rollout's id
         if rid in fleet.takeover:
             if fleet.unfinished:  # else nothing is owed any more: the plain takeover line below
                 return (

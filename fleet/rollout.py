@@ -41,6 +41,7 @@ from fleet.recovery import (
     LeaseState,
     conclude_leases,
     conclude_recovery,
+    conclude_rollback_leases,
     describe_where,
     end_leases,
     lease_seconds,
@@ -493,6 +494,8 @@ def rollback(spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = 
         # a rollback is the escape hatch, not something to undo: whatever it did, interrupted or failed, is
         # its end state, so it owes nothing from here on (a later run must never return its hosts forward)
         ledger.mark_recovered(op.op_id, by=op.op_id)
+        records: tuple[HostRecord, ...] = ()
+        owed: dict[str, list[str]] = {}
         try:
             step = op.run_step(
                 ledger,
@@ -501,11 +504,16 @@ def rollback(spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = 
                 ROLLBACK_PLAYBOOK,
                 {"solfleet_rollback_to": plan.version or "", "solfleet_rollout_id": op.op_id},
             )
+            records = step.records
         finally:
-            end_leases(op, ledger, hosts)
-        bad = [r for r in step.records if r.outcome not in ("rolled_back", "unchanged")]
+            # an older rollout left unfinished (its reconcile, run first, could not finish it): concluded
+            # when this rollback leaves none of its hosts owed, else its owed hosts stay leased to it
+            owed = conclude_rollback_leases(op, ledger, hosts, records)
+        notes = [_owed_note(rid, owed_hosts, hosts) for rid, owed_hosts in owed.items()]
+        bad = [r for r in records if r.outcome not in ("rolled_back", "unchanged")]
         if not bad:
             op.report.status, op.report.exit_code = OpStatus.SUCCEEDED, ExitCode.OK
+            op.report.message = "; ".join(notes)
             return
         op.report.status = OpStatus.FAILED
         op.report.exit_code = (
@@ -513,9 +521,21 @@ def rollback(spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = 
             if all(r.outcome == "unreachable" for r in bad)
             else ExitCode.OPERATION_FAILED
         )
-        op.report.message = f"{len(bad)} host(s) not rolled back: {_describe(bad)}"
+        op.report.message = "; ".join([f"{len(bad)} host(s) not rolled back: {_describe(bad)}", *notes])
 
     return op.execute(body, precheck=refuse_if_paused)
+
+
+def _owed_note(rollout_id: str, owed: list[str], selected: list[str]) -> str:
+    """One line on an older unfinished rollout after a rollback: concluded by it, or what it still owes (a
+    host this rollback did not select is not known to owe nothing, so it counts)."""
+    if not owed:
+        return f"unfinished {rollout_id} is concluded by this rollback"
+    here = [h for h in owed if h in selected]
+    parts = [f"still owes {', '.join(here)} a return to its baseline"] if here else []
+    if len(here) < len(owed):
+        parts.append(f"{', '.join(h for h in owed if h not in selected)} not selected by this rollback")
+    return f"unfinished {rollout_id} stays unfinished ({'; '.join(parts)}): `solfleet reconcile` finishes it"
 
 
 def unfinished_operations(spec: FleetSpec) -> list[str]:

@@ -373,6 +373,72 @@ def test_an_undo_a_node_refused_leaves_the_rollout_owed_to_reconcile(
         assert row is not None and row.recovered_by not in (None, op.id)
 
 
+def _lease_calls(
+    scripted: ScriptedRunner, since: int = 0
+) -> list[tuple[str, tuple[str, ...], str, list[str]]]:
+    """The lease renewals (marked unfinished) and lease ends made since call `since`: (playbook, hosts,
+    rollout id, take_over)."""
+    return [
+        (c[0], c[1], c[2]["solfleet_rollout_id"], list(c[2].get("solfleet_take_over") or []))
+        for c in scripted.calls[since:]
+        if c[0] == "lease_end.yml"
+        or (c[0] == "lease.yml" and c[2].get("solfleet_lease_state") == "unfinished")
+    ]
+
+
+def test_the_leases_an_unfinished_rollout_keeps_are_the_owed_hosts_named_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Canary n1 refuses its undo; n2 and n3 were refused their deploy, so the undo's read finds them on the
+    baseline. The rollout keeps n1's lease alone (renewed, unfinished) and drops n2's and n3's. A reconcile
+    that cannot finish renews n1's as that rollout's (taking over its own), not under the reconcile's id. A
+    rollback that leaves n1 owed keeps it so too; one that puts every owed host on a verified release
+    concludes the rollout (recovered by the rollback) and drops the leases."""
+    op, scripted, script = _unfinished_by_a_refused_undo(tmp_path, monkeypatch)
+    assert _lease_calls(scripted) == [
+        ("lease.yml", ("n1",), op.id, []),
+        ("lease_end.yml", ("n2", "n3"), op.id, []),
+    ]
+
+    def last_id() -> str:
+        spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+        with Ledger(ledger_path(spec)) as ledger:
+            return ledger.operations()[0].id
+
+    def recovered_by() -> str | None:
+        spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+        with Ledger(ledger_path(spec)) as ledger:
+            row = ledger.operation(op.id)
+            assert row is not None
+            return row.recovered_by
+
+    since = len(scripted.calls)
+    assert _cli(tmp_path, "reconcile", "--yes") == ExitCode.OPERATION_FAILED  # n1 refuses again
+    reconcile_id = last_id()
+    assert _lease_calls(scripted, since)[0] == ("lease.yml", ("n1",), op.id, [reconcile_id])
+    assert ("lease_end.yml", ("n2", "n3"), reconcile_id, []) in _lease_calls(scripted, since)
+    assert _unfinished(tmp_path) == [op.id]
+
+    # a plain rollback of n1 (after the same refused return): refused, so n1 stays owed and leased to op
+    since = len(scripted.calls)
+    assert _cli(tmp_path, "rollback", "--limit", "n1", "--yes") == ExitCode.OPERATION_FAILED
+    rollback_id = last_id()
+    assert _lease_calls(scripted, since)[-1] == ("lease.yml", ("n1",), op.id, [rollback_id])
+    assert recovered_by() is None and _unfinished(tmp_path) == [op.id]
+
+    # a rollback that leaves every host on a verified release concludes it
+    script[("rollback.yml", ("n1", "n2", "n3"))] = {
+        "n1": answered("n1", "rolled_back", before="2.0.0", after="1.0.0"),
+        "n2": answered("n2", "unchanged", before="1.0.0", after="1.0.0"),
+        "n3": answered("n3", "unchanged", before="1.0.0", after="1.0.0"),
+    }
+    since = len(scripted.calls)
+    assert _cli(tmp_path, "rollback", "--to", "1.0.0", "--yes") == ExitCode.OK
+    rollback_id = last_id()
+    assert _lease_calls(scripted, since)[-1] == ("lease_end.yml", ("n1", "n2", "n3"), rollback_id, [])
+    assert recovered_by() == rollback_id and _unfinished(tmp_path) == []
+
+
 def test_a_controller_error_mid_rollout_is_exit_1_and_owed_to_reconcile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
