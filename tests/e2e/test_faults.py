@@ -617,6 +617,17 @@ def cut_off(ff: Faults, node: str) -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
+def without_health_output(tree: list[tuple[str, int, float]]) -> list[tuple[str, int, float]]:
+    """A node's tree (E2EFleet.tree) less what a health run writes (its metrics textfile, the numba cache)."""
+    return [entry for entry in tree if not entry[0].startswith(("metrics", "cache"))]
+
+
+def recovered_by_of(ff: Faults, op_id: str) -> str | None:
+    with ff.ledger() as conn:
+        (by,) = conn.execute("SELECT recovered_by FROM operations WHERE id = ?", (op_id,)).fetchone()
+    return str(by) if by is not None else None
+
+
 def lease_of(ff: Faults, node: str) -> dict | None:
     path = ff.root(node) / "lease.json"
     return json.loads(path.read_text()) if path.exists() else None
@@ -626,10 +637,12 @@ def test_17_an_unfinished_rollout_keeps_its_leases_until_reconcile_from_its_work
     ff: Faults, tmp_path: Path
 ) -> None:
     """The canary fails verify, so on_failure returns every host to its baseline; one host stops answering
-    before that undo can read it, so the rollout ends unfinished. Its leases stay (renewed, marked
-    unfinished): a second controller is refused (exit 5) naming the unfinished rollout and `solfleet
-    reconcile`; once the host is back, reconcile from the first work dir finishes it and drops them, and the
-    second controller may deploy."""
+    before that undo can read it, so the rollout ends unfinished. It keeps the lease of the host it still
+    owes (the dark one, whose state nobody knows) and drops those of the hosts its undo found on their
+    baseline, which owe it nothing: a second controller is refused (exit 5) naming the unfinished rollout,
+    by the host it owes. Once the host is back, reconcile from the first work dir finishes it and drops the
+    rest, and the second controller may deploy. (test_19: an owed host that answers, its lease renewed and
+    marked unfinished.)"""
     before = ff.links()
     dark = "node04"
     broken = retag(ff.artifact(V1), ff.dist / "solfleet-ops-6.2.0.tar.gz", "6.2.0", break_residual_add)
@@ -649,32 +662,34 @@ def test_17_an_unfinished_rollout_keeps_its_leases_until_reconcile_from_its_work
         assert op["recovered_by"] is None, op  # unfinished: owed a return to its baseline
         for node in NODES:
             lease = lease_of(ff, node)
-            assert lease is not None and lease["rollout_id"] == op["id"], (node, lease)
-            if node != dark:  # renewed and marked; the dark node keeps the lease it was given
-                assert lease["state"] == "unfinished" and lease["expires"] > time.time() + 60, (node, lease)
-        text = " ".join(ff.cli("status").stdout.split())
-        assert f"node01: lease of rollout {op['id']}" in text, text[-3000:]
-        assert "kept by this work dir's unfinished rollout; `solfleet reconcile` from here" in text, text[
-            -3000:
-        ]
-
-        # a second controller (its own work dir and ledger) is refused by the kept leases; nothing moves
-        trees = {n: ff.tree(n) for n in NODES}
-        second = ff.start(*ff.deploy_args(V3), "--verify-ops", VERIFY_OPS, "--yes", work=other_work)
-        out2, _ = second.communicate(timeout=300)
-        assert second.returncode == ExitCode.LOCKED, out2[-3000:]
-        flat2 = " ".join(out2.split())
-        assert f"rollout {op['id']} of " in flat2 and "(unfinished: it owes its hosts a return" in flat2, (
-            flat2
-        )
-        assert "`solfleet reconcile` from its work dir finishes it" in flat2, flat2
-        assert {n: ff.tree(n) for n in NODES} == trees, "a refused controller touched a node"
+            if node == dark:  # owed (its state unknown): it keeps the lease it was given
+                assert lease is not None and lease["rollout_id"] == op["id"], (node, lease)
+            else:  # found on its baseline by the undo: owes nothing, its lease dropped
+                assert lease is None, (node, lease)
+        code, report = status(ff)
+        assert code == ExitCode.DRIFT and report["unfinished"] == [op["id"]], (code, report)
     finally:
         ff.sshd.restart_node(dark)
 
+    # a second controller (its own work dir and ledger) is refused by the lease of the host still owed;
+    # nothing moves
+    trees = {n: ff.tree(n) for n in NODES}
+    second = ff.start(*ff.deploy_args(V3), "--verify-ops", VERIFY_OPS, "--yes", work=other_work)
+    out2, _ = second.communicate(timeout=300)
+    assert second.returncode == ExitCode.LOCKED, out2[-3000:]
+    flat2 = " ".join(out2.split())
+    assert f"{dark}: rollout {op['id']} of " in flat2, flat2
+    # the owed host exactly as it was; the released ones answered its lease call (the canary's with the
+    # preflight health, which refreshes the metrics textfile and the numba cache) and nothing else changed
+    assert ff.tree(dark) == trees[dark], "a refused controller touched the owed node"
+    after = {n: without_health_output(ff.tree(n)) for n in NODES}
+    assert after == {n: without_health_output(t) for n, t in trees.items()}, (
+        "a refused controller moved a node"
+    )
+
     # the dark node's lease expired and another controller took it meanwhile (its lease file, as that
-    # controller's lease call writes it): reconcile is refused there (exit 5) and keeps the leases it took
-    # over on the others, marked unfinished; it never drops them while the rollout is still owed
+    # controller's lease call writes it): reconcile is refused there (exit 5); the others, which its lease
+    # read found on their baseline, owe the rollout nothing, and it leaves no lease on them
     other = {"rollout_id": "r-20261207T000000Z-0e0e0e", "controller": "bob@laptop:4242", "state": "running",
              "acquired": "2026-12-07T00:00:00Z", "expires": time.time() + 3600}  # fmt: skip
     (ff.root(dark) / "lease.json").write_text(json.dumps(other))
@@ -685,8 +700,8 @@ def test_17_an_unfinished_rollout_keeps_its_leases_until_reconcile_from_its_work
         if node == dark:
             assert lease == other, lease
         else:
-            assert lease is not None and lease["state"] == "unfinished", (node, lease)
-            assert lease["expires"] > time.time() + 60, (node, lease)
+            assert lease is None, (node, lease)
+    assert recovered_by_of(ff, op["id"]) is None  # still owed: the dark node was never read
     (ff.root(dark) / "lease.json").unlink()  # that controller ended
 
     # reconcile from the first work dir finishes the rollout and drops every lease
@@ -721,4 +736,93 @@ def test_18_solfleet_health_journals_its_result_once(ff: Faults) -> None:
         journals[node] = ff.journal(node)
     assert ff.cli("health").rc == 0
     assert {n: ff.journal(n) for n in NODES} == journals, "the same result was journaled twice"
+    assert_truthful(ff, ExitCode.OK)
+
+
+# -- 19: the hosts an unfinished rollout still owes keep its lease; rollback concludes it or keeps them ------
+def test_19_an_owed_host_keeps_the_rollouts_lease_through_reconcile_and_rollback(
+    ff: Faults, tmp_path: Path
+) -> None:
+    """node03 does not answer the lease call, so batch 1 fails (unreachable: fail) after the canary node01
+    moved; node01's baseline release is marked failed meanwhile, so its undo is refused and the rollout ends
+    unfinished owing node01 alone. Only node01 keeps the lease, renewed and marked unfinished; node02 (put
+    back) and node04/node05 (never moved) are released. A reconcile that cannot finish keeps it named for
+    the rollout owed, not for itself, so a second controller's refusal names that rollout and `solfleet
+    reconcile`. A rollback that leaves node01 where it is keeps the lease; one that puts every owed host on a
+    verified release concludes the rollout (status no longer calls it unfinished) and drops the leases."""
+    before = ff.links()
+    new, dark = "6.3.0", "node03"
+    baseline01 = before["node01"][0]
+    assert baseline01 is not None
+    failed_mark = ff.root("node01") / "releases" / baseline01 / "verify" / "failed.json"
+    cut_off(ff, dark)
+    try:
+        proc = ff.start(*ff.deploy_args(new), "--verify-ops", VERIFY_OPS, "--yes")
+        ff.wait_journal("node01", "healthy", new)
+        failed_mark.write_text(json.dumps({"time": "2026-12-07T00:00:00Z", "reason": "marked by test_19"}))
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        ff.sshd.restart_node(dark)
+    try:
+        assert proc.returncode == ExitCode.UNREACHABLE, out[-3000:]
+        assert "could not return every host to the baseline" in " ".join(out.split()), out[-3000:]
+        op = last_op(ff)
+        assert op["recovered_by"] is None, op
+        assert ff.link("node01", "current") == new and ff.links()["node02"] == before["node02"]
+        kept = lease_of(ff, "node01")
+        assert kept is not None and (kept["rollout_id"], kept["state"]) == (op["id"], "unfinished"), kept
+        assert kept["expires"] > time.time() + 60, kept
+        others = {n: lease_of(ff, n) for n in NODES if n != "node01"}
+        assert others == dict.fromkeys(others), f"hosts on their baseline kept a lease: {others}"
+        text = " ".join(ff.cli("status").stdout.split())
+        assert f"node01: lease of rollout {op['id']}" in text, text[-3000:]
+        assert "kept by this work dir's unfinished rollout; `solfleet reconcile` from here" in text, text[
+            -3000:
+        ]
+
+        # a reconcile that cannot finish (node01's undo refused again): the lease stays the rollout's
+        recon = ff.cli("reconcile", "--yes")
+        assert recon.rc == ExitCode.OPERATION_FAILED, recon.output[-3000:]
+        assert recovered_by_of(ff, op["id"]) is None
+        lease = lease_of(ff, "node01")
+        assert lease is not None and (lease["rollout_id"], lease["state"]) == (op["id"], "unfinished"), lease
+        assert lease["controller"] != kept["controller"], "renewed by the reconcile's process"
+        assert {n: lease_of(ff, n) for n in NODES if n != "node01"} == others
+
+        # so a second controller is refused naming the rollout owed and what finishes it; nothing moves
+        trees = {n: ff.tree(n) for n in NODES}
+        second = ff.start(*ff.deploy_args(V3), "--verify-ops", VERIFY_OPS, "--yes", work=tmp_path / "other")
+        out2, _ = second.communicate(timeout=300)
+        assert second.returncode == ExitCode.LOCKED, out2[-3000:]
+        flat2 = " ".join(out2.split())
+        assert f"node01: rollout {op['id']} of " in flat2, flat2
+        assert "(unfinished: it owes its hosts a return" in flat2, flat2
+        assert "`solfleet reconcile` from its work dir finishes it" in flat2, flat2
+        assert {n: ff.tree(n) for n in NODES} == trees, "a refused controller touched a node"
+
+        # a rollback that leaves the owed host where it is (its previous is the release marked failed): the
+        # rollout stays unfinished and node01 stays leased to it
+        back = ff.cli("rollback", "--limit", "node01", "--yes")
+        assert back.rc == ExitCode.OPERATION_FAILED, back.output[-3000:]
+        flat_back = " ".join(back.output.split())
+        assert f"unfinished {op['id']} stays unfinished (still owes node01 a return" in flat_back, flat_back
+        assert recovered_by_of(ff, op["id"]) is None
+        lease = lease_of(ff, "node01")
+        assert lease is not None and (lease["rollout_id"], lease["state"]) == (op["id"], "unfinished"), lease
+        assert ff.link("node01", "current") == new
+
+        # a rollback that puts every host it owes on a verified release concludes it: what the escape hatch
+        # did stands, status no longer calls the rollout unfinished, and no lease is left
+        out_back = ff.cli("rollback", "--to", V1, "--yes")
+        assert out_back.rc == 0, out_back.output[-3000:]
+        assert f"unfinished {op['id']} is concluded by this rollback" in " ".join(out_back.output.split())
+        rollback_id = last_op(ff)["id"]
+        assert recovered_by_of(ff, op["id"]) == rollback_id
+        assert {n: lease_of(ff, n) for n in NODES} == dict.fromkeys(NODES)
+        assert {n: ff.link(n, "current") for n in NODES} == dict.fromkeys(NODES, V1)
+        report = assert_truthful(ff, ExitCode.OK)
+        assert report["unfinished"] == [], report
+    finally:
+        failed_mark.unlink(missing_ok=True)
+    ff.restore(before)
     assert_truthful(ff, ExitCode.OK)
