@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ import yaml
 
 from fleet import cli, runner
 from fleet.errors import ControllerError, ExitCode, Interrupted, RunnerError
-from fleet.ledger import Ledger
+from fleet.ledger import Baseline, Ledger
 from fleet.operation import _interrupted_record
 from fleet.plan import plan_rollback, plan_rollout
+from fleet.recovery import owes_nothing
 from fleet.rollout import ArtifactInfo, deploy, rollback
 from fleet.runner import HostProgress, HostStatus, RunResult
 from fleet.spec import embedded_fleet, load_spec
@@ -437,6 +439,28 @@ def test_the_leases_an_unfinished_rollout_keeps_are_the_owed_hosts_named_for_it(
     rollback_id = last_id()
     assert _lease_calls(scripted, since)[-1] == ("lease_end.yml", ("n1", "n2", "n3"), rollback_id, [])
     assert recovered_by() == rollback_id and _unfinished(tmp_path) == []
+
+
+def test_what_a_host_owes_an_unfinished_rollout_from_one_read() -> None:
+    """owes_nothing: a host read on its baseline (current AND previous), one with no baseline release, and
+    one moved by another operation (neither the rollout's version nor its baseline) owe nothing; a host on
+    the rollout's version, half-returned (previous differs) or that did not answer is owed."""
+    base = Baseline(host="n1", reachable=True, current="1.0.0", current_sha256=None, previous="0.9.0")
+
+    def read(current: str | None, previous: str | None, reachable: bool = True) -> Baseline:
+        return Baseline(
+            host="n1", reachable=reachable, current=current, current_sha256=None, previous=previous
+        )
+
+    assert owes_nothing(base, read("1.0.0", "0.9.0"), "2.0.0")
+    assert owes_nothing(None, read("2.0.0", "1.0.0"), "2.0.0")
+    assert owes_nothing(replace(base, current=None), read("2.0.0", None), "2.0.0")
+    assert owes_nothing(replace(base, reachable=False), read("2.0.0", "1.0.0"), "2.0.0")
+    assert owes_nothing(base, read("3.0.0", "1.0.0"), "2.0.0")  # another operation's since
+    assert not owes_nothing(base, read("3.0.0", "1.0.0"), None)  # no version to tell it by: owed
+    assert not owes_nothing(base, read("2.0.0", "1.0.0"), "2.0.0")
+    assert not owes_nothing(base, read("1.0.0", "2.0.0"), "2.0.0")
+    assert not owes_nothing(base, read(None, None, reachable=False), "2.0.0")
 
 
 def test_a_controller_error_mid_rollout_is_exit_1_and_owed_to_reconcile(
