@@ -472,18 +472,21 @@ def owes_nothing(base: Baseline | None, now: Baseline, moved_from: str | None) -
 
 
 def conclude_rollback_leases(
-    op: Operation, ledger: Ledger, hosts: list[str], records: Iterable[HostRecord]
+    op: Operation, ledger: Ledger, hosts: list[str], records: Iterable[HostRecord], *, moved: bool = True
 ) -> dict[str, list[str]]:
     """The end of a rollback (the escape hatch) while this ledger has unfinished rollouts (a reconcile that
     could not finish them ran first). For each, a host owes it nothing more when it owed nothing at the
-    rollback's lease read (owes_nothing) and the rollback moved nothing there (`refused`), when the rollback
-    left it on a verified release (`rolled_back`, `unchanged`: what the rollback did stands), or when it is
-    no longer in the fleet spec. Every other host of its baseline (no answer, a failed step, a host this
-    rollback did not select) is still owed. A rollout owed nothing more is concluded (recovered by this
-    rollback: status no longer calls it unfinished, and no reconcile moves the rollback's hosts back); the
-    hosts still owed that this rollback leased keep their lease, renewed and marked unfinished as that
-    rollout's (keep_leases); every other lease it took is dropped. Returns, per rollout still unfinished,
-    the hosts it still owes (a concluded one maps to [])."""
+    rollback's lease read (owes_nothing) and the rollback moved nothing there (`refused`, or refused at its
+    lease call: `moved=False`), when the rollback left it on a verified release (`rolled_back`, `unchanged`:
+    what the rollback did stands), when it is no longer in the fleet spec, or when it had no release before
+    that rollout and this rollback's lease read found it answering. Every other host of its baseline (no
+    answer, a failed step, a host this rollback did not select or read) is still owed. A rollout owed nothing
+    more is concluded (recovered by this rollback: status no longer calls it unfinished, and no reconcile
+    moves the rollback's hosts back), and its own lease is dropped where this rollback could not take it over;
+    the hosts still owed that this rollback leased keep their lease, renewed and marked unfinished as that
+    rollout's (keep_leases); every other lease it took is dropped. `moved=False`: a rollback refused at its
+    lease call (it moved nothing): no rollout is concluded, the owed hosts' leases are kept all the same.
+    Returns, per rollout still unfinished, the hosts it still owes (a concluded one maps to [])."""
     outcome = {r.host: r.outcome for r in records}
     in_spec = {n.name for n in op.spec.nodes}
     kept: dict[str, str] = {}  # host -> the (oldest) unfinished rollout that still owes it
@@ -491,19 +494,28 @@ def conclude_rollback_leases(
     for row in ledger.unfinished():
         owed = []
         for host, base in ledger.baseline(row.id).items():
-            if host not in in_spec or not base.reachable or base.current is None:
-                continue  # owes nothing: no longer this fleet's, or no release before it to return to
+            if host not in in_spec or not base.reachable:
+                continue  # owes nothing: no longer this fleet's, or no baseline read before it
+            read = op.lease_read.get(host)
+            if base.current is None and read is not None and read.reachable:
+                continue  # no release before it to return to (restore's rule: only for a host that answers)
             if outcome.get(host) in RESTORED:
                 continue
-            read = op.lease_read.get(host)
-            if outcome.get(host) == "refused" and read is not None and owes_nothing(base, read, row.version):
+            unmoved = outcome.get(host) == "refused" or not moved  # this rollback switched nothing there
+            if unmoved and read is not None and owes_nothing(base, read, row.version):
                 continue
             owed.append(host)
         owed_by[row.id] = owed
-        if not owed:
+        if not owed and moved:
             ledger.mark_recovered(row.id, by=op.op_id)
         for host in owed:
             kept.setdefault(host, row.id)
+        if moved:
+            # that rollout's own lease where this rollback could not take it over (a node that could not
+            # write its lease file): nothing is owed it there any more, so it is ours to drop
+            end_leases(
+                op, ledger, [h for h in hosts if h not in owed and h not in op.unleased], rollout_id=row.id
+            )
     leased = [h for h in hosts if h not in op.unleased]
     for rollout_id in sorted(set(kept.values())):
         keep_leases(

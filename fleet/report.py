@@ -306,11 +306,14 @@ def lease_line(node: str, lease: Mapping[str, Any], fleet: FleetStatus, now: flo
             " from here is refused (exit 5) until `solfleet promote` or `solfleet abort` there ends it, or it"
             " expires"
         )
-    if lease.get("state") == LeaseState.UNFINISHED:
+    # this work dir's rollout still owed a return: whatever its lease file says (a node dark at the rollout's
+    # end keeps the lease it had, never re-marked unfinished)
+    owed_here = rid in fleet.unfinished
+    if lease.get("state") == LeaseState.UNFINISHED or owed_here:
         # kept by a rollout that ended owing its hosts a return to its baseline (fleet/recovery.py); a
         # reconcile or rollback that could not finish it renews them under that rollout's id
         if rid in fleet.takeover:
-            if fleet.unfinished:  # else nothing is owed any more: the plain takeover line below
+            if owed_here:  # else nothing is owed any more: the plain takeover line below
                 return (
                     f"{head} until {when}: kept by this work dir's unfinished rollout; `solfleet reconcile`"
                     " from here returns its hosts to their baseline and drops it"

@@ -38,6 +38,7 @@ from fleet.operation import (
 from fleet.plan import Batch, Plan
 from fleet.policy import UnhealthyPolicy, UnreachablePolicy
 from fleet.recovery import (
+    LeaseHeld,
     LeaseState,
     conclude_leases,
     conclude_recovery,
@@ -490,7 +491,13 @@ def rollback(spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = 
 
     def body(ledger: Ledger) -> None:
         hosts = list(plan.batches[0].hosts)
-        take_baseline(op, ledger, hosts)
+        try:
+            take_baseline(op, ledger, hosts, drop_on_refusal=False)
+        except LeaseHeld:
+            # refused on some node: nothing moved, but the leases it took over from an older unfinished
+            # rollout on hosts still owed stay that rollout's (every other one it took is dropped)
+            conclude_rollback_leases(op, ledger, hosts, (), moved=False)
+            raise
         # a rollback is the escape hatch, not something to undo: whatever it did, interrupted or failed, is
         # its end state, so it owes nothing from here on (a later run must never return its hosts forward)
         ledger.mark_recovered(op.op_id, by=op.op_id)

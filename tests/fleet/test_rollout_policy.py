@@ -463,6 +463,50 @@ def test_what_a_host_owes_an_unfinished_rollout_from_one_read() -> None:
     assert not owes_nothing(base, read(None, None, reachable=False), "2.0.0")
 
 
+def test_a_rollback_refused_at_its_lease_call_keeps_the_owed_hosts_lease_for_the_rollout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older rollout owes n1 a return (its undo refused again by the reconcile the CLI runs first);
+    another controller's rollout takes n3 after that reconcile's lease call (it would have refused the
+    reconcile: exit 5, no rollback). The rollback takes over the older rollout's lease on n1, then is
+    refused at n3 (exit 5, nothing moved): n1's
+    lease is renewed as that rollout's, marked unfinished, and the rollout stays unfinished (a refused
+    rollback concludes nothing). Before, the refusal dropped every lease the rollback had taken, n1's too:
+    any controller could then deploy onto n1, still on the rejected release and owed a return."""
+    op, scripted, _script = _unfinished_by_a_refused_undo(tmp_path, monkeypatch)
+    plain = scripted._read
+
+    def takes() -> int:  # lease calls since `since` that take leases (renewals carry a state)
+        return sum(c[0] == "lease.yml" and "solfleet_lease_state" not in c[2] for c in scripted.calls[since:])
+
+    def read(host: str) -> HostProgress:
+        playbook, _hosts, extra = scripted.calls[-1]
+        if host == "n3" and playbook == "lease.yml" and "solfleet_lease_state" not in extra and takes() == 2:
+            held = "rollout r-other of ops@elsewhere:1 holds this node; nothing was changed"
+            return HostProgress(
+                host=host, status=HostStatus.FAILED, solfleet={"failed_phase": "lease", "message": held}
+            )
+        return plain(host)
+
+    monkeypatch.setattr(scripted, "_read", read)
+    since = len(scripted.calls)
+    assert _cli(tmp_path, "rollback", "--to", "1.0.0", "--yes") == ExitCode.LOCKED
+    assert takes() == 2  # the reconcile's lease call, then the rollback's
+    # the reconcile's undo of n1 (refused again); the rollback moved nothing
+    assert [c[1] for c in scripted.calls[since:] if c[0] == "rollback.yml"] == [("n1",)]
+    spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+    with Ledger(ledger_path(spec)) as ledger:
+        rollback_id = ledger.operations()[0].id
+        row = ledger.operation(op.id)
+        assert row is not None and row.recovered_by is None
+    assert rollback_id != op.id and _unfinished(tmp_path) == [op.id]
+    calls = _lease_calls(scripted, since)
+    assert ("lease.yml", ("n1",), op.id, [rollback_id]) in calls  # renewed as the owed rollout's
+    ends = [c for c in calls if c[0] == "lease_end.yml" and c[2] == rollback_id]
+    assert ends and all("n1" not in c[1] for c in ends)  # never dropped where the rollout is owed
+    assert scripted.links["n1"] == ("2.0.0", "1.0.0")
+
+
 def test_a_controller_error_mid_rollout_is_exit_1_and_owed_to_reconcile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -240,6 +240,14 @@ def test_a_lease_kept_by_an_unfinished_rollout_names_reconcile(tmp_path: Path) -
     done = FleetStatus(nodes=[], unfinished=[], takeover=frozenset({rid}))
     left = lease_line("n1", held, done, now=now)
     assert "reconcile" not in left and "the next deploy or rollback from here takes it over" in left, left
+    # another unfinished rollout of this work dir does not make this one's lease owed
+    other = FleetStatus(nodes=[], unfinished=["r-other"], takeover=frozenset({rid, "r-other"}))
+    theirs = lease_line("n1", held, other, now=now)
+    assert "unfinished rollout" not in theirs and "takes it over" in theirs, theirs
+    # a node dark at the rollout's end keeps the lease it had, never re-marked: still that rollout's, owed
+    running = {**held, "state": "running"}
+    dark = lease_line("n1", running, mine, now=now)
+    assert "this work dir's unfinished rollout" in dark and "`solfleet reconcile` from here" in dark, dark
 
 
 def test_a_paused_lease_of_another_work_dir_names_promote_and_abort() -> None:
