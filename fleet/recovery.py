@@ -482,16 +482,18 @@ def conclude_rollback_leases(
     that rollout and this rollback's lease read found it answering. Every other host of its baseline (no
     answer, a failed step, a host this rollback did not select or read) is still owed. A rollout owed nothing
     more is concluded (recovered by this rollback: status no longer calls it unfinished, and no reconcile
-    moves the rollback's hosts back), and its own lease is dropped where this rollback could not take it over;
-    the hosts still owed that this rollback leased keep their lease, renewed and marked unfinished as that
-    rollout's (keep_leases); every other lease it took is dropped. `moved=False`: a rollback refused at its
-    lease call (it moved nothing): no rollout is concluded, the owed hosts' leases are kept all the same.
-    Returns, per rollout still unfinished, the hosts it still owes (a concluded one maps to [])."""
+    moves the rollback's hosts back); each one's own lease, where this rollback could not take it over, is
+    dropped on the hosts no unfinished rollout owes; the hosts still owed that this rollback leased keep their
+    lease, renewed and marked unfinished as that rollout's (keep_leases); every other lease it took is
+    dropped. `moved=False`: a rollback refused at its lease call (it moved nothing): no rollout is concluded,
+    the owed hosts' leases are kept all the same. Returns, per rollout still unfinished, the hosts it still
+    owes (a concluded one maps to [])."""
     outcome = {r.host: r.outcome for r in records}
     in_spec = {n.name for n in op.spec.nodes}
     kept: dict[str, str] = {}  # host -> the (oldest) unfinished rollout that still owes it
     owed_by: dict[str, list[str]] = {}
-    for row in ledger.unfinished():
+    rows = ledger.unfinished()
+    for row in rows:
         owed = []
         for host, base in ledger.baseline(row.id).items():
             if host not in in_spec or not base.reachable:
@@ -502,7 +504,7 @@ def conclude_rollback_leases(
             if outcome.get(host) in RESTORED:
                 continue
             unmoved = outcome.get(host) == "refused" or not moved  # this rollback switched nothing there
-            if unmoved and read is not None and owes_nothing(base, read, row.version):
+            if unmoved and read is not None and read.reachable and owes_nothing(base, read, row.version):
                 continue
             owed.append(host)
         owed_by[row.id] = owed
@@ -510,13 +512,12 @@ def conclude_rollback_leases(
             ledger.mark_recovered(row.id, by=op.op_id)
         for host in owed:
             kept.setdefault(host, row.id)
-        if moved:
-            # that rollout's own lease where this rollback could not take it over (a node that could not
-            # write its lease file): nothing is owed it there any more, so it is ours to drop
-            end_leases(
-                op, ledger, [h for h in hosts if h not in owed and h not in op.unleased], rollout_id=row.id
-            )
     leased = [h for h in hosts if h not in op.unleased]
+    if moved:
+        # each rollout's own lease where this rollback could not take it over (a node that could not write
+        # its lease file), on the hosts no unfinished rollout owes any more: ours to drop
+        for row in rows:
+            end_leases(op, ledger, [h for h in leased if h not in kept], rollout_id=row.id)
     for rollout_id in sorted(set(kept.values())):
         keep_leases(
             op,

@@ -312,7 +312,8 @@ def lease_line(node: str, lease: Mapping[str, Any], fleet: FleetStatus, now: flo
     if lease.get("state") == LeaseState.UNFINISHED or owed_here:
         # kept by a rollout that ended owing its hosts a return to its baseline (fleet/recovery.py); a
         # reconcile or rollback that could not finish it renews them under that rollout's id
-        if rid in fleet.takeover:
+        # (takeover lists this ledger's recent operations only: an older owed rollout is still ours)
+        if rid in fleet.takeover or owed_here:
             if owed_here:  # else nothing is owed any more: the plain takeover line below
                 return (
                     f"{head} until {when}: kept by this work dir's unfinished rollout; `solfleet reconcile`"
