@@ -507,6 +507,43 @@ def test_a_rollback_refused_at_its_lease_call_keeps_the_owed_hosts_lease_for_the
     assert scripted.links["n1"] == ("2.0.0", "1.0.0")
 
 
+class DarkAfterTheLeases(ScriptedRunner):
+    """n2 answers the first lease call (the rollout's baseline read), then nothing more."""
+
+    def _read(self, host: str) -> HostProgress:
+        first_lease = [c[0] for c in self.calls].count("lease.yml") == 1 and self.calls[-1][0] == "lease.yml"
+        if host == "n2" and not first_lease:
+            return HostProgress(host=host, status=HostStatus.UNREACHABLE, message="ssh: connect timed out")
+        return super()._read(host)
+
+
+def test_a_rollback_that_never_read_an_owed_host_does_not_conclude_the_rollout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first deploy (no release before it on any node) fails its batch and n2 goes dark: the undo cannot
+    read n2, so the rollout stays unfinished, owing n2 (restore leaves a host with no prior release where it
+    is only once it answers). A rollback limited to n3 never reads n2: it must not conclude that rollout.
+    Before, a host with no release before the rollout counted as owing nothing whether read or not, and
+    the rollback marked the rollout recovered while n2 was still unread."""
+    script: dict[Any, Any] = {
+        ("deploy.yml", ("n1",)): {"n1": answered("n1", "activated", before=None, after="2.0.0")},
+        ("deploy.yml", ("n2", "n3")): {
+            "n2": HostProgress(host="n2", status=HostStatus.UNREACHABLE, message="ssh: connect timed out"),
+            "n3": answered("n3", "refused", before=None, after=""),
+        },
+        ("rollback.yml", ("n3",)): {"n3": answered("n3", "unchanged", before=None, after="")},
+    }
+    links: dict[str, tuple[str | None, str | None]] = dict.fromkeys(("n1", "n2", "n3"), (None, None))
+    _result, op, _rows, scripted = run_deploy(
+        tmp_path, monkeypatch, "rollback_fleet", script, links=links, runner_class=DarkAfterTheLeases
+    )
+    assert _unfinished(tmp_path) == [op.id]  # n2 was never read back
+    rc = _cli(tmp_path, "rollback", "--limit", "n3", "--yes")
+    assert rc == ExitCode.OK, rc
+    assert [c[1] for c in scripted.calls if c[0] == "rollback.yml"] == [("n3",)]
+    assert _unfinished(tmp_path) == [op.id]  # still owed n2
+
+
 def test_a_controller_error_mid_rollout_is_exit_1_and_owed_to_reconcile(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
