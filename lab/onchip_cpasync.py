@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from numba import cuda, float32, uint32
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,69 +35,12 @@ import onchip_prefetch as base  # noqa: E402
 
 from kernels.ops.rows import OnChipRows, onchip_pairs, vec_jit  # noqa: E402
 from kernels.ops.softmax import _fast_exp, _fold  # noqa: E402
+from kernels.primitives.cp_async import commit, cp16, lds4, wait_all  # noqa: E402, F401  (the probes' names)
 from kernels.primitives.reductions import NEG_INF, make_block_max, make_block_sum, row_slots  # noqa: E402
 from kernels.primitives.vector import ldg_into, make_row_io, stg_from  # noqa: E402
 from kernels.runtime.arrays import SIMULATED  # noqa: E402
 
-
-def _intrinsics() -> tuple[Any, Any, Any, Any]:
-    """cp16(part, w, src, i): cp.async.cg 16 bytes from &src[i] to &part[w] (w a multiple of 4); commit();
-    wait_all(); lds4(part, w): the 4 words at part[w] in one 16-byte shared load."""
-    from llvmlite import ir
-    from numba.core import types as nt
-    from numba.cuda.extending import intrinsic
-    from ptx_asm import I32, I64, asm, element_ptr, shared_u32, statement
-
-    @intrinsic
-    def cp16(typingctx, part, w, src, i):  # type: ignore[no-untyped-def]
-        sig = nt.void(part, w, src, i)
-
-        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            d = shared_u32(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            s = element_ptr(context, builder, sig.args[2], args[2], sig.args[3], args[3])
-            text = "cp.async.cg.shared.global [$0], [$1], 16;"
-            asm(builder, ir.VoidType(), text, "r,l,~{memory}", [d, builder.ptrtoint(s, I64)], [I32, I64])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    @intrinsic
-    def lds4(typingctx, part, w):  # type: ignore[no-untyped-def]
-        sig = nt.UniTuple(nt.uint32, 4)(part, w)
-
-        def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-            p = element_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            vt = ir.VectorType(I32, 4)
-            p3 = builder.addrspacecast(builder.bitcast(p, ir.PointerType(vt)), ir.PointerType(vt, 3))
-            v = builder.load(p3, align=16)
-            vals = [builder.extract_element(v, ir.Constant(I32, k)) for k in range(4)]
-            return context.make_tuple(builder, sig.return_type, vals)
-
-        return sig, codegen
-
-    return cp16, statement("cp.async.commit_group;"), statement("cp.async.wait_all;"), lds4
-
-
-if SIMULATED:
-
-    def cp16(part: Any, w: Any, src: Any, i: Any) -> None:
-        for k in range(4):
-            lo, hi = src[i + 2 * k], src[i + 2 * k + 1]
-            if src.dtype == np.float16:
-                lo, hi = np.float16(lo).view(np.uint16), np.float16(hi).view(np.uint16)
-            part[w + k] = np.uint32(lo) | (np.uint32(hi) << np.uint32(16))
-
-    def commit() -> None:
-        pass
-
-    def wait_all() -> None:
-        pass
-
-    def lds4(part: Any, w: Any) -> Any:
-        return part[w], part[w + 1], part[w + 2], part[w + 3]
-
-else:
-    cp16, commit, wait_all, lds4 = _intrinsics()
+# cp16 / commit / wait_all / lds4: the product's since the twenty-third session (the same PTX as this probe's)
 
 
 def make_io(width: int, word: bool) -> Any:

@@ -21,7 +21,10 @@ Kernels, one block of 256 threads per row, as rmsnorm:
     moves the words as 16-byte vectors of 8 (kernels.primitives.vector.ldg_into / stg_from).
   - Vector rows in fp16 / bf16 past BLOCK * PER, or much shorter: the vector kernel at a kernels.ops.rows
     WIDE_ROWS shape (32 x 32 up to 1024 x 32 threads x values), chosen by rows.wide_for, so rows of up to
-    32768 columns stay in registers (one read of the row) instead of streaming (two).
+    32768 columns stay in registers (one read of the row) instead of streaming (two). Rows of 8193-16384
+    columns run that kernel with `wb_shared` (rows.WIDE_WB_SHARED, where the device holds it:
+    rows.wb_shared_fits): each thread's weight and bias vectors copied into 64 KB of dynamic shared memory
+    by cp.async while its row loads, read back in the write pass; the same words as the plain shape.
   - `make_onchip` (fp16 / bf16 rows of kernels.ops.rows.ONCHIP_ROWS.from_cols to .cols columns: 128256 to
     131584, the vocabularies, and built again as rows.ONCHIP_MID_ROWS for rows of 32776 to 65536: two
     blocks of 512 threads per SM; "auto" and "vector" take it there, on GPUs that let a block opt in to its
@@ -62,9 +65,11 @@ from kernels.ops.rows import (
     row_cases,
     row_choice_of,
     row_path_of,
+    shared_vec_reader,
     vec_jit,
 )
 from kernels.primitives.cache_hints import l2_evict_first, l2_evict_last
+from kernels.primitives.cp_async import commit, cp16, wait_all
 from kernels.primitives.reductions import (
     BLOCK,
     PER,
@@ -210,11 +215,23 @@ WRITE_GROUP = 2
 
 
 def _make_vec(  # type: ignore[no-untyped-def]
-    width: int, fastmath: bool = False, threads: int = BLOCK, per: int = PER, min_blocks: int = 0
+    width: int,
+    fastmath: bool = False,
+    threads: int = BLOCK,
+    per: int = PER,
+    min_blocks: int = 0,
+    wb_shared: bool = False,
+    word: bool = False,
 ):
     """The vector kernel: `threads` x `per` values per row in registers (rows of <= threads * per), 16-byte
     loads and stores; the mean, then the variance of the registers (two reductions, alternating halves of
-    the shared slots). Other shapes than BLOCK x PER: kernels.ops.rows.WIDE_ROWS (and rows.vec_jit)."""
+    the shared slots). Other shapes than BLOCK x PER: kernels.ops.rows.WIDE_ROWS (and rows.vec_jit).
+    `wb_shared` (rows.WIDE_WB_SHARED; fp16 / bf16, `word`: bf16 words): each thread first starts cp.async
+    copies of its own weight and bias vectors into dynamic shared memory (rows.WideRows.wb_shared_bytes:
+    weight vector q of thread t in words 4 (q * threads + t) .. + 3, bias vector q in 4 ((nv + q) * threads +
+    t) .. + 3), once per block, and its write pass reads them back with one 16-byte shared load each, so no
+    L2 round trip waits behind the block's second reduction. A thread reads only the words it copied:
+    cp.async.wait_all, no barrier. The arithmetic and its order are the plain kernel's: the same words."""
     load_row, col_of = make_row_io(width, threads, per)
     bsum, slots = make_block_sum(threads), row_slots(threads)
     nsm = 2 * slots  # a compile-time constant for the shared array (numba folds names, not expressions)
@@ -223,6 +240,7 @@ def _make_vec(  # type: ignore[no-untyped-def]
     group = min(WRITE_GROUP, nv)
     gn = group * width
     assert nv % group == 0, f"layernorm: {nv} vectors a thread do not split into groups of {group}"
+    take = shared_vec_reader(word)
 
     @cuda.jit(**jit_kw)
     def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
@@ -236,6 +254,14 @@ def _make_vec(  # type: ignore[no-untyped-def]
         n = x.shape[1]
         fn = float32(n)
         row = cuda.blockIdx.x
+        if wb_shared:  # weight and bias on their way to shared memory before the first row's loads
+            wbs = cuda.shared.array(0, uint32)
+            tid = cuda.threadIdx.x
+            for q in range(nv):
+                if col_of(q) < n:
+                    cp16(wbs, 4 * (q * threads + tid), w, col_of(q))
+                    cp16(wbs, 4 * ((nv + q) * threads + tid), b, col_of(q))
+            commit()
         while row < rows:
             orow = out[row]
             load_row(v, x[row], n, float32(0.0))
@@ -250,7 +276,17 @@ def _make_vec(  # type: ignore[no-untyped-def]
                         d = v[q * width + e] - mean
                         q2 += d * d
             rstd = float32(1.0) / math.sqrt(bsum(q2, sm, slots) / fn + eps)
-            if n >= threads * per:  # full rows: a group's weight and bias loads before its first store
+            if wb_shared:
+                wait_all()
+                for q in range(nv):
+                    col = col_of(q)
+                    if col < n:
+                        take(tw, wbs, q * threads + tid)
+                        take(tb, wbs, (nv + q) * threads + tid)
+                        for e in range(width):
+                            tw[e] = (v[q * width + e] - mean) * rstd * tw[e] + tb[e]
+                        stg_from(orow, col, tw, 0)
+            elif n >= threads * per:  # full rows: a group's weight and bias loads before its first store
                 for g in range(0, nv, group):
                     for q in range(g, g + group):
                         ldg_into(gw, (q - g) * width, w, col_of(q))
@@ -735,7 +771,8 @@ def _row_kernel(config: RowConfig, width: int, *, word: bool) -> tuple[Any, int,
     if isinstance(config, VectorRows):
         return _make_vec(width, config.fastmath), BLOCK, False
     if isinstance(config, WideRows) and not config.packed:
-        return _make_vec(width, False, config.threads, config.per, config.min_blocks), config.threads, False
+        w = config
+        return _make_vec(width, False, w.threads, w.per, w.min_blocks, w.wb_shared, word), w.threads, False
     if isinstance(config, Half2Rows):  # fp16 only; one block per row
         if width != 8:
             raise ValueError("layernorm: half2 row kernels are for float16 rows")

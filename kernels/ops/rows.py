@@ -104,12 +104,16 @@ class WideRows:
     `make_rows_blocked`, or `make_rows_packed` when packed).
     `min_blocks`: launch_bounds' blocks per SM (the register cap). `packed`: the row held as packed pairs
     (`packed_row_io`: one uint32 per two columns, unpacked where used), so a thread's `per` values take
-    per / 2 registers and twice the rows fit an SM."""
+    per / 2 registers and twice the rows fit an SM. `wb_shared` (layernorm): the row in registers as the
+    plain shape, the weight and bias vectors copied into dynamic shared memory by cp.async while the row
+    loads (wb_shared_bytes a block; WIDE_WB_SHARED), where the device holds min_blocks such blocks an SM
+    (wb_shared_fits)."""
 
     threads: int
     per: int  # values per thread, a multiple of the vector width
     min_blocks: int
     packed: bool = False
+    wb_shared: bool = False
 
     @property
     def cols(self) -> int:
@@ -117,7 +121,12 @@ class WideRows:
 
     @property
     def label(self) -> str:
-        return f"{'packed' if self.packed else 'block'}-{self.threads}x{self.per}"
+        kind = "packed" if self.packed else "wb-shared" if self.wb_shared else "block"
+        return f"{kind}-{self.threads}x{self.per}"
+
+    def wb_shared_bytes(self, itemsize: int) -> int:
+        """Dynamic shared memory of a `wb_shared` block: a weight and a bias vector of `cols` values."""
+        return 2 * self.cols * itemsize
 
 
 @dataclass(frozen=True)
@@ -247,10 +256,39 @@ WIDE_PACKED: dict[str, tuple[WideRows, ...]] = {
 }
 
 
+# Per op, shapes whose weight and bias vectors are copied into shared memory (WideRows.wb_shared), in place
+# of the WIDE_ROWS shape of the same width where the device holds them (wb_shared_fits; else that shape runs).
+# Measured on an H100 (2026-12-07, twenty-second session, lab/layernorm_wb_smem_ab.py ("wb_early", the same
+# kernel body) -> benchmarks/h100/2026-12-07/twentysecond/ln-wb-ab/, two calls, interleaved with the shipped
+# kernel, 2^25 elements, every output against float64 and bit-equal to the shipped kernel's): x the WIDE_ROWS
+# kernel of that width at 16384 columns 1.036-1.041 (bf16 and fp16; 0.87 -> 0.90-0.91 of copy); at 32768
+# 0.96-0.99 and at 8192 level (0.98-1.00), so those keep WIDE_ROWS. Rows of 8193-16383 columns take the
+# 16384 shape too, with padding lanes (not timed). ptxas sm_90: 61-64 registers, no spills.
+WIDE_WB_SHARED: dict[str, tuple[WideRows, ...]] = {
+    "layernorm": (WideRows(threads=512, per=32, min_blocks=2, wb_shared=True),),
+}
+WB_SHARED_STATIC_BYTES = 1024  # a block: the 1 KB the system reserves on sm_80+ and the reductions' bytes
+
+
 def wide_shapes(op: str | None = None) -> tuple[WideRows, ...]:
-    """WIDE_ROWS with `op`'s WIDE_PACKED shapes in place of the shapes of the same width."""
-    packed = {c.cols: c for c in WIDE_PACKED.get(op or "", ())}
-    return tuple(packed.get(c.cols, c) for c in WIDE_ROWS)
+    """WIDE_ROWS with `op`'s WIDE_PACKED and WIDE_WB_SHARED shapes in place of the shapes of the same width
+    (wide_here: a wb_shared shape as this device runs it)."""
+    by_cols = {c.cols: c for c in (*WIDE_PACKED.get(op or "", ()), *WIDE_WB_SHARED.get(op or "", ()))}
+    return tuple(by_cols.get(c.cols, c) for c in WIDE_ROWS)
+
+
+def plain_shape(shape: WideRows) -> WideRows:
+    """The WIDE_ROWS shape (as it runs here) of a shape's width: what runs where a device cannot hold a
+    wb_shared shape."""
+    return next(c for c in map(for_machine, WIDE_ROWS) if isinstance(c, WideRows) and c.cols == shape.cols)
+
+
+def wb_shared_fits(shape: WideRows, dt: np.dtype) -> bool:
+    """Whether this device holds a wb_shared shape (as it runs here: for_machine's) as measured: min_blocks
+    blocks of its weight and bias (wb_shared_bytes) and static shared memory within what one block may opt in
+    to (sm_90: 227 KB, sm_80: 163 KB hold the 2 x 65 KB of layernorm's 512 x 32 in fp16 / bf16; sm_86 /
+    sm_89's 99 KB do not, and GPUs before sm_80, which have no cp.async, opt in to less still)."""
+    return smem_optin() >= shape.min_blocks * (shape.wb_shared_bytes(dt.itemsize) + WB_SHARED_STATIC_BYTES)
 
 
 # Rows past vector_cols (32768 columns in fp16 / bf16: LLM vocabularies of 128256 / 131072): 1024 threads,
@@ -473,6 +511,29 @@ def onchip_pairs(word: bool) -> tuple[Any, Any, Any]:
     return (_pack_words, _word_lo, _word_hi) if word else (_pack_halves, _half_lo, _half_hi)
 
 
+def shared_vec_reader(word: bool) -> Any:
+    """take(t, part, i): the 16-byte vector i of a uint32 shared array (words 4i .. 4i + 3, as
+    kernels.primitives.cp_async.cp16 copied it: column 2p in word p's low half) into t[0:8] as fp32, with
+    one 16-byte shared load (lds4); bf16 words (`word`) or fp16 halves, widened exactly (onchip_pairs)."""
+    from kernels.primitives.cp_async import lds4
+
+    _, lo, hi = onchip_pairs(word)
+
+    @cuda.jit(device=True, inline="always")
+    def take(t, part, i):  # type: ignore[no-untyped-def]
+        a, b, c, d = lds4(part, 4 * i)
+        t[0] = lo(a)
+        t[1] = hi(a)
+        t[2] = lo(b)
+        t[3] = hi(b)
+        t[4] = lo(c)
+        t[5] = hi(c)
+        t[6] = lo(d)
+        t[7] = hi(d)
+
+    return take
+
+
 def packed_row_io(width: int, threads: int, per: int, word: bool) -> tuple[Any, Any, Any, Any]:
     """make_row_io for a row held as packed pairs (WideRows.packed): the thread's vectors at the same columns,
     kept in a uint32 local array of per // 2 words, pair p of vector q at word q * width // 2 + p
@@ -542,7 +603,7 @@ def onchip_part(config: OnChipRows, width: int, word: bool) -> tuple[Any, Any, A
 def wide_for(dt: np.dtype, n: int, op: str | None = None) -> WideRows | None:
     """The shape of `wide_shapes(op)` (as it runs here) a vector row of `n` columns takes in `dt`; None: the
     op's own BLOCK x PER kernel holds it best, or `dt` has no other shapes, or no shape holds it (see
-    vector_cols)."""
+    vector_cols). wide_here: the shape this device runs."""
     if dt not in WIDE_DTYPES:
         return None
     shapes = [c for c in map(for_machine, wide_shapes(op)) if isinstance(c, WideRows) and c.cols >= n]
@@ -550,6 +611,18 @@ def wide_for(dt: np.dtype, n: int, op: str | None = None) -> WideRows | None:
     if best is None or (n <= BLOCK * PER and best.cols >= BLOCK * PER):
         return None
     return best
+
+
+def run_here(shape: WideRows, dt: np.dtype) -> WideRows:
+    """A shape (as it runs here) as this device runs it in `dt`: a wb_shared shape the device cannot hold
+    (wb_shared_fits) becomes the WIDE_ROWS shape of its width."""
+    return plain_shape(shape) if shape.wb_shared and not wb_shared_fits(shape, dt) else shape
+
+
+def wide_here(dt: np.dtype, n: int, op: str | None = None) -> WideRows | None:
+    """wide_for's shape as this device runs it (run_here)."""
+    shape = wide_for(dt, n, op)
+    return None if shape is None else run_here(shape, dt)
 
 
 def vector_cols(dt: np.dtype) -> int:
@@ -653,13 +726,20 @@ class RowKernels:
         }
         self.row_k = {dt: kernel(fn, sigs[dt]) for dt, (fn, _, _) in self.row.items()}
         shapes = [c for c in map(for_machine, wide_shapes(name)) if isinstance(c, WideRows)]
+        # a wb_shared shape's WIDE_ROWS shape too: what runs on a device that cannot hold the wb_shared one
+        shapes += [plain_shape(c) for c in shapes if c.wb_shared]
         self.wide = {
             (dt, c): row_kernel(c, WIDTH[dt], word=dt == BF16)[0]
             for dt in sigs
             if dt in WIDE_DTYPES and dt in self.vec_fns and row_kernel
             for c in shapes
         }
-        self.wide_k = {key: kernel(fn, sigs[key[0]]) for key, fn in self.wide.items()}
+        self.wide_k = {
+            (dt, c): kernel(fn, sigs[dt], on_load=dynamic_smem(c.wb_shared_bytes(dt.itemsize)))
+            if c.wb_shared
+            else kernel(fn, sigs[dt])
+            for (dt, c), fn in self.wide.items()
+        }
         sv = for_machine(STREAM_ROWS)
         assert isinstance(sv, StreamRows)
         self.svec_shape: StreamRows = sv
@@ -725,11 +805,15 @@ class RowKernels:
                 "use 'auto' or 'scalar' (the streaming kernel)"
             )
         elif choose(path, dt, ok) or (ok and path == "auto" and dt in self.row and not SIMULATED):
-            shape = wide_for(dt, n, self.name)
+            shape = wide_here(dt, n, self.name)
             if shape is not None:
                 if (dt, shape) not in self.wide_k:  # the op was built without it: never fall back silently
                     raise RuntimeError(f"{self.name}: no {shape.label} kernel built for {dt} rows of {n}")
-                return self.wide_k[(dt, shape)], shape.threads, min(rows, MAX_GRID)
+                wk = self.wide_k[(dt, shape)]
+                grid = min(rows, MAX_GRID)
+                if shape.wb_shared:  # one block a row, as the plain shape, with its weight and bias part
+                    return WithShared(wk, shape.wb_shared_bytes(dt.itemsize)), shape.threads, grid
+                return wk, shape.threads, grid
             entry = self.row.get(dt)
             if entry is None:
                 return self.vec[dt], BLOCK, min(rows, MAX_GRID)
@@ -827,7 +911,7 @@ def row_path_of(op: str) -> Any:
             if op in ONCHIP_OPS and dt in ONCHIP_DTYPES and on_chip:
                 return OnChipRows.label
             return StreamRows.label
-        if p == "vector" and (shape := wide_for(dt, case.params["cols"], op)) is not None:
+        if p == "vector" and (shape := wide_here(dt, case.params["cols"], op)) is not None:
             return shape.label
         config = ROW_KERNELS.get(op, {}).get(dt)
         if config is None or SIMULATED or p == "stream" or (case.params["cols"] * dt.itemsize) % VEC_BYTES:
@@ -863,10 +947,11 @@ def row_choice_of(op: str) -> Any:
             return Choice(p, "primary", f"{dt}: {VEC_BYTES}-byte vector loads, the row in registers")
         if p == "register":
             return Choice(p, "primary", f"{dt}: the row in registers, one element per load")
-        if (shape := wide_for(dt, n, op)) is not None:
+        if (shape := wide_here(dt, n, op)) is not None:
             where = "as packed pairs in the registers" if shape.packed else "in the registers"
+            wb = ", weight and bias copied to shared memory during the row's loads" if shape.wb_shared else ""
             return Choice(p, "primary", f"{dt}: {VEC_BYTES}-byte vector loads, the row {where} of "
-                          f"{shape.threads} threads x {shape.per} values (rows.wide_shapes)")  # fmt: skip
+                          f"{shape.threads} threads x {shape.per} values{wb} (rows.wide_shapes)")  # fmt: skip
         return Choice(p, "primary", f"{dt}: the kernel tuned for it (rows.ROW_KERNELS[{op!r}])")
 
     return choose

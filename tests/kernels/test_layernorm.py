@@ -139,3 +139,81 @@ def test_version_paths_rejected():  # type: ignore[no-untyped-def]
             ValueError, match=f"path: '{path}' is not a path; expected one of: auto, scalar, vector$"
         ):
             op.layernorm(x, w, w, path=path)
+
+
+@needs_device
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the simulator's threads warn on NaN arithmetic
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wb_shared_rows_equal_their_register_shape_bit_for_bit(dtype):  # type: ignore[no-untyped-def]
+    """The wb_shared shape (rows.WIDE_WB_SHARED: weight and bias copied into shared memory by cp.async, read
+    back in the write pass) runs the plain WIDE_ROWS kernel's arithmetic in its order: the same words, at a
+    full row (its compare-free write pass in the plain kernel), at one with padding lanes, and with NaN and
+    infinities in x, weight and bias; with more rows than blocks (a block strides, its part copied once)."""
+    from kernels.ops.rows import BF16, WIDE_WB_SHARED, WIDTH, WithShared, for_machine, plain_shape
+    from kernels.runtime import arrays
+    from kernels.runtime.arrays import HostSync
+    from kernels.runtime.launch import kernel
+
+    dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)
+    shape = for_machine(WIDE_WB_SHARED["layernorm"][0])
+    plain = plain_shape(shape)
+    assert shape.wb_shared and not plain.wb_shared
+    assert (plain.threads, plain.per, plain.min_blocks) == (shape.threads, shape.per, shape.min_blocks)
+    word = dt == BF16
+    ks = kernel(op._row_kernel(shape, WIDTH[dt], word=word)[0], op._K.sigs[dt])
+    kp = kernel(op._row_kernel(plain, WIDTH[dt], word=word)[0], op._K.sigs[dt])
+    rng = np.random.default_rng(41)
+    for n in (shape.cols, shape.cols - 3 * WIDTH[dt], shape.cols - 37 * WIDTH[dt]):  # 16-byte rows only
+        x = (rng.standard_normal((5, n)) * 3 + 0.5).astype(dt)
+        w = (1 + 0.5 * rng.standard_normal(n)).astype(dt)
+        b = (0.5 * rng.standard_normal(n)).astype(dt)
+        x[1, 7], x[2, n - 1], w[3], b[n - 2] = np.nan, np.inf, np.inf, -np.inf
+        got = []
+        for k in (WithShared(ks, shape.wb_shared_bytes(dt.itemsize)), kp):
+            sync = HostSync()
+            xo = arrays.as_rows(arrays.operand("x", arrays.to_device(x), sync))
+            wo = arrays.operand("weight", arrays.to_device(w), sync)
+            bo = arrays.operand("bias", arrays.to_device(b), sync)
+            out = arrays.to_device(np.zeros((5, n), dt))
+            oo = arrays.as_rows(arrays.operand("out", out, sync))
+            k.launch(2, shape.threads, (xo, wo, bo, oo, np.float32(1e-5)))  # block 0 strides to rows 2, 4
+            got.append(arrays.to_host(out).view(np.uint16))
+        np.testing.assert_array_equal(got[0], got[1], err_msg=f"{dtype} rows of {n}")
+        clean = [0, 3, 4]  # rows without specials: within one rounding of float64, but where weight is inf
+        ref = op.reference(x[clean].astype(np.float64), w.astype(np.float64), b.astype(np.float64), 1e-5)
+        o = got[0].view(dt)[clean].astype(np.float64)
+        cols = np.isfinite(ref).all(axis=0)
+        assert np.abs(o[:, cols] - ref[:, cols]).max() <= 2.0**-7 * np.abs(ref[:, cols]).max()
+
+
+def test_wb_shared_runs_only_where_the_device_holds_its_blocks(monkeypatch):  # type: ignore[no-untyped-def]
+    """A wb_shared shape runs where min_blocks blocks of its weight and bias and static bytes fit what a
+    block may opt in to (on a GPU 2 x 65 KB: sm_90's 227 KB and sm_80's 163 KB hold them), the WIDE_ROWS
+    shape of its width where they do not (sm_86 / sm_89's 99 KB, and no GPU: 0); on a GPU, layernorm's rows
+    of that width and narrower ones it takes run it through wide_here, and row_path_of names the shape that
+    runs (the simulator's 512 columns tie with the op's own BLOCK x PER kernel, which runs those rows)."""
+    from kernels.ops import rows
+    from kernels.ops.rows import BF16, WIDE_WB_SHARED, for_machine, plain_shape, run_here, wb_shared_fits
+    from kernels.registry import Case
+
+    shape = for_machine(WIDE_WB_SHARED["layernorm"][0])
+    plain = plain_shape(shape)
+    # the narrowest row it takes: 24 columns past the next narrower WIDE_ROWS shape (8216 on a GPU)
+    narrowest = max(c.cols for c in map(for_machine, rows.WIDE_ROWS) if c.cols < shape.cols) + 24
+    for dt in (np.dtype(np.float16), np.dtype(BF16)):
+        need = shape.min_blocks * (shape.wb_shared_bytes(dt.itemsize) + rows.WB_SHARED_STATIC_BYTES)
+        assert rows.SIMULATED or need == 2 * (64 + 1) * 1024
+        for optin in (need + 1, need, need - 1, 0):
+            monkeypatch.setattr(rows, "smem_optin", lambda optin=optin: optin)
+            fits = optin >= need
+            assert wb_shared_fits(shape, dt) is fits, optin
+            assert run_here(shape, dt) == (shape if fits else plain), optin
+            assert run_here(plain, dt) == plain
+            for n in (shape.cols, narrowest):
+                if rows.wide_for(dt, n, "layernorm") is None:
+                    assert rows.SIMULATED  # the tie above
+                    continue
+                assert rows.wide_here(dt, n, "layernorm") == run_here(shape, dt)
+                assert not rows.wide_here(dt, n, "rmsnorm").wb_shared  # no other op has the shape
+                label = rows.row_path_of("layernorm")(Case("c", {"rows": 2, "cols": n}, dt.name))
+                assert label == run_here(shape, dt).label
