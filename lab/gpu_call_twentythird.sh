@@ -7,8 +7,8 @@
 #   2. its GPU tests: tests/kernels/test_layernorm.py and test_bf16.py's layernorm cases (~200 s);
 #   3. on an H200 only, with what is left: the row ops' bf16 width sweep beside Liger (h200_llm.py).
 #   OUT=dir [TOTAL=560] bash lab/gpu_call_twentythird.sh
-# If step 1 or 2 fails, the kernel is wrong on a GPU: set WIDE_WB_SHARED to {} (the WIDE_ROWS kernel runs
-# again) before anything else.
+# If step 1 or 2 fails on an H100 / H200 (sm_90 holds the shape; on sm_86 / sm_89 step 1 says it cannot), the
+# kernel is wrong on a GPU: set WIDE_WB_SHARED to {} (the WIDE_ROWS kernel runs again) before anything else.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-twentythird}; TOTAL=${TOTAL:-560}
 t0=$(date +%s)

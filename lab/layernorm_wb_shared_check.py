@@ -67,6 +67,10 @@ def main() -> int:
                 ok = False
                 continue
             kp = ln._K.wide_k[(dt, plain)]
+            if not SIMULATED:  # the driver's answer: the measured 2 blocks an SM with 64 KB each
+                resident = ln._K.wide_k[(dt, shape)].resident_blocks(shape.threads, shape.wb_shared_bytes(dt.itemsize))
+                print(f"{dt.name} {shape.label}: {resident} resident blocks an SM (min_blocks {shape.min_blocks})")
+                ok &= resident >= shape.min_blocks
             xs_h = [(rng.standard_normal((m, n)) * 2 + 0.5).astype(dt) for _ in range(SETS)]
             w_h = (1 + 0.5 * rng.standard_normal(n)).astype(dt)
             b_h = (0.5 * rng.standard_normal(n)).astype(dt)

@@ -241,6 +241,7 @@ def _make_vec(  # type: ignore[no-untyped-def]
     gn = group * width
     assert nv % group == 0, f"layernorm: {nv} vectors a thread do not split into groups of {group}"
     take = shared_vec_reader(word)
+    wb_align = None if SIMULATED else 16  # lds4's 16-byte loads (the simulator takes no alignment)
 
     @cuda.jit(**jit_kw)
     def k(x, w, b, out, eps):  # type: ignore[no-untyped-def]
@@ -255,7 +256,7 @@ def _make_vec(  # type: ignore[no-untyped-def]
         fn = float32(n)
         row = cuda.blockIdx.x
         if wb_shared:  # weight and bias on their way to shared memory before the first row's loads
-            wbs = cuda.shared.array(0, uint32)
+            wbs = cuda.shared.array(0, uint32, alignment=wb_align)
             tid = cuda.threadIdx.x
             for q in range(nv):
                 if col_of(q) < n:

@@ -263,11 +263,15 @@ WIDE_PACKED: dict[str, tuple[WideRows, ...]] = {
 # kernel, 2^25 elements, every output against float64 and bit-equal to the shipped kernel's): x the WIDE_ROWS
 # kernel of that width at 16384 columns 1.036-1.041 (bf16 and fp16; 0.87 -> 0.90-0.91 of copy); at 32768
 # 0.96-0.99 and at 8192 level (0.98-1.00), so those keep WIDE_ROWS. Rows of 8193-16383 columns take the
-# 16384 shape too, with padding lanes (not timed). ptxas sm_90: 61-64 registers, no spills.
+# 16384 shape too, with padding lanes (not timed). ptxas sm_90: 60 (fp16) / 64 (bf16) registers, no spills.
 WIDE_WB_SHARED: dict[str, tuple[WideRows, ...]] = {
     "layernorm": (WideRows(threads=512, per=32, min_blocks=2, wb_shared=True),),
 }
-WB_SHARED_STATIC_BYTES = 1024  # a block: the 1 KB the system reserves on sm_80+ and the reductions' bytes
+# Room for a block's shared memory besides its weight and bias (the reductions' 128 static bytes at 512
+# threads), as ONCHIP_STATIC_BYTES. wb_shared_fits compares with smem_optin, one block's limit (an SM's shared
+# memory less the 1 KB the system reserves a block): 2 x (64 KB + 1 KB) there leaves room for both reserves
+# (133,376 bytes an SM at 512 x 32 with them, of sm_90's 233,472 and sm_80's 167,936).
+WB_SHARED_STATIC_BYTES = 1024
 
 
 def wide_shapes(op: str | None = None) -> tuple[WideRows, ...]:
@@ -280,7 +284,10 @@ def wide_shapes(op: str | None = None) -> tuple[WideRows, ...]:
 def plain_shape(shape: WideRows) -> WideRows:
     """The WIDE_ROWS shape (as it runs here) of a shape's width: what runs where a device cannot hold a
     wb_shared shape."""
-    return next(c for c in map(for_machine, WIDE_ROWS) if isinstance(c, WideRows) and c.cols == shape.cols)
+    same = [c for c in map(for_machine, WIDE_ROWS) if isinstance(c, WideRows) and c.cols == shape.cols]
+    if not same:
+        raise ValueError(f"{shape.label}: no WIDE_ROWS shape of its {shape.cols} columns to fall back to")
+    return same[0]
 
 
 def wb_shared_fits(shape: WideRows, dt: np.dtype) -> bool:

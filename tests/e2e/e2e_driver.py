@@ -118,8 +118,9 @@ class E2EFleet:
         """Build (once) the artifact of `version` with `solfleet build` from this tree."""
         path = self.dist / f"solfleet-ops-{version}.tar.gz"
         if not path.exists():
-            # the run's first build of this tree compiles its PTX (146 kernels, ~11 min seen on 2 cores beside
-            # the suite) and the others wait on its cache lock (fleet/artifact.py): more than CLI_TIMEOUT_S
+            # the run's first build of this tree compiles its PTX (~190 kernels, ~11 min seen on 2 cores
+            # beside the suite) and the others wait on its cache lock (fleet/artifact.py): more than
+            # CLI_TIMEOUT_S
             args = ("build", "--version", version, "--out", str(self.dist))
             result = self.cli(*args, timeout_s=BUILD_TIMEOUT_S)
             assert result.rc == 0, f"solfleet build failed ({result.rc}): {result.output[-2000:]}"

@@ -149,19 +149,27 @@ def test_wb_shared_rows_equal_their_register_shape_bit_for_bit(dtype):  # type: 
     back in the write pass) runs the plain WIDE_ROWS kernel's arithmetic in its order: the same words, at a
     full row (its compare-free write pass in the plain kernel), at one with padding lanes, and with NaN and
     infinities in x, weight and bias; with more rows than blocks (a block strides, its part copied once)."""
-    from kernels.ops.rows import BF16, WIDE_WB_SHARED, WIDTH, WithShared, for_machine, plain_shape
+    from kernels.ops.rows import (
+        BF16,
+        WIDE_WB_SHARED,
+        WIDTH,
+        WithShared,
+        for_machine,
+        plain_shape,
+        wb_shared_fits,
+    )
     from kernels.runtime import arrays
     from kernels.runtime.arrays import HostSync
-    from kernels.runtime.launch import kernel
 
     dt = np.dtype(BF16 if dtype == "bfloat16" else dtype)
     shape = for_machine(WIDE_WB_SHARED["layernorm"][0])
+    if not wb_shared_fits(shape, dt):
+        pytest.skip("this GPU cannot give 2 blocks an SM the wb_shared shape's shared memory: plain runs")
     plain = plain_shape(shape)
     assert shape.wb_shared and not plain.wb_shared
     assert (plain.threads, plain.per, plain.min_blocks) == (shape.threads, shape.per, shape.min_blocks)
-    word = dt == BF16
-    ks = kernel(op._row_kernel(shape, WIDTH[dt], word=word)[0], op._K.sigs[dt])
-    kp = kernel(op._row_kernel(plain, WIDTH[dt], word=word)[0], op._K.sigs[dt])
+    # the kernels the op built (the wb_shared one raises its dynamic shared-memory limit when it loads)
+    ks, kp = op._K.wide_k[(dt, shape)], op._K.wide_k[(dt, plain)]
     rng = np.random.default_rng(41)
     for n in (shape.cols, shape.cols - 3 * WIDTH[dt], shape.cols - 37 * WIDTH[dt]):  # 16-byte rows only
         x = (rng.standard_normal((5, n)) * 3 + 0.5).astype(dt)
@@ -190,16 +198,25 @@ def test_wb_shared_runs_only_where_the_device_holds_its_blocks(monkeypatch):  # 
     """A wb_shared shape runs where min_blocks blocks of its weight and bias and static bytes fit what a
     block may opt in to (on a GPU 2 x 65 KB: sm_90's 227 KB and sm_80's 163 KB hold them), the WIDE_ROWS
     shape of its width where they do not (sm_86 / sm_89's 99 KB, and no GPU: 0); on a GPU, layernorm's rows
-    of that width and narrower ones it takes run it through wide_here, and row_path_of names the shape that
-    runs (the simulator's 512 columns tie with the op's own BLOCK x PER kernel, which runs those rows)."""
+    of that width and the narrowest it takes run it through wide_here, RowKernels.pick launches it with its
+    bytes of dynamic shared memory, and row_path_of names the shape that runs (without the simulator: its
+    512 columns tie with the op's own BLOCK x PER kernel, which runs those rows)."""
     from kernels.ops import rows
-    from kernels.ops.rows import BF16, WIDE_WB_SHARED, for_machine, plain_shape, run_here, wb_shared_fits
+    from kernels.ops.rows import (
+        BF16,
+        WIDE_WB_SHARED,
+        WithShared,
+        for_machine,
+        plain_shape,
+        run_here,
+        wb_shared_fits,
+    )
     from kernels.registry import Case
 
     shape = for_machine(WIDE_WB_SHARED["layernorm"][0])
     plain = plain_shape(shape)
-    # the narrowest row it takes: 24 columns past the next narrower WIDE_ROWS shape (8216 on a GPU)
-    narrowest = max(c.cols for c in map(for_machine, rows.WIDE_ROWS) if c.cols < shape.cols) + 24
+    # the narrowest row it takes: one vector past the next narrower WIDE_ROWS shape (8200 on a GPU)
+    narrowest = max(c.cols for c in map(for_machine, rows.WIDE_ROWS) if c.cols < shape.cols) + 8
     for dt in (np.dtype(np.float16), np.dtype(BF16)):
         need = shape.min_blocks * (shape.wb_shared_bytes(dt.itemsize) + rows.WB_SHARED_STATIC_BYTES)
         assert rows.SIMULATED or need == 2 * (64 + 1) * 1024
@@ -217,3 +234,10 @@ def test_wb_shared_runs_only_where_the_device_holds_its_blocks(monkeypatch):  # 
                 assert not rows.wide_here(dt, n, "rmsnorm").wb_shared  # no other op has the shape
                 label = rows.row_path_of("layernorm")(Case("c", {"rows": 2, "cols": n}, dt.name))
                 assert label == run_here(shape, dt).label
+                k, threads, grid = op._K.pick("vector", dt, True, n, 3)
+                assert (threads, grid) == (shape.threads, 3)
+                if fits:  # launched with the weight and bias part as its dynamic shared memory
+                    assert isinstance(k, WithShared) and k.kernel is op._K.wide_k[(dt, shape)]
+                    assert k.shared == shape.wb_shared_bytes(dt.itemsize)
+                else:
+                    assert k is op._K.wide_k[(dt, plain)]

@@ -1,7 +1,7 @@
 """Every registered kernel compiles to PTX for sm_90 with no GPU, with ptxas register counts where ptxas is
 installed. It goes the way `solfleet build` goes (fleet.artifact.compile_targets: fleet.ptx_export's child
 processes over kernels.runtime.ptx, which stop on any kernel that does not compile), through the run's
-shared PTX cache (tests/conftest.py): a full compile of 146 kernels costs minutes on a 2-core machine, and
+shared PTX cache (tests/conftest.py): a full compile of ~190 kernels costs minutes on a 2-core machine, and
 the suite's builds of this same tree then read it instead of compiling it again."""
 
 from __future__ import annotations
