@@ -459,13 +459,19 @@ def recover(op: Operation, ledger: Ledger, unfinished_id: str) -> RestoreResult:
 
 
 def owes_nothing(base: Baseline | None, now: Baseline, moved_from: str | None) -> bool:
-    """A host read `now` (reachable) owes the rollout with `base` nothing: it had no baseline release to
-    return to, it is on that baseline (current and previous), or (`moved_from`: that rollout's version) it
-    runs neither that version nor its baseline, moved by another operation since (restore leaves it)."""
-    if base is None or not base.reachable or base.current is None:
+    """A host read `now` owes the rollout with `base` nothing when the rollout never read it (no baseline,
+    or it did not answer before the rollout: it was never leased, so never moved; restore's rule too), or,
+    only where `now` answered, when it had no baseline release to return to (restore keeps it on what it
+    runs), it is on that baseline (current and previous), or (`moved_from`: that rollout's version) it runs
+    neither that version nor its baseline, moved by another operation since (restore leaves it). A host
+    that did not answer `now` is owed, even with no release before the rollout: the rollout may have put
+    its version there, and nobody knows where it stands."""
+    if base is None or not base.reachable:
         return True
     if not now.reachable:
         return False
+    if base.current is None:
+        return True
     if (now.current, now.previous) == (base.current, base.previous):
         return True
     return moved_from is not None and now.current not in (moved_from, base.current)
@@ -504,7 +510,7 @@ def conclude_rollback_leases(
             if outcome.get(host) in RESTORED:
                 continue
             unmoved = outcome.get(host) == "refused" or not moved  # this rollback switched nothing there
-            if unmoved and read is not None and read.reachable and owes_nothing(base, read, row.version):
+            if unmoved and read is not None and owes_nothing(base, read, row.version):
                 continue
             owed.append(host)
         owed_by[row.id] = owed

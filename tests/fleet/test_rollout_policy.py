@@ -442,9 +442,10 @@ def test_the_leases_an_unfinished_rollout_keeps_are_the_owed_hosts_named_for_it(
 
 
 def test_what_a_host_owes_an_unfinished_rollout_from_one_read() -> None:
-    """owes_nothing: a host read on its baseline (current AND previous), one with no baseline release, and
-    one moved by another operation (neither the rollout's version nor its baseline) owe nothing; a host on
-    the rollout's version, half-returned (previous differs) or that did not answer is owed."""
+    """owes_nothing: a host read on its baseline (current AND previous), one with no baseline release that
+    answers, and one moved by another operation (neither the rollout's version nor its baseline) owe
+    nothing; a host on the rollout's version, half-returned (previous differs) or that did not answer is
+    owed."""
     base = Baseline(host="n1", reachable=True, current="1.0.0", current_sha256=None, previous="0.9.0")
 
     def read(current: str | None, previous: str | None, reachable: bool = True) -> Baseline:
@@ -461,6 +462,19 @@ def test_what_a_host_owes_an_unfinished_rollout_from_one_read() -> None:
     assert not owes_nothing(base, read("2.0.0", "1.0.0"), "2.0.0")
     assert not owes_nothing(base, read("1.0.0", "2.0.0"), "2.0.0")
     assert not owes_nothing(base, read(None, None, reachable=False), "2.0.0")
+
+
+def test_a_host_with_no_release_before_that_did_not_answer_is_owed() -> None:
+    """owes_nothing reads `now` before the "no release before" rule: a host with no release before the
+    rollout that does not answer may run the rollout's version, so it is owed. A host the rollout never
+    read (no baseline, or no answer before it) owes nothing, answering or not: the rollout never moved it.
+    Before, a host with no release before the rollout owed nothing whether it answered or not."""
+    base = Baseline(host="n1", reachable=True, current=None, current_sha256=None, previous=None)
+    dark = Baseline(host="n1", reachable=False, current=None, current_sha256=None, previous=None)
+    assert not owes_nothing(base, dark, "2.0.0")
+    assert not owes_nothing(base, dark, None)
+    assert owes_nothing(replace(base, reachable=False), dark, "2.0.0")
+    assert owes_nothing(None, dark, "2.0.0")
 
 
 def test_a_rollback_refused_at_its_lease_call_keeps_the_owed_hosts_lease_for_the_rollout(
@@ -542,6 +556,48 @@ def test_a_rollback_that_never_read_an_owed_host_does_not_conclude_the_rollout(
     assert rc == ExitCode.OK, rc
     assert [c[1] for c in scripted.calls if c[0] == "rollback.yml"] == [("n3",)]
     assert _unfinished(tmp_path) == [op.id]  # still owed n2
+
+
+class HeldAfterTheRollout(DarkAfterTheLeases):
+    """n2 as in DarkAfterTheLeases; n3 is held by another controller's rollout at every lease call that
+    takes leases after the rollout's own (a reconcile's is refused: exit 5)."""
+
+    def _read(self, host: str) -> HostProgress:
+        playbook, _hosts, extra = self.calls[-1]
+        takes = sum(c[0] == "lease.yml" and "solfleet_lease_state" not in c[2] for c in self.calls)
+        if host == "n3" and playbook == "lease.yml" and "solfleet_lease_state" not in extra and takes > 1:
+            held = "rollout r-other of ops@elsewhere:1 holds this node; nothing was changed"
+            return HostProgress(
+                host=host, status=HostStatus.FAILED, solfleet={"failed_phase": "lease", "message": held}
+            )
+        return super()._read(host)
+
+
+def test_a_refused_reconcile_keeps_owing_a_dark_host_that_had_no_release_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first deploy fails its batch and n2 goes dark: the rollout stays unfinished, owing n2. A reconcile
+    is refused at n3 (another controller's rollout holds it: exit 5) while n2 still does not answer: its
+    lease read proves nothing about n2, so n2 stays owed and the rollout's lease there is never dropped;
+    n1, read on the release it was kept on, owes nothing and is released. Before, the refused path counted
+    n2 as owing nothing (no release before the rollout) and dropped the rollout's lease on it."""
+    script: dict[Any, Any] = {
+        ("deploy.yml", ("n1",)): {"n1": answered("n1", "activated", before=None, after="2.0.0")},
+        ("deploy.yml", ("n2", "n3")): {
+            "n2": HostProgress(host="n2", status=HostStatus.UNREACHABLE, message="ssh: connect timed out"),
+            "n3": answered("n3", "refused", before=None, after=""),
+        },
+    }
+    links: dict[str, tuple[str | None, str | None]] = dict.fromkeys(("n1", "n2", "n3"), (None, None))
+    _result, op, _rows, scripted = run_deploy(
+        tmp_path, monkeypatch, "rollback_fleet", script, links=links, runner_class=HeldAfterTheRollout
+    )
+    assert _unfinished(tmp_path) == [op.id]  # n2 was never read back
+    since = len(scripted.calls)
+    assert _cli(tmp_path, "reconcile", "--yes") == ExitCode.LOCKED
+    assert _unfinished(tmp_path) == [op.id]
+    ends = [c for c in _lease_calls(scripted, since) if c[0] == "lease_end.yml"]
+    assert ends and all(c[1] == ("n1",) for c in ends)  # n1 released; n2's lease never dropped
 
 
 def test_a_controller_error_mid_rollout_is_exit_1_and_owed_to_reconcile(
