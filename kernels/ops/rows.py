@@ -262,8 +262,11 @@ WIDE_PACKED: dict[str, tuple[WideRows, ...]] = {
 # kernel body) -> benchmarks/h100/2026-12-07/twentysecond/ln-wb-ab/, two calls, interleaved with the shipped
 # kernel, 2^25 elements, every output against float64 and bit-equal to the shipped kernel's): x the WIDE_ROWS
 # kernel of that width at 16384 columns 1.036-1.041 (bf16 and fp16; 0.87 -> 0.90-0.91 of copy); at 32768
-# 0.96-0.99 and at 8192 level (0.98-1.00), so those keep WIDE_ROWS. Rows of 8193-16383 columns take the
-# 16384 shape too, with padding lanes (not timed). ptxas sm_90: 60 (fp16) / 64 (bf16) registers, no spills.
+# 0.96-0.99 and at 8192 level (0.98-1.00), so those keep WIDE_ROWS. This kernel as shipped, through the op's
+# launcher (an H100, 2026-12-07, twenty-third session, lab/layernorm_wb_shared_check.py ->
+# benchmarks/h100/2026-12-07/twentythird/wb-check/, bit-equal, 2 resident blocks an SM), x the plain 512 x 32
+# kernel: 1.033-1.039 at 16384 (0.908-0.909 of copy), 1.015-1.027 at 12288, 0.994-0.995 at 8200 (rows of
+# 8193-16383 columns take it, with padding lanes). ptxas sm_90: 60 (fp16) / 64 (bf16) registers, no spills.
 WIDE_WB_SHARED: dict[str, tuple[WideRows, ...]] = {
     "layernorm": (WideRows(threads=512, per=32, min_blocks=2, wb_shared=True),),
 }
