@@ -113,6 +113,10 @@ class Baseline:
     current: str | None
     current_sha256: str | None
     previous: str | None
+    # A read's, not recorded: a node step held the node's lock when it was read (the node's `busy`), so its
+    # `current` may still move. Only the judgement of that read uses it (recovery.owes_nothing); a baseline
+    # the ledger holds is read back False.
+    busy: bool = False
 
 
 @dataclass(frozen=True)

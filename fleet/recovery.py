@@ -33,6 +33,9 @@ from fleet.spec import FleetSpec, project_root
 
 # outcomes of a restore step that leave the host on its baseline
 RESTORED = ("rolled_back", "unchanged")
+# why a host read `busy` (the node's lock held: a node step, maybe of a controller that is gone, runs on
+# there) is still owed, whatever it read
+BUSY_NOTE = "a node step is still running there (its deploy lock is held)"
 
 
 class LeaseState(StrEnum):
@@ -61,6 +64,8 @@ class NodeState:
     current_sha: str | None = None
     release_shas: Mapping[str, str | None] | None = None
     message: str = ""
+    # a node step held the node's lock when it answered: its `current` may still move (Baseline.busy)
+    busy: bool = False
 
 
 def _state_of(host: str, status: HostStatus, sf: Mapping[str, Any], message: str) -> NodeState:
@@ -73,6 +78,7 @@ def _state_of(host: str, status: HostStatus, sf: Mapping[str, Any], message: str
         previous=sf.get("previous"),
         current_sha=sf.get("current_sha"),
         release_shas=dict(sf.get("release_shas") or {}),
+        busy=sf.get("busy") is True,
     )
 
 
@@ -142,6 +148,7 @@ def take_baseline(
             current=state.current,
             current_sha256=state.current_sha,
             previous=state.previous,
+            busy=state.busy,
         )
         on_node = (state.release_shas or {}).get(version or "")
         if version and artifact_sha256 and on_node and on_node != artifact_sha256:
@@ -317,9 +324,13 @@ def restore(
     for the node's lock; a host with no baseline release (a first deploy) stays on what it runs, said so in
     the ledger. `moved_from` (a reconcile of an unfinished rollout of that version, from a later process):
     a host on neither that version nor its baseline was moved by another operation since, and is left
-    where it is, said so in the ledger, rather than taken back past that operation."""
-    pending = set(pending)
+    where it is, said so in the ledger, rather than taken back past that operation. A host read `busy` (a
+    node step holds its lock: one of a controller that is gone runs on there) is undone as a `pending` one;
+    where a rule would leave it where it is, it is left, but still owed: where that is stays open until its
+    step ends."""
     states = read_states(op, ledger, hosts)
+    busy = {h for h, s in states.items() if s.reachable and s.busy}
+    pending = set(pending) | busy
     op.settled.difference_update(hosts)  # known again below, from this read and this undo
     moves: dict[str, dict[str, str]] = {}
     notes: list[HostRecord] = []
@@ -335,6 +346,12 @@ def restore(
             ok = final = False
             where[host] = f"unknown: unreachable ({now.message})"
             notes.append(_note(host, "unreachable", base, None, f"not restored: {now.message}"))
+            continue
+        if host in busy and (
+            base.current is None or (moved_from is not None and now.current not in (moved_from, base.current))
+        ):
+            ok = final = False
+            where[host] = f"{now.current or 'none'} as read, but {BUSY_NOTE}: still owed"
             continue
         if (now.current, now.previous) == (base.current, base.previous) and (
             host not in pending or base.current is None
@@ -465,10 +482,11 @@ def owes_nothing(base: Baseline | None, now: Baseline, moved_from: str | None) -
     runs), it is on that baseline (current and previous), or (`moved_from`: that rollout's version) it runs
     neither that version nor its baseline, moved by another operation since (restore leaves it). A host
     that did not answer `now` is owed, even with no release before the rollout: the rollout may have put
-    its version there, and nobody knows where it stands."""
+    its version there, and nobody knows where it stands. So is one read `busy`, whatever it read: a node
+    step (the unfinished rollout's own, its controller gone) may still move it once the read is taken."""
     if base is None or not base.reachable:
         return True
-    if not now.reachable:
+    if not now.reachable or now.busy:
         return False
     if base.current is None:
         return True
@@ -505,8 +523,10 @@ def conclude_rollback_leases(
             if host not in in_spec or not base.reachable:
                 continue  # owes nothing: no longer this fleet's, or no baseline read before it
             read = op.lease_read.get(host)
-            if base.current is None and read is not None and read.reachable:
-                continue  # no release before it to return to (restore's rule: only for a host that answers)
+            if base.current is None and read is not None and read.reachable and not read.busy:
+                # no release before it to return to (restore's rule: only for a host that answers, and whose
+                # node step, if one runs on there, has ended)
+                continue
             if outcome.get(host) in RESTORED:
                 continue
             unmoved = outcome.get(host) == "refused" or not moved  # this rollback switched nothing there

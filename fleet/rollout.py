@@ -38,6 +38,7 @@ from fleet.operation import (
 from fleet.plan import Batch, Plan
 from fleet.policy import UnhealthyPolicy, UnreachablePolicy
 from fleet.recovery import (
+    BUSY_NOTE,
     LeaseHeld,
     LeaseState,
     conclude_leases,
@@ -516,7 +517,8 @@ def rollback(spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = 
             # an older rollout left unfinished (its reconcile, run first, could not finish it): concluded
             # when this rollback leaves none of its hosts owed, else its owed hosts stay leased to it
             owed = conclude_rollback_leases(op, ledger, hosts, records)
-        notes = [_owed_note(rid, owed_hosts, hosts) for rid, owed_hosts in owed.items()]
+        busy = {h for h, read in op.lease_read.items() if read.busy}
+        notes = [_owed_note(rid, owed_hosts, hosts, busy) for rid, owed_hosts in owed.items()]
         bad = [r for r in records if r.outcome not in ("rolled_back", "unchanged")]
         if not bad:
             op.report.status, op.report.exit_code = OpStatus.SUCCEEDED, ExitCode.OK
@@ -533,13 +535,17 @@ def rollback(spec: FleetSpec, plan: Plan, *, progress: ProgressFactory | None = 
     return op.execute(body, precheck=refuse_if_paused)
 
 
-def _owed_note(rollout_id: str, owed: list[str], selected: list[str]) -> str:
+def _owed_note(rollout_id: str, owed: list[str], selected: list[str], busy: set[str]) -> str:
     """One line on an older unfinished rollout after a rollback: concluded by it, or what it still owes (a
-    host this rollback did not select is not known to owe nothing, so it counts)."""
+    host this rollback did not select is not known to owe nothing, so it counts), naming the owed hosts
+    whose lease read found a node step still running (`busy`)."""
     if not owed:
         return f"unfinished {rollout_id} is concluded by this rollback"
     here = [h for h in owed if h in selected]
     parts = [f"still owes {', '.join(here)} a return to its baseline"] if here else []
+    running = [h for h in here if h in busy]
+    if running:
+        parts.append(f"{', '.join(running)}: {BUSY_NOTE}")
     if len(here) < len(owed):
         parts.append(f"{', '.join(h for h in owed if h not in selected)} not selected by this rollback")
     return f"unfinished {rollout_id} stays unfinished ({'; '.join(parts)}): `solfleet reconcile` finishes it"

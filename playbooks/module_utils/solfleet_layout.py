@@ -398,7 +398,34 @@ class NodeLayout:
         return None
 
     # -- state ---------------------------------------------------------------------------------------------
+    def lock_busy(self) -> bool:
+        """Whether a step holds the node's lock (`.lock`, NodeLock) right now: a deploy or rollback step, also
+        one whose controller is gone (it shields its locked section from signals and runs on to its end).
+        A probe that never waits and changes nothing: the lock file is opened read-only as it is (no file: no
+        step has ever locked this root, so none holds it), a shared lock is tried without blocking and let go
+        at once. Shared, so two probes (two reads at once) never see each other as busy; a step that tries the
+        lock in that instant waits one poll of NodeLock. A lock file that cannot be opened or probed says
+        nothing of what runs here: it reads busy, which keeps a host owed rather than settled."""
+        try:
+            fd = os.open(self.lock_path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True  # EWOULDBLOCK: held; anything else: not known, so busy as well
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        finally:
+            os.close(fd)
+
     def state(self) -> dict:
+        # Probed before anything else is read: a step that let the lock go by then has written every move it
+        # made, so the reads below see them; a read that says `busy` may be overtaken by that step's move.
+        busy = self.lock_busy()
         journal = self.read_journal()
         current = self.link_version("current")
         return {
@@ -422,6 +449,8 @@ class NodeLayout:
             "release_shas": {n: self.release_sha(n) for n in sorted(self.release_names())},
             "current_suspect": (self.suspect() or {}).get("reason"),
             "lease": self.lease(),
+            # a step holds the node's lock: its `current` may still move when that step ends (lock_busy)
+            "busy": busy,
             **self.move_state(),
         }
 

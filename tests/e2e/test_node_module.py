@@ -659,6 +659,49 @@ def test_lock_held_elsewhere_refuses(tmp_path: Path, built: dict[str, Path], nod
     assert_refused_and_unchanged(result, node_on_v1, "lock", "another deploy or rollback holds")
 
 
+def test_the_lease_and_status_reads_say_whether_a_node_step_holds_the_lock(
+    tmp_path: Path, node_on_v1: Path
+) -> None:
+    """A deploy or rollback step holds `<root>/.lock` for its whole locked section, and one whose controller
+    is gone runs on to its end. While the lock is held (here by this test process) the lease call and status
+    answer without waiting and say `busy`: the node may still move, so a reconcile does not take that read
+    for where it stays. Once the lock is let go they say false, and a root no step ever locked reads not
+    busy, its read making no lock file."""
+
+    def lease() -> PlayResult:
+        # every var named: run_play's private data dir keeps the extravars of the run before it
+        return run_play(
+            tmp_path,
+            "lease.yml",
+            {"n1": node_on_v1},
+            solfleet_rollout_id="r-mine",
+            solfleet_controller="me@here:1",
+            solfleet_lease_s=60,
+            solfleet_lease_state="running",
+            solfleet_take_over=[],
+            solfleet_lease_health=[],
+        )
+
+    fd = os.open(node_on_v1 / ".lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        held = lease()
+        status = run_play(tmp_path, "status.yml", {"n1": node_on_v1})
+    finally:
+        os.close(fd)
+    assert held.status == "successful", held.messages
+    assert (held.results["n1"]["busy"], held.results["n1"]["current"]) == (True, V1), held.results
+    assert status.status == "successful" and status.results["n1"]["busy"] is True, status.results
+
+    free = lease()
+    assert free.status == "successful" and free.results["n1"]["busy"] is False, free.results
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    fresh = run_play(tmp_path, "status.yml", {"n1": bare})
+    assert fresh.results["n1"]["busy"] is False, fresh.results
+    assert not (bare / ".lock").exists(), "a read made the lock file"
+
+
 def test_tampered_current_release_fails_redeploy_without_switching(
     tmp_path: Path, built: dict[str, Path], node_on_v1: Path
 ) -> None:

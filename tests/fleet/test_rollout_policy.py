@@ -19,7 +19,7 @@ import yaml
 
 from fleet import cli, runner
 from fleet.errors import ControllerError, ExitCode, Interrupted, RunnerError
-from fleet.ledger import Baseline, Ledger
+from fleet.ledger import Baseline, Ledger, Operation
 from fleet.operation import _interrupted_record
 from fleet.plan import plan_rollback, plan_rollout
 from fleet.recovery import owes_nothing
@@ -598,6 +598,154 @@ def test_a_refused_reconcile_keeps_owing_a_dark_host_that_had_no_release_before(
     assert _unfinished(tmp_path) == [op.id]
     ends = [c for c in _lease_calls(scripted, since) if c[0] == "lease_end.yml"]
     assert ends and all(c[1] == ("n1",) for c in ends)  # n1 released; n2's lease never dropped
+
+
+class BusyAfterTheRollout(ScriptedRunner):
+    """Once a later operation has taken its leases, n2 reads `busy` at every read: the rollout's node step
+    there runs on under the node's lock (it shields itself from signals), its controller gone, and has not
+    switched `current` yet. `held`: n3 is also held by another controller's rollout at every later lease
+    call that takes leases (a reconcile's is refused: exit 5)."""
+
+    held = False
+
+    def _read(self, host: str) -> HostProgress:
+        playbook, _hosts, extra = self.calls[-1]
+        takes = sum(c[0] == "lease.yml" and "solfleet_lease_state" not in c[2] for c in self.calls)
+        taking = playbook == "lease.yml" and "solfleet_lease_state" not in extra
+        if self.held and host == "n3" and taking and takes > 1:
+            held = "rollout r-other of ops@elsewhere:1 holds this node; nothing was changed"
+            return HostProgress(
+                host=host, status=HostStatus.FAILED, solfleet={"failed_phase": "lease", "message": held}
+            )
+        read = super()._read(host)
+        if host == "n2" and takes > 1:
+            read.solfleet["busy"] = True
+        return read
+
+
+class BusyAndHeldAfterTheRollout(BusyAfterTheRollout):
+    held = True
+
+
+def _stopped_in_batch_1(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    runner_class: type[ScriptedRunner],
+    links: dict[str, tuple[str | None, str | None]] | None = None,
+) -> tuple[str, ScriptedRunner]:
+    """The canary n1 activates 2.0.0, then the controller stops in batch 1 (a controller error; a SIGKILL
+    leaves the same unfinished row): the rollout owes its hosts a return, and no undo ran."""
+    before = (links or {}).get("n1", ("1.0.0", None))[0]
+    script = {
+        ("deploy.yml", ("n1",)): {"n1": answered("n1", "activated", before=before, after="2.0.0")},
+        ("deploy.yml", ("n2", "n3")): OSError(28, "No space left on device"),
+    }
+    with pytest.raises(ControllerError):
+        run_deploy(tmp_path, monkeypatch, "rollback_fleet", script, links=links, runner_class=runner_class)
+    scripted = runner.run_playbook
+    assert isinstance(scripted, runner_class)
+    (op_id,) = _unfinished(tmp_path)
+    return op_id, scripted
+
+
+def _newest(tmp_path: Path) -> Operation:
+    spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+    with Ledger(ledger_path(spec)) as ledger:
+        return ledger.operations()[0]
+
+
+def test_a_host_read_busy_owes_the_rollout_whatever_it_read() -> None:
+    """owes_nothing: a host whose read says `busy` (a node step holds its lock) is owed, on its baseline or
+    with no release before the rollout: that step may still move it. A host the rollout never read still
+    owes nothing."""
+    base = Baseline(host="n1", reachable=True, current="1.0.0", current_sha256=None, previous="0.9.0")
+    busy = replace(base, busy=True)
+    assert not owes_nothing(base, busy, "2.0.0")
+    assert not owes_nothing(replace(base, current=None), replace(busy, current=None, previous=None), "2.0.0")
+    assert not owes_nothing(base, replace(busy, current="3.0.0"), "2.0.0")
+    assert owes_nothing(replace(base, reachable=False), busy, "2.0.0")
+
+
+def test_a_refused_reconcile_keeps_owing_a_host_whose_node_step_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller stopped in batch 1; n2's node step of the rollout runs on (busy), not yet switched, so
+    n2 reads on its baseline. A reconcile refused at n3 (exit 5) keeps n2's lease, renewed with n1's as the
+    rollout's, and drops none. Before, its lease read counted n2 as owing nothing and dropped n2's lease:
+    the step could then switch n2 to 2.0.0 with no lease, while the records said it was on its baseline."""
+    op_id, scripted = _stopped_in_batch_1(tmp_path, monkeypatch, BusyAndHeldAfterTheRollout)
+    since = len(scripted.calls)
+    assert _cli(tmp_path, "reconcile", "--yes") == ExitCode.LOCKED
+    reconcile_id = _newest(tmp_path).id
+    assert _unfinished(tmp_path) == [op_id]
+    assert _lease_calls(scripted, since) == [("lease.yml", ("n1", "n2"), op_id, [reconcile_id])]
+
+
+def test_a_reconcile_undoes_a_host_whose_node_step_still_runs_after_that_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """n2 reads on its baseline but busy: the reconcile's undo takes it too and waits for its lock as long as
+    a deploy step can hold it (as for a host cut off mid-step), so a switch the step makes after the read is
+    returned as well. Before, n2 was left alone as on its baseline and the rollout concluded."""
+    op_id, scripted = _stopped_in_batch_1(tmp_path, monkeypatch, BusyAfterTheRollout)
+    back = {h: answered(h, "rolled_back", before="2.0.0", after="1.0.0") for h in ("n1", "n2")}
+    scripted.script = {
+        **scripted.script,
+        ("rollback.yml", ("n1",)): {"n1": back["n1"]},
+        ("rollback.yml", ("n1", "n2")): back,
+    }
+    assert _cli(tmp_path, "reconcile", "--yes") == ExitCode.OK
+    (undo,) = [c for c in scripted.calls if c[0] == "rollback.yml"]
+    assert undo[1] == ("n1", "n2")
+    spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+    assert undo[2]["solfleet_lock_timeout_s"] == 60 + spec.timeouts.verify_s + 120 + 300
+    assert _unfinished(tmp_path) == [] and scripted.links["n2"][0] == "1.0.0"
+
+
+def test_a_host_with_no_release_before_whose_node_step_still_runs_stays_owed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first deploy: n2, with nothing before the rollout, reads no release but busy. Nothing can return it
+    and its step may still activate 2.0.0: the reconcile leaves it, says why, and the rollout stays
+    unfinished, n2's lease kept. Before, n2 counted as on its baseline and the rollout was concluded."""
+    links: dict[str, tuple[str | None, str | None]] = dict.fromkeys(("n1", "n2", "n3"), (None, None))
+    op_id, scripted = _stopped_in_batch_1(tmp_path, monkeypatch, BusyAfterTheRollout, links=links)
+    since = len(scripted.calls)
+    assert _cli(tmp_path, "reconcile", "--yes") == ExitCode.OPERATION_FAILED
+    assert "rollback.yml" not in [c[0] for c in scripted.calls[since:]]
+    message = _newest(tmp_path).message
+    assert "n2: none as read, but a node step is still running there (its deploy lock is held)" in message
+    assert _unfinished(tmp_path) == [op_id]
+    assert ("lease.yml", ("n2",), op_id, [_newest(tmp_path).id]) in _lease_calls(scripted, since)
+
+
+def test_a_rollback_keeps_owing_a_host_whose_node_step_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """n2 reads busy on its baseline; the reconcile run first cannot take n2 (its step holds the lock past
+    the undo's wait), and the rollback's own step there is refused the same way. n2 still owes the rollout:
+    the rollback keeps its lease as the rollout's, does not conclude it, and its message says why. Before,
+    the reconcile left n2 alone as on its baseline and concluded the rollout."""
+    op_id, scripted = _stopped_in_batch_1(tmp_path, monkeypatch, BusyAfterTheRollout)
+    locked = answered("n2", "refused", before="1.0.0", after="1.0.0")
+    back = answered("n1", "rolled_back", before="2.0.0", after="1.0.0")
+    scripted.script = {
+        **scripted.script,
+        ("rollback.yml", ("n1",)): {"n1": back},
+        ("rollback.yml", ("n1", "n2")): {"n1": back, "n2": locked},
+        ("rollback.yml", ("n1", "n2", "n3")): {
+            "n1": answered("n1", "unchanged", before="1.0.0", after="1.0.0"),
+            "n2": locked,
+            "n3": answered("n3", "unchanged", before="1.0.0", after="1.0.0"),
+        },
+    }
+    since = len(scripted.calls)
+    assert _cli(tmp_path, "rollback", "--to", "1.0.0", "--yes") == ExitCode.OPERATION_FAILED
+    rollback = _newest(tmp_path)
+    assert rollback.kind == "rollback" and _unfinished(tmp_path) == [op_id]
+    assert ("lease.yml", ("n2",), op_id, [rollback.id]) in _lease_calls(scripted, since)
+    owed = f"unfinished {op_id} stays unfinished (still owes n2 a return to its baseline; n2: a node step"
+    assert owed in rollback.message and "(its deploy lock is held)" in rollback.message, rollback.message
 
 
 def test_a_controller_error_mid_rollout_is_exit_1_and_owed_to_reconcile(
