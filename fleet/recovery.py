@@ -352,6 +352,8 @@ def restore(
         ):
             ok = final = False
             where[host] = f"{now.current or 'none'} as read, but {BUSY_NOTE}: still owed"
+            note = f"not restored: {now.current or 'none'} as read, but {BUSY_NOTE}; its rollout stays owed"
+            notes.append(_note(host, "not_finished", base, None, note))
             continue
         if (now.current, now.previous) == (base.current, base.previous) and (
             host not in pending or base.current is None

@@ -38,7 +38,6 @@ from fleet.operation import (
 from fleet.plan import Batch, Plan
 from fleet.policy import UnhealthyPolicy, UnreachablePolicy
 from fleet.recovery import (
-    BUSY_NOTE,
     LeaseHeld,
     LeaseState,
     conclude_leases,
@@ -545,7 +544,10 @@ def _owed_note(rollout_id: str, owed: list[str], selected: list[str], busy: set[
     parts = [f"still owes {', '.join(here)} a return to its baseline"] if here else []
     running = [h for h in here if h in busy]
     if running:
-        parts.append(f"{', '.join(running)}: {BUSY_NOTE}")
+        parts.append(
+            f"{', '.join(running)}: a node step was running there at this rollback's lease read"
+            " (its deploy lock was held)"
+        )
     if len(here) < len(owed):
         parts.append(f"{', '.join(h for h in owed if h not in selected)} not selected by this rollback")
     return f"unfinished {rollout_id} stays unfinished ({'; '.join(parts)}): `solfleet reconcile` finishes it"

@@ -400,14 +400,18 @@ class NodeLayout:
     # -- state ---------------------------------------------------------------------------------------------
     def lock_busy(self) -> bool:
         """Whether a step holds the node's lock (`.lock`, NodeLock) right now: a deploy or rollback step, also
-        one whose controller is gone (it shields its locked section from signals and runs on to its end).
+        one whose controller is gone (it shields its locked section from signals and runs on to its end), a
+        service start, or `solfleet health` writing its journal line. A step still waiting for the lock holds
+        nothing and is not seen.
         A probe that never waits and changes nothing: the lock file is opened read-only as it is (no file: no
         step has ever locked this root, so none holds it), a shared lock is tried without blocking and let go
         at once. Shared, so two probes (two reads at once) never see each other as busy; a step that tries the
-        lock in that instant waits one poll of NodeLock. A lock file that cannot be opened or probed says
+        lock in that instant waits one poll of NodeLock (or, with lock_timeout_s 0, is refused). Never call it
+        under NodeLock: it would see its own caller. A lock file that cannot be opened or probed says
         nothing of what runs here: it reads busy, which keeps a host owed rather than settled."""
         try:
-            fd = os.open(self.lock_path, os.O_RDONLY)
+            # O_NONBLOCK: a FIFO put there must not block the read
+            fd = os.open(self.lock_path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             return False
         except OSError:

@@ -22,7 +22,7 @@ from fleet.errors import ControllerError, ExitCode, Interrupted, RunnerError
 from fleet.ledger import Baseline, Ledger, Operation
 from fleet.operation import _interrupted_record
 from fleet.plan import plan_rollback, plan_rollout
-from fleet.recovery import owes_nothing
+from fleet.recovery import deploy_step_lock_s, owes_nothing
 from fleet.rollout import ArtifactInfo, deploy, rollback
 from fleet.runner import HostProgress, HostStatus, RunResult
 from fleet.spec import embedded_fleet, load_spec
@@ -698,8 +698,8 @@ def test_a_reconcile_undoes_a_host_whose_node_step_still_runs_after_that_step(
     (undo,) = [c for c in scripted.calls if c[0] == "rollback.yml"]
     assert undo[1] == ("n1", "n2")
     spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
-    assert undo[2]["solfleet_lock_timeout_s"] == 60 + spec.timeouts.verify_s + 120 + 300
-    assert _unfinished(tmp_path) == [] and scripted.links["n2"][0] == "1.0.0"
+    assert undo[2]["solfleet_lock_timeout_s"] == deploy_step_lock_s(spec)
+    assert _unfinished(tmp_path) == []
 
 
 def test_a_host_with_no_release_before_whose_node_step_still_runs_stays_owed(
@@ -717,6 +717,11 @@ def test_a_host_with_no_release_before_whose_node_step_still_runs_stays_owed(
     assert "n2: none as read, but a node step is still running there (its deploy lock is held)" in message
     assert _unfinished(tmp_path) == [op_id]
     assert ("lease.yml", ("n2",), op_id, [_newest(tmp_path).id]) in _lease_calls(scripted, since)
+    spec = load_spec(tmp_path / "fleet.yml", work_dir=tmp_path / "work")
+    with Ledger(ledger_path(spec)) as ledger:  # the record says so too, and wants no version of n2
+        (row,) = [h for h in ledger.host_outcomes(_newest(tmp_path).id) if h.host == "n2"]
+        assert (row.step, row.outcome, row.version_after) == ("undo", "not_finished", None)
+        assert "a node step is still running there" in row.message
 
 
 def test_a_rollback_keeps_owing_a_host_whose_node_step_still_runs(
@@ -745,7 +750,8 @@ def test_a_rollback_keeps_owing_a_host_whose_node_step_still_runs(
     assert rollback.kind == "rollback" and _unfinished(tmp_path) == [op_id]
     assert ("lease.yml", ("n2",), op_id, [rollback.id]) in _lease_calls(scripted, since)
     owed = f"unfinished {op_id} stays unfinished (still owes n2 a return to its baseline; n2: a node step"
-    assert owed in rollback.message and "(its deploy lock is held)" in rollback.message, rollback.message
+    why = "at this rollback's lease read (its deploy lock was held)"
+    assert owed in rollback.message and why in rollback.message, rollback.message
 
 
 def test_a_controller_error_mid_rollout_is_exit_1_and_owed_to_reconcile(
