@@ -33,7 +33,8 @@ STATUS_PLAYBOOK = "status.yml"
 LEASE_PLAYBOOK = "lease.yml"
 LEASE_END_PLAYBOOK = "lease_end.yml"
 # node-module outcomes that mean "this host did not end where it was asked to"; `not_finished`: ansible-runner
-# stopped the run (job timeout) while the host was mid-step, before its module answered
+# stopped the run (job timeout) while the host was mid-step, before its module answered, or (an `undo` row)
+# restore left a host owed because a node step held its lock (recovery.BUSY_NOTE)
 FAILED_OUTCOMES = {"refused", "verify_failed", "health_failed", "failed", "not_run", "not_finished"}
 FAILED_OUTCOMES.add("unhealthy")  # fleet/rollout.py: its preflight health failed (rollout.unhealthy: fail)
 FAILED_OUTCOMES.add("gate_failed")  # fleet/gating.py: verified and activated, but a performance gate failed

@@ -10,10 +10,12 @@ DOCUMENTATION = r"""
 module: solfleet_driver
 short_description: Decide skip / install / reboot / refuse for the pinned NVIDIA driver
 description:
-  - Pure decision from I(facts) (solfleet_preflight's): C(skip) when the pinned version is loaded, C(refuse)
+  - >-
+    Pure decision from I(facts) (solfleet_preflight's): C(skip) when the pinned version is loaded, C(refuse)
     when another is loaded (or none) and I(driver_policy=refuse), C(install) when it must be installed,
     C(reboot) when it is installed but not loaded yet, C(none) without a pin or on a simulated node.
-  - Fails on C(refuse) with one line naming the loaded and pinned versions. Changes nothing itself; the
+  - >-
+    Fails on C(refuse) with one line naming the loaded and pinned versions. Changes nothing itself; the
     role's package tasks act on C(solfleet.driver.action). Supports check mode.
 options:
   node: {description: "node name, for messages", type: str, required: true}

@@ -18,13 +18,16 @@ DOCUMENTATION = r"""
 module: solfleet_runtime
 short_description: Build the pinned Python runtime of a stack from a pushed wheelhouse
 description:
-  - Unpacks I(archive) into C(<root>/wheelhouses/<stack_id>/) once (every wheel checked against the
+  - >-
+    Unpacks I(archive) into C(<root>/wheelhouses/<stack_id>/) once (every wheel checked against the
     wheelhouse MANIFEST.json), then makes C(<root>/runtimes/<stack_id>) with C(<base_python> -m venv
     --without-pip) and C(pip install --no-index --require-hashes --no-deps) from the wheelhouse's lock; pip
     itself runs from the wheel the wheelhouse carries, so the node needs neither a registry nor ensurepip.
-  - I(mode=layered) also puts the base interpreter's site-packages after the runtime's own on sys.path
+  - >-
+    I(mode=layered) also puts the base interpreter's site-packages after the runtime's own on sys.path
     (a .pth file), so an image that already holds most of the stack only needs the carried wheels.
-  - Either way the runtime's versions are then checked against I(expected) in the clean environment verify
+  - >-
+    Either way the runtime's versions are then checked against I(expected) in the clean environment verify
     uses, and the first differing field fails the task. Idempotent: a runtime whose stamp names the same
     lock is not rebuilt (changed=false), only re-checked. Supports check mode.
 options:

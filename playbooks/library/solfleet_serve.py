@@ -30,15 +30,19 @@ DOCUMENTATION = r"""
 module: solfleet_serve
 short_description: Start (or wait for) the operator service on a node's current release, one instance per GPU
 description:
-  - I(mode=start), the supervisor for nodes without systemd: for each GPU in I(gpus) whose state file does not
+  - >-
+    I(mode=start), the supervisor for nodes without systemd: for each GPU in I(gpus) whose state file does not
     already name a ready instance of C(current)'s version, start C(python -m kernels.serve) detached (its own
     session, stdin closed, output appended to C(<root>/logs/serve-<gpu>.log)) with PYTHONPATH = the resolved
     C(current), under C(<root>/.lock). Instances of GPUs not in I(gpus) are told to drain.
-  - I(mode=wait), with systemd (the units were just started): wait for each GPU's state file to name a ready
+  - >-
+    I(mode=wait), with systemd (the units were just started): wait for each GPU's state file to name a ready
     instance of C(current)'s version.
-  - Then, both modes: C(/v2/health/ready) answers 200; the replaced instance exits (drained by the handoff;
+  - >-
+    Then, both modes: C(/v2/health/ready) answers 200; the replaced instance exits (drained by the handoff;
     killed past I(exit_timeout_s) + 10 s); C(/v2) names C(current)'s version.
-  - A GPU that is not ready within I(ready_timeout_s) (or whose new instance exits first) fails the task
+  - >-
+    A GPU that is not ready within I(ready_timeout_s) (or whose new instance exits first) fails the task
     with the instance's exit status and its last log lines; the new instance is stopped and the old one,
     never signalled, keeps serving. The result key C(solfleet) carries C(phases.service) and C(service).
 options:

@@ -20,23 +20,29 @@ DOCUMENTATION = r"""
 module: solfleet_state
 short_description: Report a node's solfleet releases, links and last journal event; optionally run health
 description:
-  - I(mode=status) returns C(solfleet) = node, root, current, current_verified, previous, releases,
+  - >-
+    I(mode=status) returns C(solfleet) = node, root, current, current_verified, previous, releases,
     last_event, simulated, busy. With I(deep=true) it also re-hashes every file of C(current) against its
     MANIFEST.json: C(current_intact) true/false and C(current_check) say what was found (null when not asked).
-  - C(busy) (every mode's state) is true when a deploy or rollback step holds the node's lock C(<root>/.lock)
-    as the state is read, also one whose controller is gone (it runs on to its end): C(current) may still
-    move when that step ends. The lock is tried without waiting, before anything else is read, and let go at
-    once; no lock file means false.
-  - I(mode=health) also runs C(python -m kernels health --json) in C(<root>/current) and fails when unhealthy.
+  - >-
+    C(busy) (every mode's state) is true when a step holds the node's lock C(<root>/.lock) as the state is
+    read (a deploy or rollback step, also one whose controller is gone and which runs on to its end, a
+    service start, or the health journal line): C(current) may still move when that step ends. The lock is
+    tried without waiting, before anything else is read, and let go at once; no lock file means false, one
+    that cannot be opened or probed true. A step still waiting for the lock is not seen.
+  - >-
+    I(mode=health) also runs C(python -m kernels health --json) in C(<root>/current) and fails when unhealthy.
     With I(journal=true) it journals the result (C(healthy) or C(failed), the release checked, the failed
     checks), so that status's health verdict follows the latest check; C(health_journaled) and
     C(health_journal_error) say whether it did, and why not.
-  - I(mode=lease) takes the node's rollout lease for I(rollout_id) (refused, naming the holder, when another
+  - >-
+    I(mode=lease) takes the node's rollout lease for I(rollout_id) (refused, naming the holder, when another
     live rollout holds it, unless that rollout is in I(take_over)) and returns the state as I(mode=status)
     does, read once the lease is held: the controller's baseline (with C(busy): a step of another rollout,
     such as one whose controller died, may still be running there). I(mode=release) drops the lease when
     I(rollout_id) holds it.
-  - I(mode=lease) with I(health=true) also runs the health check of I(mode=health) once the lease is held and
+  - >-
+    I(mode=lease) with I(health=true) also runs the health check of I(mode=health) once the lease is held and
     the node has a C(current) (the controller's preflight of its first batch, in the same node call as the
     baseline): C(health) holds the report, C(health_error) why there is none. An unhealthy node does not fail
     the lease; the controller judges the report as it judges a health run's.
